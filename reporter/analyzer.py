@@ -1,0 +1,137 @@
+"""Findings from a Profile: small pure rules registered under stable ids.
+
+A rule is ``rule(profile, limits) -> Finding | None``. It returns raw numbers
+(which operator, what share of which time, how many calls, how much memory)
+and never prose: the explanation and the advice live in
+``templates/<lang>/findings/<rule id>.md.j2``. The ids are a public contract
+(``--json`` prints them); keep them stable once published.
+
+To add a rule: write the function here (or in any module imported by
+``reporter.rules``), decorate it with ``@rule("my-id", threshold=...)``, and add
+``findings/my-id.md.j2`` to every language folder (a test checks parity).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .profile import KIND_DATALOADER, KIND_OP, Op, Profile
+
+SEVERITIES = ("high", "medium", "low")
+
+
+@dataclass
+class Finding:
+    rule: str
+    severity: str
+    evidence: dict[str, Any]  # raw numbers: shares in 0..1, times in us, memory in bytes
+    ops: list[str] = field(default_factory=list)  # operators the finding explains
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "severity": self.severity, "ops": self.ops, **self.evidence}
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    func: Callable[[Profile, dict[str, float]], Finding | None]
+    limits: dict[str, float]
+    order: int
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(rule_id: str, **limits: float):
+    """Register a rule under a stable id with its default thresholds."""
+    def register(func):
+        if rule_id in RULES:
+            raise ValueError(f"rule id {rule_id!r} registered twice")
+        RULES[rule_id] = Rule(rule_id, func, dict(limits), len(RULES))
+        return func
+    return register
+
+
+def analyze(profile: Profile, overrides: dict[str, dict[str, float]] | None = None
+            ) -> list[Finding]:
+    """Run every rule; most severe and largest first.
+
+    ``dominant-operator`` is dropped when a more specific finding already
+    explains its operator.
+    """
+    from . import rules  # noqa: F401  (registers the built-in rules)
+
+    overrides = overrides or {}
+    found = []
+    for r in sorted(RULES.values(), key=lambda r: r.order):
+        limits = {**r.limits, **overrides.get(r.id, {})}
+        finding = r.func(profile, limits)
+        if finding is not None:
+            found.append(finding)
+    found = [f for f in found if not (f.rule == "dominant-operator" and _explained(f, found))]
+    found.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.evidence.get("share", 0.0)))
+    return found
+
+
+def _explained(dominant: Finding, found: list[Finding]) -> bool:
+    """Does a more specific finding already account for the dominant operator?
+
+    Either it names the operator, or the input pipeline is waited on for longer
+    than the operator runs (work done inside ``enumerate(DataLoader)``, such as a
+    per-sample transform, shows up as ordinary operators).
+    """
+    for f in found:
+        if f is dominant:
+            continue
+        if set(dominant.ops) <= set(f.ops):
+            return True
+        if (f.rule == "dataloader-bound"
+                and f.evidence.get("op_time_us", 0) >= dominant.evidence.get("op_time_us", 0)):
+            return True
+    return False
+
+
+# Helpers shared by rules ---------------------------------------------------
+
+@dataclass(frozen=True)
+class Basis:
+    """Which time a share is of: device time on a GPU profile, CPU time otherwise."""
+
+    name: str  # "device" or "cpu"
+    attr: str  # Op attribute holding an operator's self time on this basis
+    total_us: float
+
+
+def basis(profile: Profile) -> Basis:
+    if profile.has_device:
+        return Basis("device", "self_device_us", profile.self_device_us)
+    return Basis("cpu", "self_cpu_us", profile.self_cpu_us)
+
+
+def operators(profile: Profile) -> list[Op]:
+    """Operator rows (not kernels, runtime calls or annotations)."""
+    return [o for o in profile.ops if o.kind == KIND_OP]
+
+
+def share(ops: list[Op], b: Basis) -> float:
+    if b.total_us <= 0:
+        return 0.0
+    return sum(getattr(o, b.attr) for o in ops) / b.total_us
+
+
+def op_evidence(op: Op, b: Basis) -> dict[str, Any]:
+    mem = op.self_device_mem_b if b.name == "device" else op.self_cpu_mem_b
+    return {"op": op.name, "op_share": share([op], b), "op_time_us": getattr(op, b.attr),
+            "calls": op.calls, "mem_per_call_b": int(mem / op.calls) if op.calls else 0}
+
+
+def step_wall_us(profile: Profile) -> float:
+    """Wall time of the profiled steps: ProfilerStep rows, else the CPU total."""
+    steps = [o for o in profile.ops if o.name.startswith("ProfilerStep")]
+    wall = sum(o.cpu_total_us for o in steps)
+    return wall if wall > 0 else profile.self_cpu_us
+
+
+def dataloader_rows(profile: Profile) -> list[Op]:
+    return [o for o in profile.ops if o.kind == KIND_DATALOADER]

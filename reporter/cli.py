@@ -1,0 +1,211 @@
+"""The command line. Each subcommand parses its options and calls the library.
+
+Exit codes: 0 success, 1 failure while working, 2 bad usage or bad input,
+130 interrupted. Errors are one line on stderr; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from . import __version__
+from .errors import BadInput, ReporterError
+
+DEFAULT_RUNS = Path(os.environ.get("REPORTER_RUNS", "runs"))
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # usage errors: one line, exit 2
+        raise BadInput(f"{message} (see '{self.prog} --help')", error_id="usage")
+
+
+class Progress:
+    """Progress lines on stderr for long work: what is being done, and since when."""
+
+    def __init__(self, quiet: bool = False):
+        self.quiet = quiet
+        self.start = time.perf_counter()
+
+    def __call__(self, message: str) -> None:
+        if not self.quiet:
+            elapsed = time.perf_counter() - self.start
+            print(f"[{elapsed:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:
+    from .view import LANGUAGES, default_language
+
+    p.add_argument("--lang", default=None, metavar="|".join(LANGUAGES),
+                   help=f"report language (default: from your locale, else en; "
+                        f"now {default_language()})")
+    if formats:
+        p.add_argument("--format", default="md", metavar="md",
+                       help="comma-separated output formats (default: md)")
+    p.add_argument("--runs", type=Path, default=DEFAULT_RUNS, metavar="DIR",
+                   help=f"where runs are stored (default: {DEFAULT_RUNS}/, or $REPORTER_RUNS)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="reporter", description="Profile PyTorch models and write "
+                     "performance reports in English, Russian or Chinese.")
+    parser.add_argument("--version", action="version", version=f"reporter {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("run", help="profile targets, store the runs and write reports")
+    p.add_argument("--target", action="append", metavar="NAME|module:fn|file.py:fn",
+                   help="target to profile; repeat for several (default: every built-in target)")
+    p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
+                   help="auto takes CUDA when present (default: auto)")
+    p.add_argument("--preset", default="default", choices=("tiny", "default", "large"),
+                   help="size of the built-in targets: default is quick on a CPU, "
+                        "large fills a GPU (default: default)")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="same as --runs")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    _common(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("render", help="render a stored run again, without profiling")
+    p.add_argument("run", metavar="RUN", help="run folder, run.json, run id, or 'latest'")
+    _common(p)
+    p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("list", help="show stored runs")
+    _common(p, formats=False)
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("targets", help="built-in targets and what each reproduces")
+    _common(p, formats=False)
+    p.set_defaults(func=cmd_targets)
+    return parser
+
+
+def _lang(args) -> str:
+    from .view import check_language, default_language
+
+    return check_language(args.lang or default_language())
+
+
+def cmd_run(args) -> int:
+    from .render import parse_formats
+    from .target import DEFAULT_SUITE, resolve
+
+    lang, formats = _lang(args), parse_formats(args.format)
+    root = args.out or args.runs
+    specs = args.target or list(DEFAULT_SUITE)
+    builders = [resolve(spec) for spec in specs]  # bad specs fail before any work
+    progress = Progress(args.quiet)
+    from .runner import RunOptions, profile_target, resolve_device  # imports torch
+    from .render import write_report
+    from .store import commit, staging
+    from .view import run_view
+
+    opts = RunOptions(device=resolve_device(args.device), preset=args.preset)
+    progress(f"profiling {len(specs)} target(s) on {opts.device}, preset {opts.preset}")
+    failed = 0
+    for i, (spec, (name, builder)) in enumerate(zip(specs, builders), 1):
+        step = lambda msg, i=i, name=name: progress(f"[{i}/{len(specs)}] {name}: {msg}")
+        try:
+            with staging(root) as stage:
+                run = profile_target(spec, builder, opts, stage, step)
+                view = run_view(run, lang)
+                reports = [write_report(view, stage, fmt).name for fmt in formats]
+                final = commit(run, stage, root)
+        except ReporterError as exc:
+            if isinstance(exc, BadInput):
+                raise
+            print(exc.one_line(), file=sys.stderr)
+            failed += 1
+            continue
+        for name_ in reports:
+            print(final / name_)
+        step(f"done: ~{view['sections'][0]['throughput']} samples/s, "
+             f"{view['n_findings']} finding(s)")
+    return 1 if failed else 0
+
+
+def cmd_render(args) -> int:
+    from .render import parse_formats, write_report
+    from .store import find, load
+    from .view import run_view
+
+    lang, formats = _lang(args), parse_formats(args.format)
+    folder = find(args.run, args.runs)
+    run = load(folder)
+    view = run_view(run, lang)
+    for fmt in formats:
+        print(write_report(view, folder, fmt))
+    return 0
+
+
+def cmd_list(args) -> int:
+    from .store import list_runs
+    from .view import Fmt
+
+    fmt = Fmt(_lang(args))
+    rows = list_runs(args.runs)
+    if not rows:
+        print(f"no stored runs under {args.runs}/ (make one with: reporter run)",
+              file=sys.stderr)
+        return 0
+    print(f"{'RUN':<52} {'TARGET':<24} {'DEVICE':<6} {'SAMPLES/S':>10}  REPORTS")
+    for folder, info in rows:
+        if "error" in info:
+            print(f"{folder.name:<52} (unreadable: {info['error']})")
+            continue
+        print(f"{info['id']:<52} {info['target']:<24} {info['device']:<6} "
+              f"{fmt.num(info['samples_per_s']):>10}  {', '.join(info['reports']) or '-'}")
+    return 0
+
+
+def cmd_targets(args) -> int:
+    from .target import BUILTINS
+
+    lang = _lang(args)
+    width = max(len(n) for n in BUILTINS)
+    for name, t in BUILTINS.items():
+        print(f"{name:<{width}}  [seed {t.seed}] {t.summary[lang]}")
+    print("\nYour own: --target module:function or --target path/to/file.py:function "
+          "(see README: 'Your own target')")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            return 2
+        func: Callable[[argparse.Namespace], int] = args.func
+        return func(args)
+    except ReporterError as exc:
+        if debug:
+            import traceback
+            traceback.print_exc()
+        print(exc.one_line(), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("reporter: interrupted; nothing half-written was kept", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug: still one line, unless --debug
+        if debug:
+            raise
+        print(f"reporter: internal error: {type(exc).__name__}: "
+              f"{' '.join(str(exc).split())[:300]} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

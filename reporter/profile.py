@@ -1,0 +1,118 @@
+"""The Profile: what every path into the analyzer produces.
+
+A Profile is raw numbers only: times in microseconds, memory in bytes. It does
+not import torch, so that reading and analysing stored runs stays light.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# What an operator row is. The analyzer shares time among "op" and
+# "dataloader" rows; kernels and runtime calls are views of the same time.
+KIND_OP = "op"
+KIND_KERNEL = "kernel"  # device-side work: kernels, memcpy, memset
+KIND_RUNTIME = "runtime"  # cudaLaunchKernel, cudaStreamSynchronize, ...
+KIND_ANNOTATION = "annotation"  # record_function marks, ProfilerStep#N
+KIND_DATALOADER = "dataloader"  # enumerate(DataLoader)#...
+
+# Marks the runner puts around the phases of a step.
+PHASE_MARKS = ("forward", "loss", "backward", "optimizer_step")
+
+_RUNTIME_RE = re.compile(r"^(cuda|hip|cu|hsa|ze|xpu|mtia)[A-Z]\w*")
+_KERNEL_HINTS = ("void ", "Memcpy", "Memset", "volta_", "ampere_", "sm80_", "sm90_",
+                 "turing_", "cutlass", "Cijk_", "triton_", "nvjet", "Kernel", "kernel")
+
+
+def classify(name: str, device_side: bool = False) -> str:
+    """Guess what a row is from its name (and, when known, its device type)."""
+    if name.startswith("enumerate(DataLoader)"):
+        return KIND_DATALOADER
+    if (name.startswith("ProfilerStep") or name in PHASE_MARKS
+            or name.startswith(("Optimizer.step#", "Optimizer.zero_grad#", "## "))):
+        return KIND_ANNOTATION
+    if device_side:
+        return KIND_KERNEL
+    if _RUNTIME_RE.match(name):
+        return KIND_RUNTIME
+    if "::" not in name and any(h in name for h in _KERNEL_HINTS):
+        return KIND_KERNEL
+    return KIND_OP
+
+
+@dataclass
+class Op:
+    """One row of key_averages(): an operator aggregated over its calls."""
+
+    name: str
+    calls: int = 0
+    self_cpu_us: float = 0.0
+    cpu_total_us: float = 0.0
+    self_device_us: float = 0.0
+    device_total_us: float = 0.0
+    cpu_mem_b: int = 0
+    self_cpu_mem_b: int = 0
+    device_mem_b: int = 0
+    self_device_mem_b: int = 0
+    kind: str = KIND_OP
+    input_shapes: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Op":
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class Profile:
+    """Aggregated operators of one profiled window, plus its totals.
+
+    ``device_type`` is "cuda" (or another accelerator) when device activity was
+    recorded, else None. Totals are the footers of key_averages().table():
+    ``self_cpu_us`` is "Self CPU time total", ``self_device_us`` is "Self CUDA
+    time total".
+    """
+
+    label: str = ""
+    device_type: str | None = None
+    self_cpu_us: float = 0.0
+    self_device_us: float = 0.0
+    steps: int = 0
+    ops: list[Op] = field(default_factory=list)
+    ops_by_shape: list[Op] = field(default_factory=list)
+
+    @property
+    def has_device(self) -> bool:
+        return self.device_type is not None and self.self_device_us > 0
+
+    def cpu_side_ops(self) -> list[Op]:
+        """Rows whose self time is not a view of other rows' time."""
+        return [o for o in self.ops if o.kind in (KIND_OP, KIND_DATALOADER, KIND_RUNTIME)]
+
+    def top(self, key: str, n: int = 15, kinds: tuple[str, ...] | None = None,
+            shapes: bool = False) -> list[Op]:
+        rows = self.ops_by_shape if shapes else self.ops
+        if kinds is not None:
+            rows = [o for o in rows if o.kind in kinds]
+        rows = [o for o in rows if getattr(o, key) > 0]
+        return sorted(rows, key=lambda o: getattr(o, key), reverse=True)[:n]
+
+    def totals(self) -> dict[str, float]:
+        return {"self_cpu_us": self.self_cpu_us, "self_device_us": self.self_device_us}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Profile":
+        return cls(
+            label=data.get("label", ""),
+            device_type=data.get("device_type"),
+            self_cpu_us=float(data.get("self_cpu_us", 0.0)),
+            self_device_us=float(data.get("self_device_us", 0.0)),
+            steps=int(data.get("steps", 0)),
+            ops=[Op.from_dict(o) for o in data.get("ops", [])],
+            ops_by_shape=[Op.from_dict(o) for o in data.get("ops_by_shape", [])],
+        )

@@ -1,0 +1,83 @@
+"""A Run: what one profiling of one target produced. Raw numbers, no torch.
+
+A run has one section per profiled mode ("train", "inference"), each with its
+throughput, memory, Profile, the raw key_averages tables and, for targets that
+have one, a side benchmark (seed 003's CPU/GPU table).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .profile import Profile
+
+
+@dataclass
+class Throughput:
+    """Samples per second: timed windows without the profiler, and the profiled one."""
+
+    windows: list[float]  # samples/s of each un-profiled timed window
+    steps_per_window: int
+    profiled: float  # samples/s during the profiled window (profiler overhead included)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.windows) if self.windows else 0.0
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of the windows: the measurement's noise."""
+        if len(self.windows) < 2 or self.median <= 0:
+            return 0.0
+        return (max(self.windows) - min(self.windows)) / self.median
+
+
+@dataclass
+class Section:
+    label: str
+    throughput: Throughput
+    profile: Profile
+    memory: dict[str, int | None] = field(default_factory=dict)
+    tables: dict[str, str] = field(default_factory=dict)
+    benchmark: list[dict[str, Any]] | None = None  # [{op, cpu_ms, gpu_ms}]
+    trace: str | None = None  # file name of the gzipped Chrome trace in the run folder
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["profile"] = self.profile.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Section":
+        return cls(
+            label=data["label"],
+            throughput=Throughput(**data["throughput"]),
+            profile=Profile.from_dict(data["profile"]),
+            memory=dict(data.get("memory") or {}),
+            tables=dict(data.get("tables") or {}),
+            benchmark=data.get("benchmark"),
+            trace=data.get("trace"),
+        )
+
+
+@dataclass
+class Run:
+    id: str
+    created: str  # ISO 8601, UTC
+    device: str  # "cpu" or "cuda"
+    target: dict[str, Any]  # name, spec, preset, batch_size, builtin
+    env: dict[str, Any]
+    sections: list[Section]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "created": self.created, "device": self.device,
+                "target": self.target, "env": self.env,
+                "sections": [s.to_dict() for s in self.sections]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Run":
+        return cls(id=data["id"], created=data["created"], device=data["device"],
+                   target=dict(data["target"]), env=dict(data["env"]),
+                   sections=[Section.from_dict(s) for s in data["sections"]])

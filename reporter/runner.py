@@ -1,0 +1,374 @@
+"""Profile a target: warm-up, honest timing, then a short profiled window.
+
+The runner returns a Run and writes nothing but the raw Chrome trace, which it
+exports into a scratch folder that the caller owns (the store moves it into
+the run folder).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from .errors import BadInput, ReporterError, WorkFailed
+from .profile import Op, Profile, classify
+from .run import Run, Section, Throughput
+from .target import BUILTINS, Target, build
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class RunOptions:
+    device: str = "auto"  # auto | cuda | cpu
+    preset: str = "default"
+    warmup_steps: int = 3
+    windows: int = 5  # un-profiled timed windows
+    window_s: float = 0.4  # aim for windows this long
+    profile_steps: int = 3  # active steps of the profiler schedule
+    row_limit: int = 30  # rows of the raw key_averages tables
+
+
+def resolve_device(requested: str) -> str:
+    if requested not in ("auto", "cuda", "cpu"):
+        raise BadInput(f"unknown device {requested!r}; use auto, cuda or cpu",
+                       error_id="bad-device")
+    has_cuda = torch.cuda.is_available()
+    if requested == "cuda" and not has_cuda:
+        raise BadInput("--device cuda: no CUDA device is available to torch "
+                       f"{torch.__version__} (use --device cpu or auto)", error_id="no-cuda")
+    if requested == "auto":
+        return "cuda" if has_cuda else "cpu"
+    return requested
+
+
+def environment(device: str) -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "cuda": torch.version.cuda,
+        "cudnn": None,
+        "driver": None,
+        "device_name": "CPU",
+        "device_memory_b": None,
+    }
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(torch.device(device))
+        env.update(device_name=props.name, device_memory_b=int(props.total_memory),
+                   cudnn=torch.backends.cudnn.version(), driver=_driver_version(),
+                   capability=f"{props.major}.{props.minor}")
+    return env
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _driver_version() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout
+        return out.strip().splitlines()[0] or None
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+def _host_peak_b() -> int:
+    # ru_maxrss is in KiB on Linux: the process's peak resident set so far.
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _to_device(batch: Any, device: str, non_blocking: bool) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device(b, device, non_blocking) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device, non_blocking) for k, v in batch.items()}
+    return batch
+
+
+class _Stepper:
+    """One step of a target in one mode, with the phase marks of the seeds."""
+
+    def __init__(self, target: Target, mode: str, device: str):
+        self.target, self.mode, self.device = target, mode, device
+        self._it = iter(target.batches)
+        self._forward = target.forward or (lambda model, batch: model(batch[0]))
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(target.autocast or "")
+        device_type = device.split(":")[0]
+        self._autocast = (lambda: torch.autocast(device_type, dtype=dtype)) if dtype \
+            else contextlib.nullcontext
+        if hasattr(target.model, "train"):
+            target.model.train(mode == "train")
+
+    def _next_batch(self) -> Any:
+        try:
+            return next(self._it)
+        except StopIteration:
+            self._it = iter(self.target.batches)
+            return next(self._it)
+
+    def __call__(self) -> None:
+        t = self.target
+        batch = _to_device(self._next_batch(), self.device, t.non_blocking)
+        if self.mode == "inference":
+            with torch.inference_mode(), self._autocast(), record_function("forward"):
+                self._forward(t.model, batch)
+            return
+        with self._autocast():
+            with record_function("forward"):
+                out = self._forward(t.model, batch)
+            with record_function("loss"):
+                loss = t.loss(out, batch)
+        with record_function("backward"):
+            loss.backward()
+        with record_function("optimizer_step"):
+            t.optimizer.step()
+            t.optimizer.zero_grad(set_to_none=True)
+
+
+@contextlib.contextmanager
+def _filtered_native_stderr():
+    """Drop kineto's "USDT: ... profiler_start/stop" lines, which no setting turns off.
+
+    They are written by C++ straight to file descriptor 2, so the descriptor is
+    pointed at a temporary file for the duration, and every other line is
+    written back.
+    """
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [ln for ln in tmp.read().decode("utf-8", "replace").splitlines(True)
+                    if not ln.startswith("USDT:")]
+            if kept:
+                sys.stderr.write("".join(kept))
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _timed(step: Callable[[], None], device: str, steps: int) -> float:
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def _device_value(evt: Any, name: str) -> float:
+    """An attribute named with "device" in torch >= 2.4 and with "cuda" before."""
+    value = getattr(evt, name, None)
+    if value is None:
+        value = getattr(evt, name.replace("device", "cuda"), 0.0)
+    return float(value or 0.0)
+
+
+def _ops(events: Any, shapes: bool) -> list[Op]:
+    ops = []
+    for evt in events:
+        device_side = evt.device_type != DeviceType.CPU
+        kind = classify(evt.key, device_side)
+        if getattr(evt, "is_user_annotation", False) and kind == "op":
+            kind = "annotation"  # record_function marks; DataLoader rows keep their kind
+        ops.append(Op(
+            name=evt.key, calls=int(evt.count),
+            self_cpu_us=float(evt.self_cpu_time_total), cpu_total_us=float(evt.cpu_time_total),
+            self_device_us=_device_value(evt, "self_device_time_total"),
+            device_total_us=_device_value(evt, "device_time_total"),
+            cpu_mem_b=int(evt.cpu_memory_usage), self_cpu_mem_b=int(evt.self_cpu_memory_usage),
+            device_mem_b=int(_device_value(evt, "device_memory_usage")),
+            self_device_mem_b=int(_device_value(evt, "self_device_memory_usage")),
+            kind=kind, input_shapes=str(evt.input_shapes) if shapes else None,
+        ))
+    return ops
+
+
+def _tables(prof: Any, has_device: bool, row_limit: int) -> dict[str, str]:
+    averages = prof.key_averages()
+    tables = {"cpu": averages.table(sort_by="self_cpu_time_total", row_limit=row_limit)}
+    by_shape = prof.key_averages(group_by_input_shape=True)
+    sort_key = "self_cpu_time_total"
+    if has_device:
+        for key in ("self_device_time_total", "self_cuda_time_total"):
+            try:
+                tables["device"] = averages.table(sort_by=key, row_limit=row_limit)
+                sort_key = key
+                break
+            except (AttributeError, KeyError):
+                continue
+    tables["by_shape"] = by_shape.table(sort_by=sort_key, row_limit=row_limit)
+    return tables
+
+
+def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOptions,
+                     scratch: Path, progress: Callable[[str], None]) -> Section:
+    on_gpu = device.startswith("cuda")
+    progress(f"warm-up ({opts.warmup_steps} steps)")
+    for _ in range(opts.warmup_steps):
+        stepper()
+    one = _timed(stepper, device, 1)
+    steps = max(1, min(200, round(opts.window_s / max(one, 1e-6))))
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats()
+    progress(f"timing {opts.windows} windows x {steps} steps")
+    batch = stepper.target.batch_size
+    windows = [steps * batch / _timed(stepper, device, steps) for _ in range(opts.windows)]
+
+    progress(f"profiling {opts.profile_steps} steps")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    active_times: list[float] = []
+    wait, warm = 1, 1
+    prof = profile(activities=activities,
+                   schedule=schedule(wait=wait, warmup=warm, active=opts.profile_steps, repeat=1),
+                   record_shapes=True, profile_memory=True)
+    with _filtered_native_stderr(), prof:
+        for i in range(wait + warm + opts.profile_steps):
+            elapsed = _timed(stepper, device, 1)
+            if i >= wait + warm:
+                active_times.append(elapsed)
+            prof.step()
+    progress("aggregating")
+    averages = prof.key_averages()
+    ops = _ops(averages, shapes=False)
+    by_shape = _ops(prof.key_averages(group_by_input_shape=True), shapes=True)
+    by_shape = sorted(by_shape, key=lambda o: (o.self_device_us, o.self_cpu_us),
+                      reverse=True)[:60]
+    self_cpu = sum(o.self_cpu_us for o in ops)
+    # The footers of key_averages().table(): device time of device-side rows only.
+    self_device = sum(o.self_device_us for o in ops if o.kind == "kernel")
+    profile_obj = Profile(label=label, device_type="cuda" if on_gpu else None,
+                          self_cpu_us=self_cpu, self_device_us=self_device,
+                          steps=opts.profile_steps, ops=ops, ops_by_shape=by_shape)
+    trace_name = f"trace-{label}.json"
+    prof.export_chrome_trace(str(scratch / trace_name))
+    memory = {"host_peak_b": _host_peak_b(), "device_allocated_b": None,
+              "device_reserved_b": None}
+    if on_gpu:
+        memory.update(device_allocated_b=int(torch.cuda.max_memory_allocated()),
+                      device_reserved_b=int(torch.cuda.max_memory_reserved()))
+    profiled = len(active_times) * batch / sum(active_times) if active_times else 0.0
+    return Section(label=label,
+                   throughput=Throughput(windows=windows, steps_per_window=steps,
+                                         profiled=profiled),
+                   profile=profile_obj, memory=memory,
+                   tables=_tables(prof, on_gpu, opts.row_limit), trace=trace_name)
+
+
+def _benchmark(target: Target, device: str, progress) -> list[dict[str, Any]] | None:
+    if target.benchmark is None:
+        return None
+    progress("side benchmark on the CPU")
+    cpu = dict(target.benchmark("cpu"))
+    gpu: dict[str, float] = {}
+    if torch.cuda.is_available():
+        progress("side benchmark on the GPU")
+        gpu = dict(target.benchmark("cuda"))
+    return [{"op": op, "cpu_ms": ms, "gpu_ms": gpu.get(op)} for op, ms in cpu.items()]
+
+
+@contextlib.contextmanager
+def _tf32(enabled: bool):
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    if enabled:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def new_run_id(name: str, device: str, now: datetime) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)[-40:].strip("-.")
+    return f"{now:%Y%m%d-%H%M%S}-{safe or 'target'}-{device}-{os.urandom(2).hex()}"
+
+
+def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
+                   scratch: Path, progress: Progress = lambda _: None) -> Run:
+    """Build and profile one target; the raw traces go into ``scratch``.
+
+    ``builder`` comes from ``reporter.target.resolve(spec)``.
+    """
+    device = resolve_device(opts.device)
+    name = spec
+    now = datetime.now(timezone.utc)
+    try:
+        progress("building")
+        target = build(spec, builder, device, opts.preset)
+    except ReporterError:
+        raise
+    except Exception as exc:
+        raise WorkFailed(f"target {spec} failed while building: {type(exc).__name__}: {exc}",
+                         error_id="target-raised") from exc
+    sections = []
+    batch_size = target.batch_size
+    try:
+        with _tf32(target.tf32):
+            for mode in target.modes:
+                step = _Stepper(target, mode, device)
+                sections.append(_profile_section(
+                    step, mode, device, opts, scratch,
+                    lambda msg, mode=mode: progress(f"{mode}: {msg}")))
+            benchmark = _benchmark(target, device, progress)
+    except ReporterError:
+        raise
+    except Exception as exc:
+        raise WorkFailed(f"target {spec} raised while profiled: {type(exc).__name__}: {exc}",
+                         error_id="target-raised") from exc
+    finally:
+        del target
+        gc.collect()
+    if benchmark is not None:
+        sections[0].benchmark = benchmark
+    builtin = BUILTINS.get(name)
+    return Run(
+        id=new_run_id(name, device, now), created=now.isoformat(timespec="seconds"),
+        device=device,
+        target={"name": name, "spec": spec, "preset": opts.preset,
+                "batch_size": batch_size,
+                "builtin": builtin is not None, "seed": builtin.seed if builtin else None},
+        env=environment(device), sections=sections)
+

@@ -1,0 +1,175 @@
+"""runs/<run-id>/: run.json, the gzipped Chrome traces, and rendered reports.
+
+A run folder appears complete or not at all: it is assembled in a hidden
+staging folder (``runs/.<id>.partial``) and renamed into place at the end.
+Files written later (reports rendered again) go through ``write_atomic``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import __version__
+from .errors import BadInput
+from .run import Run
+
+# Format history of run.json (meta.format):
+#   1: first version: meta, run (target, env, sections with profile, tables,
+#      throughput, memory, benchmark, trace file name).
+FORMAT = 1
+RUN_FILE = "run.json"
+STAGING_SUFFIX = ".partial"
+
+
+def write_atomic(path: Path, data: bytes | str) -> Path:
+    """Write a file so that it is either whole or absent: temp file, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; keep the user's umask
+        os.replace(tmp, path)
+    except BaseException:
+        with _ignore_missing():
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def _ignore_missing() -> Iterator[None]:
+    try:
+        yield
+    except FileNotFoundError:
+        pass
+
+
+def run_to_json(run: Run) -> str:
+    doc = {"meta": {"format": FORMAT, "reporter": __version__, "torch": run.env.get("torch"),
+                    "created": run.created, "device": run.device},
+           "run": run.to_dict()}
+    return json.dumps(doc, ensure_ascii=False, indent=1)
+
+
+@contextmanager
+def staging(root: Path) -> Iterator[Path]:
+    """A hidden folder to assemble a run in; removed if the block fails."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=".", suffix=STAGING_SUFFIX, dir=root))
+    os.chmod(path, 0o777 & ~_umask())  # mkdtemp makes 0700
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def commit(run: Run, stage: Path, root: Path) -> Path:
+    """Gzip the traces, write run.json, and move the folder into place."""
+    for section in run.sections:
+        if section.trace:
+            raw = stage / section.trace
+            if raw.exists():
+                with open(raw, "rb") as src, gzip.open(stage / f"{section.trace}.gz", "wb",
+                                                       compresslevel=6) as dst:
+                    shutil.copyfileobj(src, dst, length=1 << 20)
+                raw.unlink()
+                section.trace = f"{section.trace}.gz"
+            else:
+                section.trace = None
+    (stage / RUN_FILE).write_text(run_to_json(run), encoding="utf-8")
+    final = Path(root) / run.id
+    os.rename(stage, final)
+    stage.mkdir()  # so that staging()'s cleanup finds something to remove
+    return final
+
+
+def find(ref: str | Path, root: Path) -> Path:
+    """A run folder from a path (folder or run.json), a run id, or 'latest'."""
+    root = Path(root)
+    candidates = [Path(ref)]
+    if str(ref) == "latest":
+        runs = list_runs(root)
+        if not runs:
+            raise BadInput(f"no stored runs under {root}", error_id="no-run")
+        return runs[-1][0]
+    candidates.append(root / str(ref))
+    for path in candidates:
+        if path.is_file() and path.name == RUN_FILE:
+            return path.parent
+        if (path / RUN_FILE).is_file():
+            return path
+    matches = sorted(p.parent for p in root.glob(f"*{ref}*/{RUN_FILE}")) if root.is_dir() else []
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise BadInput(f"run {ref!r} is ambiguous: {len(matches)} runs match under {root}",
+                       error_id="no-run")
+    raise BadInput(f"no run {ref!r}: not a run folder, a run.json, or a run id under {root}",
+                   error_id="no-run")
+
+
+def load(folder: Path) -> Run:
+    """Read and check run.json; refuse what is corrupt or from a newer reporter."""
+    path = Path(folder) / RUN_FILE
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}", error_id="bad-run") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInput(f"{path} is not valid JSON ({exc}); the run is corrupted",
+                       error_id="bad-run") from exc
+    meta = doc.get("meta") if isinstance(doc, dict) else None
+    fmt = meta.get("format") if isinstance(meta, dict) else None
+    if not isinstance(fmt, int):
+        raise BadInput(f"{path} has no meta.format: not a reporter run", error_id="bad-run")
+    if fmt > FORMAT:
+        raise BadInput(f"{path} has format {fmt}, newer than this reporter reads ({FORMAT}); "
+                       f"upgrade reporter (written by reporter {meta.get('reporter')})",
+                       error_id="newer-format")
+    try:
+        return Run.from_dict(doc["run"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BadInput(f"{path} is corrupted: missing or malformed field {exc}",
+                       error_id="bad-run") from exc
+
+
+def list_runs(root: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Stored runs, oldest first, with a few facts each (without loading whole runs)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    rows = []
+    for folder in sorted(root.iterdir()):
+        if folder.name.startswith(".") or not (folder / RUN_FILE).is_file():
+            continue
+        try:
+            run = load(folder)
+        except BadInput as exc:
+            rows.append((folder, {"error": str(exc)}))
+            continue
+        first = run.sections[0] if run.sections else None
+        rows.append((folder, {
+            "id": run.id, "created": run.created, "target": run.target.get("name"),
+            "device": run.device, "preset": run.target.get("preset"),
+            "samples_per_s": first.throughput.median if first else None,
+            "reports": sorted(p.name for p in folder.glob("report.*")),
+        }))
+    rows.sort(key=lambda r: (r[1].get("created") or "", r[0].name))
+    return rows

@@ -1,0 +1,254 @@
+"""The view model: everything a template prints, formatted for one locale.
+
+Templates only loop and print; every number, date, plural and sort order is
+decided here, once for all languages. Numbers, units, dates and plurals go
+through Babel.
+"""
+
+from __future__ import annotations
+
+import locale as _locale
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from babel import Locale
+from babel.dates import format_datetime
+from babel.numbers import format_decimal, format_percent
+from babel.units import format_unit
+
+from .analyzer import Finding, analyze
+from .errors import BadInput
+from .profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
+from .run import Run, Section
+
+LANGUAGES = ("en", "ru", "zh")
+
+
+def default_language() -> str:
+    """The user's language when it is one of ours, else English."""
+    for var in ("LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE"):
+        value = os.environ.get(var, "")
+        for part in value.split(":"):
+            code = part.split("_")[0].split(".")[0].lower()
+            if code in LANGUAGES:
+                return code
+    try:
+        code = (_locale.getlocale()[0] or "").split("_")[0].lower()
+    except ValueError:
+        code = ""
+    return code if code in LANGUAGES else "en"
+
+
+def check_language(lang: str) -> str:
+    if lang not in LANGUAGES:
+        raise BadInput(f"unknown language {lang!r}; reports exist in {', '.join(LANGUAGES)}",
+                       error_id="bad-lang")
+    return lang
+
+
+@dataclass(frozen=True)
+class Fmt:
+    """Babel formatting for one locale."""
+
+    lang: str
+
+    @property
+    def locale(self) -> Locale:
+        return Locale.parse(self.lang)
+
+    def num(self, value: float | None, digits: int | None = None) -> str:
+        if value is None:
+            return "—"
+        if digits is None:
+            a = abs(value)
+            digits = 0 if a >= 100 else 1 if a >= 10 else 2 if a >= 0.1 else 3
+        pattern = "#,##0" + ("." + "0" * digits if digits else "")
+        return format_decimal(value, format=pattern, locale=self.lang)
+
+    def int(self, value: int | None) -> str:
+        return "—" if value is None else format_decimal(int(value), locale=self.lang)
+
+    def pct(self, share: float | None) -> str:
+        if share is None:
+            return "—"
+        # The locale's own pattern (ru puts a space before %), with one decimal.
+        return format_percent(share, format=_one_decimal(self.locale), locale=self.lang)
+
+    def time(self, us: float | None) -> str:
+        if us is None:
+            return "—"
+        a = abs(us)
+        if a >= 1e6:
+            value, unit = us / 1e6, "duration-second"
+        elif a >= 1e3:
+            value, unit = us / 1e3, "duration-millisecond"
+        else:
+            value, unit = us, "duration-microsecond"
+        return format_unit(_round(value), unit, length="short", locale=self.lang,
+                           format=_pattern(value))
+
+    def ms(self, ms: float | None) -> str:
+        return "—" if ms is None else self.time(ms * 1000.0)
+
+    def bytes(self, b: int | float | None) -> str:
+        if b is None:
+            return "—"
+        a = abs(b)
+        for size, unit in ((1 << 30, "digital-gigabyte"), (1 << 20, "digital-megabyte"),
+                           (1 << 10, "digital-kilobyte")):
+            if a >= size:
+                value = b / size
+                return format_unit(_round(value), unit, length="short", locale=self.lang,
+                                   format=_pattern(value))
+        return format_unit(b / 1024, "digital-kilobyte", length="short", locale=self.lang,
+                           format="#,##0.##")
+
+    def date(self, iso: str) -> str:
+        return format_datetime(datetime.fromisoformat(iso), "medium", locale=self.lang,
+                               tzinfo=None)
+
+    def plural(self, n: float, **forms: str) -> str:
+        """The word for n in this language: forms named by CLDR category (one, few, many, other)."""
+        category = self.locale.plural_form(n)
+        return forms.get(category) or forms.get("other") or next(iter(forms.values()))
+
+
+def _one_decimal(loc: Locale) -> str:
+    """The locale's percent pattern with one decimal: "#,##0 %" -> "#,##0.0 %"."""
+    pattern = loc.percent_formats[None].pattern
+    i = pattern.rfind("0")
+    return pattern[:i + 1] + ".0" + pattern[i + 1:]
+
+
+def _round(value: float) -> float:
+    a = abs(value)
+    return round(value, 0 if a >= 100 else 1 if a >= 10 else 2)
+
+
+def _pattern(value: float) -> str:
+    a = abs(value)
+    return "#,##0" if a >= 100 else "#,##0.0" if a >= 10 else "#,##0.00"
+
+
+def md_name(name: str) -> str:
+    """An operator name as inline code in a GitHub pipe table, safe for any name."""
+    text = name.replace("|", "\\|").replace("\n", " ")
+    ticks = "``" if "`" in text else "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _op_row(op: Op, profile: Profile, fmt: Fmt, device: bool) -> dict[str, str]:
+    row = {
+        "name": md_name(op.name),
+        "calls": fmt.int(op.calls),
+        "self_cpu": fmt.time(op.self_cpu_us),
+        "self_cpu_pct": fmt.pct(op.self_cpu_us / profile.self_cpu_us if profile.self_cpu_us else None),
+        "cpu_total": fmt.time(op.cpu_total_us),
+        "cpu_avg": fmt.time(op.cpu_total_us / op.calls if op.calls else None),
+        "self_device": fmt.time(op.self_device_us) if device else "—",
+        "self_device_pct": fmt.pct(op.self_device_us / profile.self_device_us
+                                   if device and profile.self_device_us else None),
+        "device_total": fmt.time(op.device_total_us) if device else "—",
+        "mem": fmt.bytes(op.self_device_mem_b if device else op.self_cpu_mem_b),
+        "shapes": md_name(op.input_shapes) if op.input_shapes else "",
+    }
+    return row
+
+
+def _finding_view(f: Finding, fmt: Fmt) -> dict[str, Any]:
+    e = f.evidence
+    return {
+        "rule": f.rule, "severity": f.severity, "basis": e.get("basis"),
+        "op": md_name(e["op"]) if e.get("op") else "",
+        "share": fmt.pct(e.get("share")),
+        "threshold": fmt.pct(e.get("threshold")),
+        "op_share": fmt.pct(e.get("op_share")),
+        "op_time": fmt.time(e.get("op_time_us")),
+        "step_time": fmt.time(e.get("step_us")),
+        "calls": e.get("calls", 0),
+        "calls_text": fmt.int(e.get("calls")),
+        "mem_per_call": fmt.bytes(e.get("mem_per_call_b")) if e.get("mem_per_call_b") else None,
+        "kinds": e.get("kinds", []),
+        "pageable": e.get("pageable", False),
+        "multiprocess": e.get("multiprocess", False),
+        "materialisers": [md_name(n) for n in e.get("materialisers", [])],
+        "others": [md_name(n) for n in e.get("others", [])],
+    }
+
+
+def section_view(section: Section, fmt: Fmt, findings: list[Finding],
+                 top: int = 15) -> dict[str, Any]:
+    p = section.profile
+    device = p.has_device
+    cpu_rows = p.top("self_cpu_us", top, kinds=(KIND_OP, KIND_DATALOADER, KIND_RUNTIME))
+    device_rows = p.top("self_device_us", top, kinds=(KIND_OP,)) if device else []
+    kernel_rows = p.top("self_device_us", 10, kinds=(KIND_KERNEL,)) if device else []
+    shape_key = "self_device_us" if device else "self_cpu_us"
+    shape_rows = p.top(shape_key, 10, kinds=(KIND_OP,), shapes=True)
+    t, m = section.throughput, section.memory
+    bench = None
+    if section.benchmark:
+        bench = [{"op": r["op"], "cpu": fmt.num(r["cpu_ms"], 3),
+                  "gpu": fmt.num(r["gpu_ms"], 3) if r.get("gpu_ms") is not None else "—",
+                  "speedup": (fmt.num(r["cpu_ms"] / r["gpu_ms"], 1)
+                              if r.get("gpu_ms") else "—")}
+                 for r in section.benchmark]
+    return {
+        "label": section.label,
+        "throughput": fmt.num(t.median), "throughput_min": fmt.num(min(t.windows)),
+        "throughput_max": fmt.num(max(t.windows)), "spread": fmt.pct(t.spread),
+        "windows": len(t.windows), "steps_per_window": t.steps_per_window,
+        "profiled_throughput": fmt.num(t.profiled),
+        "profiled_steps": p.steps,
+        "self_cpu_total": fmt.time(p.self_cpu_us),
+        "self_device_total": fmt.time(p.self_device_us) if device else None,
+        "device_allocated": fmt.bytes(m.get("device_allocated_b")),
+        "device_reserved": fmt.bytes(m.get("device_reserved_b")),
+        "host_peak": fmt.bytes(m.get("host_peak_b")),
+        "has_device": device,
+        "findings": [_finding_view(f, fmt) for f in findings],
+        "top_cpu": [_op_row(o, p, fmt, device) for o in cpu_rows],
+        "top_device": [_op_row(o, p, fmt, device) for o in device_rows],
+        "top_kernels": [_op_row(o, p, fmt, device) for o in kernel_rows],
+        "by_shape": [_op_row(o, p, fmt, device) for o in shape_rows],
+        "raw": [(key, section.tables[key]) for key in ("device", "cpu", "by_shape")
+                if section.tables.get(key)],
+        "benchmark": bench,
+        "gpu_benchmarked": bool(section.benchmark and any(r.get("gpu_ms") is not None
+                                                          for r in section.benchmark)),
+        "trace": section.trace,
+    }
+
+
+def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
+             ) -> dict[str, Any]:
+    """Everything report.md.j2 prints for a stored or fresh run."""
+    fmt = Fmt(check_language(lang))
+    if findings is None:
+        findings = [analyze(s.profile) for s in run.sections]
+    env = run.env
+    sections = [section_view(s, fmt, f) for s, f in zip(run.sections, findings)]
+    for s in sections:  # heading level of a section's parts
+        s["sub"] = "###" if len(sections) > 1 else "##"
+    return {
+        "lang": lang,
+        "run_id": run.id,
+        "target": run.target.get("name"),
+        "seed": run.target.get("seed"),
+        "preset": run.target.get("preset"),
+        "batch_size": fmt.int(run.target.get("batch_size")),
+        "on_gpu": run.device.startswith("cuda"),
+        "device_name": env.get("device_name") or run.device,
+        "device_memory": fmt.bytes(env.get("device_memory_b")) if env.get("device_memory_b") else None,
+        "created": fmt.date(run.created),
+        "torch": env.get("torch"), "cuda": env.get("cuda"), "driver": env.get("driver"),
+        "cpu": env.get("cpu"), "cpu_count": env.get("cpu_count"), "threads": env.get("threads"),
+        "python": env.get("python"),
+        "sections": sections,
+        "multi": len(sections) > 1,
+        "plural": fmt.plural,
+        "n_findings": sum(len(f) for f in findings),
+    }

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Set reporter up in ./.venv: Python packages and the reporter command.
+# Reuses an installed torch (the venv sees the system's site-packages); installs
+# torch only when none is importable. Safe to run again: it only adds what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+TORCH=${REPORTER_TORCH:-torch==2.13.0}   # used only when no torch is installed
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+if ! "$PY" -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null; then
+    say "reporter needs Python >= 3.10; $PY is $("$PY" -V 2>&1)"; exit 2
+fi
+if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then
+    say "installing python3-venv (Debian keeps venv apart)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+fi
+if [ ! -x .venv/bin/python ]; then
+    say "creating .venv (with access to the system's packages, so an installed torch is reused)"
+    "$PY" -m venv --system-site-packages .venv
+fi
+if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
+    say "no torch found: installing $TORCH"
+    .venv/bin/python -m pip install -q "$TORCH"
+fi
+say "installing reporter (editable) with its test tools"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+say "ready: .venv/bin/reporter ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

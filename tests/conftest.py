@@ -1,0 +1,47 @@
+"""Shared helpers: run the CLI in-process, find fixtures, scrub volatile text."""
+
+from __future__ import annotations
+
+import io
+import shutil
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from reporter.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SHARED = ROOT.parent / "shared"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def cli(*argv: str) -> Result:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    return tmp_path / "runs"
+
+
+@pytest.fixture
+def stored(tmp_path: Path):
+    """Copy a fixture run into a fresh runs folder; returns (runs root, run folder)."""
+    def copy(name: str) -> tuple[Path, Path]:
+        root = tmp_path / "stored"
+        dest = root / name
+        shutil.copytree(FIXTURES / "runs" / name, dest)
+        return root, dest
+    return copy

@@ -1,0 +1,73 @@
+"""Three languages are equal: the same templates, the same terms, Babel formats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reporter.analyzer import RULES, analyze
+from reporter.profile import Profile
+from reporter.render import TEMPLATES, environment
+from reporter.view import LANGUAGES, Fmt, default_language
+import reporter.rules  # noqa: F401
+
+
+def _files(lang: str) -> set[str]:
+    root = TEMPLATES / lang
+    return {str(p.relative_to(root)) for p in root.rglob("*.j2")}
+
+
+def test_every_language_has_every_template():
+    files = {lang: _files(lang) for lang in LANGUAGES}
+    union = set().union(*files.values())
+    for lang in LANGUAGES:
+        assert files[lang] == union, f"{lang} lacks {sorted(union - files[lang])}"
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_rule_has_its_text(lang):
+    for rule_id in RULES:
+        assert (TEMPLATES / lang / "findings" / f"{rule_id}.md.j2").is_file(), (lang, rule_id)
+
+
+def test_terms_have_the_same_keys_in_every_language():
+    keys = {}
+    for lang in LANGUAGES:
+        module = environment(lang).get_template("terms.j2").module
+        keys[lang] = {name: set(getattr(module, name)) for name in dir(module)
+                      if not name.startswith("_") and isinstance(getattr(module, name), dict)}
+    assert keys["ru"] == keys["en"] == keys["zh"]
+
+
+@pytest.mark.parametrize("n,word", [(1, "вызов"), (2, "вызова"), (5, "вызовов"), (21, "вызов"),
+                                    (11, "вызовов"), (22, "вызова")])
+def test_russian_plurals(n, word):
+    assert Fmt("ru").plural(n, one="вызов", few="вызова", many="вызовов") == word
+
+
+def test_english_plurals():
+    assert Fmt("en").plural(1, one="step", other="steps") == "step"
+    assert Fmt("en").plural(2, one="step", other="steps") == "steps"
+
+
+def test_numbers_follow_the_locale():
+    assert Fmt("ru").num(4.9, 1) == "4,9"
+    assert Fmt("en").num(4.9, 1) == "4.9"
+    assert Fmt("ru").pct(0.6386) == "63,9\u00a0%"
+    assert Fmt("zh").pct(0.6386) == "63.9%"
+    assert Fmt("ru").time(29_238_000) == "29,2 с"
+    assert Fmt("zh").time(506_149) == "506毫秒"
+    assert Fmt("en").num(1234.5, 1) == "1,234.5"
+
+
+def test_default_language_follows_the_environment(monkeypatch):
+    for var in ("LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LANG", "ru_RU.UTF-8")
+    assert default_language() == "ru"
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    assert default_language() == "zh"
+    monkeypatch.setenv("LANG", "fr_FR.UTF-8")
+    monkeypatch.setenv("LC_ALL", "C")
+    assert default_language() == "en"

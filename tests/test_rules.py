@@ -1,0 +1,91 @@
+"""Rules on small hand-made profiles: they fire above their thresholds, not below."""
+
+from __future__ import annotations
+
+import pytest
+
+from reporter.analyzer import RULES, analyze
+from reporter.profile import Op, Profile
+
+
+def profile(*ops: Op, device: bool = False) -> Profile:
+    p = Profile(label="t", device_type="cuda" if device else None, ops=list(ops))
+    p.self_cpu_us = sum(o.self_cpu_us for o in ops)
+    p.self_device_us = sum(o.self_device_us for o in ops if o.kind == "kernel")
+    return p
+
+
+def op(name, cpu=0.0, device=0.0, calls=1, kind="op", total=None, mem=0):
+    return Op(name=name, calls=calls, self_cpu_us=cpu, cpu_total_us=total or cpu,
+              self_device_us=device, device_total_us=device, kind=kind, self_cpu_mem_b=mem,
+              self_device_mem_b=mem)
+
+
+def rules_of(p: Profile) -> list[str]:
+    return [f.rule for f in analyze(p)]
+
+
+def test_empty_and_tiny_profiles_give_no_findings():
+    assert analyze(Profile()) == []
+    assert analyze(profile(op("aten::mul", cpu=0.0))) == []
+
+
+def test_elementwise_blowup_fires_above_30_percent_only():
+    below = profile(op("aten::mul", cpu=29), op("aten::mm", cpu=71))
+    above = profile(op("aten::mul", cpu=31, mem=4 << 20, calls=2), op("aten::mm", cpu=69),
+                    op("aten::repeat", cpu=0.5, calls=2))
+    assert "elementwise-blowup" not in rules_of(below)
+    (f,) = [f for f in analyze(above) if f.rule == "elementwise-blowup"]
+    assert f.evidence["op"] == "aten::mul" and f.evidence["share"] == pytest.approx(31 / 100.5)
+    assert f.evidence["mem_per_call_b"] == 2 << 20
+    assert f.evidence["materialisers"] == ["aten::repeat"]
+
+
+def test_device_time_is_the_basis_on_a_gpu_profile():
+    p = profile(op("aten::mul", cpu=1, device=64), op("aten::mm", cpu=99, device=36),
+                op("void elementwise_kernel", device=64, kind="kernel"),
+                op("volta_sgemm_64x64_nn", device=36, kind="kernel"), device=True)
+    (f,) = [f for f in analyze(p) if f.rule == "elementwise-blowup"]
+    assert f.evidence["basis"] == "device" and f.evidence["share"] == pytest.approx(0.64)
+
+
+def test_copy_heavy_names_the_kind_of_copy():
+    slices = profile(op("aten::copy_", cpu=40), op("aten::mm", cpu=60),
+                     op("struct torch::autograd::CopySlices", cpu=1, kind="op"))
+    (f,) = [f for f in analyze(slices) if f.rule == "copy-heavy"]
+    assert "copyslices" in f.evidence["kinds"]
+    transfer = profile(op("aten::copy_", cpu=30, total=30), op("aten::to", cpu=1, total=31),
+                       op("aten::mm", cpu=69))
+    (f,) = [f for f in analyze(transfer) if f.rule == "copy-heavy"]
+    assert f.evidence["kinds"] == ["transfer"]
+    assert "copy-heavy" not in rules_of(profile(op("aten::copy_", cpu=19), op("aten::mm", cpu=81)))
+
+
+def test_dataloader_bound_uses_the_step_wall_time():
+    p = profile(op("ProfilerStep*", cpu=1, total=100, kind="annotation"),
+                op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", cpu=2,
+                   total=6, kind="dataloader"),
+                op("aten::mm", cpu=90))
+    (f,) = [f for f in analyze(p) if f.rule == "dataloader-bound"]
+    assert f.evidence["share"] == pytest.approx(0.06)
+    p.ops[1].cpu_total_us = 4
+    assert "dataloader-bound" not in rules_of(p)
+
+
+def test_dominant_operator_only_when_nothing_more_specific_explains_it():
+    conv = profile(op("aten::conv2d", cpu=60), op("aten::relu", cpu=40))
+    assert rules_of(conv) == ["dominant-operator"]
+    mul = profile(op("aten::mul", cpu=60), op("aten::mm", cpu=40))
+    assert "dominant-operator" not in rules_of(mul) and "elementwise-blowup" in rules_of(mul)
+
+
+def test_thresholds_are_configurable():
+    p = profile(op("aten::mul", cpu=25), op("aten::mm", cpu=75))
+    assert "elementwise-blowup" not in rules_of(p)
+    found = analyze(p, {"elementwise-blowup": {"share": 0.2}})
+    assert "elementwise-blowup" in [f.rule for f in found]
+
+
+def test_rule_ids_are_the_published_ones():
+    assert {"elementwise-blowup", "copy-heavy", "dataloader-bound",
+            "dominant-operator"} <= set(RULES)

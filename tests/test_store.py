@@ -1,0 +1,48 @@
+"""The store: atomic writes, runs that appear whole or not at all."""
+
+from __future__ import annotations
+
+import pytest
+
+from reporter.errors import BadInput
+from reporter.store import find, list_runs, load, staging, write_atomic
+from conftest import FIXTURES
+
+
+def test_write_atomic_leaves_no_partial_file(tmp_path, monkeypatch):
+    target = tmp_path / "out" / "report.md"
+    write_atomic(target, "hello")
+    assert target.read_text() == "hello"
+
+    def fail(*_):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("reporter.store.os.replace", fail)
+    with pytest.raises(OSError):
+        write_atomic(target, "half of a new report")
+    assert target.read_text() == "hello"  # the old file stands, no temp file is left
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report.md"]
+
+
+def test_a_failed_staging_leaves_nothing(tmp_path):
+    with pytest.raises(RuntimeError):
+        with staging(tmp_path) as stage:
+            (stage / "run.json").write_text("{}")
+            raise RuntimeError("interrupted")
+    assert list(tmp_path.iterdir()) == []
+    assert list_runs(tmp_path) == []
+
+
+def test_load_round_trips_a_fixture():
+    run = load(FIXTURES / "runs" / "cpu-transformer")
+    assert [s.label for s in run.sections] == ["train", "inference"]
+    assert run.sections[0].profile.ops and run.sections[0].throughput.windows
+
+
+def test_find_by_id_fragment_and_errors(tmp_path):
+    with pytest.raises(BadInput):
+        find("latest", tmp_path)
+    assert find(FIXTURES / "runs" / "cpu-tensor-ops", tmp_path).name == "cpu-tensor-ops"
+    assert find("tensor-ops", FIXTURES / "runs").name == "cpu-tensor-ops"
+    with pytest.raises(BadInput, match="ambiguous"):
+        find("transformer", FIXTURES / "runs")
