@@ -135,3 +135,20 @@ def step_wall_us(profile: Profile) -> float:
 
 def dataloader_rows(profile: Profile) -> list[Op]:
     return [o for o in profile.ops if o.kind == KIND_DATALOADER]
+
+
+def profiles_json(profiles: list[Profile]) -> dict[str, Any]:
+    """The ``--json`` document: times in microseconds, memory in bytes, findings by rule id."""
+    from dataclasses import asdict
+
+    out = []
+    for p in profiles:
+        ops = []
+        for o in p.ops:
+            row = asdict(o)
+            if row.get("input_shapes") is None:
+                row.pop("input_shapes", None)
+            ops.append(row)
+        out.append({"label": p.label, "device_type": p.device_type, "totals": p.totals(),
+                    "ops": ops, "findings": [f.to_dict() for f in analyze(p)]})
+    return {"profiles": out}

@@ -76,6 +76,18 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func=cmd_render)
 
+    p = sub.add_parser("analyze", help="analyze profiler tables you already have, or a stored run")
+    p.add_argument("path", metavar="PATH",
+                   help="a text file with key_averages().table() output (or a Markdown table "
+                        "made from it), a run folder, a run.json, or a run id")
+    p.add_argument("--json", action="store_true",
+                   help="print {profiles: [{label, totals, ops, findings}]} instead of a report")
+    p.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
+                   help="where reports of table files go (default: the current folder); "
+                        "a run's reports go into its folder")
+    _common(p)
+    p.set_defaults(func=cmd_analyze)
+
     p = sub.add_parser("list", help="show stored runs")
     _common(p, formats=False)
     p.set_defaults(func=cmd_list)
@@ -141,6 +153,55 @@ def cmd_render(args) -> int:
     view = run_view(run, lang)
     for fmt in formats:
         print(write_report(view, folder, fmt))
+    return 0
+
+
+def _run_folder(arg: str, runs: Path) -> Path | None:
+    """The stored run that ``arg`` names, or None when it names a table file."""
+    from .store import RUN_FILE, find
+
+    path = Path(arg)
+    if path.is_file():
+        return path.parent if path.name == RUN_FILE else None
+    if path.is_dir():
+        if not (path / RUN_FILE).is_file():
+            raise BadInput(f"{path} is a folder without {RUN_FILE}; give a table file or a run",
+                           error_id="bad-input")
+        return path
+    if "/" in arg or "." in path.name:
+        raise BadInput(f"{path}: no such file", error_id="bad-input")
+    return find(arg, runs)  # a run id, a part of one, or "latest"
+
+
+def cmd_analyze(args) -> int:
+    import json
+
+    from .analyzer import profiles_json
+    from .ingest import parse_tables, read_text
+    from .render import parse_formats, write_report
+    from .store import load
+    from .view import import_view, run_view
+
+    lang = _lang(args)
+    formats = parse_formats(args.format)
+    path = Path(args.path)
+    run_folder = _run_folder(args.path, args.runs)
+    if run_folder is not None:
+        run = load(run_folder)
+        if args.json:
+            print(json.dumps(profiles_json([s.profile for s in run.sections]), ensure_ascii=False))
+            return 0
+        view = run_view(run, lang)
+        for fmt in formats:
+            print(write_report(view, run_folder, fmt))
+        return 0
+    profiles = parse_tables(read_text(path), source=str(path))
+    if args.json:
+        print(json.dumps(profiles_json(profiles), ensure_ascii=False))
+        return 0
+    view = import_view(profiles, path.name, lang)
+    for fmt in formats:
+        print(write_report(view, args.out, fmt, stem=f"{path.stem}.report"))
     return 0
 
 

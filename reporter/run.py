@@ -37,7 +37,7 @@ class Throughput:
 @dataclass
 class Section:
     label: str
-    throughput: Throughput
+    throughput: Throughput | None
     profile: Profile
     memory: dict[str, int | None] = field(default_factory=dict)
     tables: dict[str, str] = field(default_factory=dict)

@@ -95,6 +95,8 @@ class Fmt:
     def bytes(self, b: int | float | None) -> str:
         if b is None:
             return "—"
+        if b == 0:
+            return "0"
         a = abs(b)
         for size, unit in ((1 << 30, "digital-gigabyte"), (1 << 20, "digital-megabyte"),
                            (1 << 10, "digital-kilobyte")):
@@ -181,6 +183,7 @@ def _finding_view(f: Finding, fmt: Fmt) -> dict[str, Any]:
 
 def section_view(section: Section, fmt: Fmt, findings: list[Finding],
                  top: int = 15) -> dict[str, Any]:
+    """One profiled mode of a run, or one imported profile (no throughput, no memory)."""
     p = section.profile
     device = p.has_device
     cpu_rows = p.top("self_cpu_us", top, kinds=(KIND_OP, KIND_DATALOADER, KIND_RUNTIME))
@@ -188,7 +191,7 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
     kernel_rows = p.top("self_device_us", 10, kinds=(KIND_KERNEL,)) if device else []
     shape_key = "self_device_us" if device else "self_cpu_us"
     shape_rows = p.top(shape_key, 10, kinds=(KIND_OP,), shapes=True)
-    t, m = section.throughput, section.memory
+    t, m = section.throughput, section.memory or {}
     bench = None
     if section.benchmark:
         bench = [{"op": r["op"], "cpu": fmt.num(r["cpu_ms"], 3),
@@ -196,18 +199,25 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
                   "speedup": (fmt.num(r["cpu_ms"] / r["gpu_ms"], 1)
                               if r.get("gpu_ms") else "—")}
                  for r in section.benchmark]
+    timed = bool(t and t.windows)
     return {
-        "label": section.label,
-        "throughput": fmt.num(t.median), "throughput_min": fmt.num(min(t.windows)),
-        "throughput_max": fmt.num(max(t.windows)), "spread": fmt.pct(t.spread),
-        "windows": len(t.windows), "steps_per_window": t.steps_per_window,
-        "profiled_throughput": fmt.num(t.profiled),
+        "mode": section.label if section.label in ("train", "inference") else None,
+        "title": section.label,
+        "timed": timed,
+        "throughput": fmt.num(t.median) if timed else None,
+        "throughput_min": fmt.num(min(t.windows)) if timed else None,
+        "throughput_max": fmt.num(max(t.windows)) if timed else None,
+        "spread": fmt.pct(t.spread) if timed else None,
+        "windows": len(t.windows) if timed else 0,
+        "steps_per_window": t.steps_per_window if timed else 0,
+        "profiled_throughput": fmt.num(t.profiled) if t and t.profiled else None,
         "profiled_steps": p.steps,
         "self_cpu_total": fmt.time(p.self_cpu_us),
         "self_device_total": fmt.time(p.self_device_us) if device else None,
-        "device_allocated": fmt.bytes(m.get("device_allocated_b")),
+        "device_allocated": (fmt.bytes(m["device_allocated_b"])
+                             if m.get("device_allocated_b") is not None else None),
         "device_reserved": fmt.bytes(m.get("device_reserved_b")),
-        "host_peak": fmt.bytes(m.get("host_peak_b")),
+        "host_peak": fmt.bytes(m["host_peak_b"]) if m.get("host_peak_b") else None,
         "has_device": device,
         "findings": [_finding_view(f, fmt) for f in findings],
         "top_cpu": [_op_row(o, p, fmt, device) for o in cpu_rows],
@@ -239,7 +249,8 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
         "target": run.target.get("name"),
         "seed": run.target.get("seed"),
         "preset": run.target.get("preset"),
-        "batch_size": fmt.int(run.target.get("batch_size")),
+        "batch_size": (fmt.int(run.target["batch_size"])
+                       if run.target.get("batch_size") else None),
         "on_gpu": run.device.startswith("cuda"),
         "device_name": env.get("device_name") or run.device,
         "device_memory": fmt.bytes(env.get("device_memory_b")) if env.get("device_memory_b") else None,
@@ -251,4 +262,24 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
         "multi": len(sections) > 1,
         "plural": fmt.plural,
         "n_findings": sum(len(f) for f in findings),
+        "imported": False, "source": None,
+    }
+
+
+def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, Any]:
+    """The report view of profiles read from someone's tables (no run around them)."""
+    fmt = Fmt(check_language(lang))
+    sections = [section_view(Section(label=p.label, throughput=None, profile=p), fmt,
+                             analyze(p)) for p in profiles]
+    for s in sections:
+        s["sub"] = "###" if len(sections) > 1 else "##"
+    device = next((p.device_type for p in profiles if p.device_type), None)
+    return {
+        "lang": lang, "run_id": None, "source": source, "target": source, "seed": None,
+        "preset": None, "batch_size": None, "on_gpu": device is not None,
+        "device_name": device.upper() if device else "CPU", "device_memory": None,
+        "created": None, "torch": None, "cuda": None, "driver": None, "cpu": None,
+        "cpu_count": None, "threads": None, "python": None,
+        "sections": sections, "multi": len(sections) > 1, "plural": fmt.plural,
+        "n_findings": sum(len(s["findings"]) for s in sections), "imported": True,
     }

@@ -24,7 +24,7 @@ GOLD = Path(__file__).resolve().parent / "gold"
 SCRUB = [
     (re.compile(r"torch \d+\.\d+\.\d+[^ ·]*"), "torch X"),
 ]
-FIXTURE_RUNS = sorted(p.name for p in (FIXTURES / "runs").iterdir() if p.name.startswith("cpu-"))
+FIXTURE_RUNS = sorted(p.name for p in (FIXTURES / "runs").iterdir() if (p / "run.json").is_file())
 
 
 def scrub(text: str) -> str:
