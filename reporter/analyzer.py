@@ -19,6 +19,9 @@ from typing import Any, Callable
 from .profile import KIND_DATALOADER, KIND_OP, Op, Profile
 
 SEVERITIES = ("high", "medium", "low")
+MIN_PROFILE_US = 100.0
+MATMUL_OPS = {"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::matmul",
+              "aten::linear", "aten::addmv", "aten::mv"}
 
 
 @dataclass
@@ -60,8 +63,8 @@ def analyze(profile: Profile, overrides: dict[str, dict[str, float]] | None = No
     ``dominant-operator`` is dropped when a more specific finding already
     explains its operator.
     """
-    from . import rules  # noqa: F401  (registers the built-in rules)
-
+    if profile.self_cpu_us + profile.self_device_us < MIN_PROFILE_US:
+        return []  # too little was recorded for any share to mean something
     overrides = overrides or {}
     found = []
     for r in sorted(RULES.values(), key=lambda r: r.order):
@@ -89,6 +92,8 @@ def _explained(dominant: Finding, found: list[Finding]) -> bool:
         if (f.rule == "dataloader-bound"
                 and f.evidence.get("op_time_us", 0) >= dominant.evidence.get("op_time_us", 0)):
             return True
+        if f.rule == "fp32-gemm" and dominant.ops[0] in MATMUL_OPS:
+            return True  # the fp32 GEMM kernels run inside this operator
     return False
 
 
@@ -152,3 +157,6 @@ def profiles_json(profiles: list[Profile]) -> dict[str, Any]:
         out.append({"label": p.label, "device_type": p.device_type, "totals": p.totals(),
                     "ops": ops, "findings": [f.to_dict() for f in analyze(p)]})
     return {"profiles": out}
+
+
+from . import rules as _rules  # noqa: E402,F401  (registers the built-in rules)

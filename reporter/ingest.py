@@ -21,6 +21,7 @@ _TOKEN = re.compile(r"\S+(?: \S+)*")  # cells are separated by two or more space
 _FOOTER = re.compile(r"(?P<self>Self )?(?P<dev>[A-Za-z]+) time total:\s*(?P<val>-?[\d.]+\s*[num]?s)\b")
 _TIME = re.compile(r"^(-?[\d.]+)\s*(ns|us|ms|s)$")
 _MEM = re.compile(r"^(-?[\d.]+)\s*(b|B|Kb|KB|Mb|MB|Gb|GB|Tb|TB)$")
+_OPERATOR_NAME = re.compile(r"^[a-z_][a-z0-9_]*::")
 _PCT = re.compile(r"^(-?[\d.]+)%$")
 _TIME_UNITS = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 _MEM_UNITS = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -216,7 +217,10 @@ def _op(row: dict[str, str]) -> Op | None:
             value = parse_mem_b(text)
             if value is not None:
                 setattr(op, key, value)
-    device_only = op.self_cpu_us == 0 and op.cpu_total_us == 0 and op.self_device_us > 0
+    # Rows with device time and no CPU time are kernels, unless named like an operator
+    # (a table whose CPU columns were dropped still lists aten:: operators).
+    device_only = (not _OPERATOR_NAME.match(name) and op.self_cpu_us == 0
+                   and op.cpu_total_us == 0 and op.self_device_us > 0)
     op.kind = classify(name, device_side=device_only)
     return op
 

@@ -21,7 +21,7 @@ KIND_DATALOADER = "dataloader"  # enumerate(DataLoader)#...
 # Marks the runner puts around the phases of a step.
 PHASE_MARKS = ("forward", "loss", "backward", "optimizer_step")
 
-_RUNTIME_RE = re.compile(r"^(cuda|hip|cu|hsa|ze|xpu|mtia)[A-Z]\w*")
+_RUNTIME_RE = re.compile(r"^(cuda|hip|cu|hsa|ze|ur|xpu|mtia)[A-Z]\w*")
 _KERNEL_HINTS = ("void ", "Memcpy", "Memset", "volta_", "ampere_", "sm80_", "sm90_",
                  "turing_", "cutlass", "Cijk_", "triton_", "nvjet", "Kernel", "kernel")
 
@@ -80,6 +80,10 @@ class Profile:
     self_cpu_us: float = 0.0
     self_device_us: float = 0.0
     steps: int = 0
+    # Known for live runs on a GPU; None when the input does not say.
+    peak_device_mem_b: int | None = None
+    device_mem_capacity_b: int | None = None
+    device_name: str | None = None
     ops: list[Op] = field(default_factory=list)
     ops_by_shape: list[Op] = field(default_factory=list)
 
@@ -113,6 +117,9 @@ class Profile:
             self_cpu_us=float(data.get("self_cpu_us", 0.0)),
             self_device_us=float(data.get("self_device_us", 0.0)),
             steps=int(data.get("steps", 0)),
+            peak_device_mem_b=data.get("peak_device_mem_b"),
+            device_mem_capacity_b=data.get("device_mem_capacity_b"),
+            device_name=data.get("device_name"),
             ops=[Op.from_dict(o) for o in data.get("ops", [])],
             ops_by_shape=[Op.from_dict(o) for o in data.get("ops_by_shape", [])],
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from .analyzer import (Finding, basis, dataloader_rows, op_evidence, operators, rule, share,
                        step_wall_us)
 from .profile import Profile
@@ -13,8 +15,11 @@ ELEMENTWISE = {
     "aten::minimum", "aten::prod", "aten::addcmul_", "aten::addcdiv_", "aten::mul_out",
 }
 COPIES = {"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone"}
-MATERIALISERS = ("aten::repeat", "aten::expand", "aten::permute", "aten::contiguous",
-                 "aten::repeat_interleave", "aten::tile")
+# Operators that materialise a larger tensor than their input (blow-up).
+BLOWUP = ("aten::repeat", "aten::repeat_interleave", "aten::tile", "aten::expand_copy")
+# Operators behind layout copies.
+LAYOUT = ("aten::repeat", "aten::permute", "aten::contiguous", "aten::clone",
+          "aten::repeat_interleave", "aten::tile", "aten::transpose")
 
 
 def _severity(value: float, high: float) -> str:
@@ -30,8 +35,7 @@ def elementwise_blowup(profile: Profile, limits: dict[str, float]) -> Finding | 
     total = share(ops, b)
     if not ops or total <= limits["share"]:
         return None
-    present = [name for name in MATERIALISERS
-               if any(o.name == name and o.calls for o in profile.ops)]
+    present = [name for name in BLOWUP if any(o.name == name and o.calls for o in profile.ops)]
     return Finding("elementwise-blowup", _severity(total, limits["high"]),
                    {"basis": b.name, "share": total, "threshold": limits["share"],
                     **op_evidence(ops[0], b), "materialisers": present,
@@ -58,7 +62,7 @@ def copy_heavy(profile: Profile, limits: dict[str, float]) -> Finding | None:
         kinds.append("transfer")
     if any("CopySlices" in o.name for o in profile.ops):
         kinds.append("copyslices")
-    if any(n in names for n in MATERIALISERS):
+    if any(n in names for n in LAYOUT):
         kinds.append("layout")
     pageable = any("Pageable" in o.name for o in memcpy)
     return Finding("copy-heavy", _severity(total, limits["high"]),
@@ -102,3 +106,199 @@ def dominant_operator(profile: Profile, limits: dict[str, float]) -> Finding | N
     return Finding("dominant-operator", "medium",
                    {"basis": b.name, "share": s, "threshold": limits["share"],
                     **op_evidence(top, b)}, ops=[top.name])
+
+
+SYNC_OPS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+            "hipStreamSynchronize", "hipDeviceSynchronize", "aten::item",
+            "aten::_local_scalar_dense")
+
+
+@rule("sync-stall", share=0.10, high=0.30)
+def sync_stall(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """The host waits for the device: synchronisations hold a share of CPU time."""
+    if profile.self_cpu_us <= 0:
+        return None
+    rows = sorted((o for o in profile.ops if o.name in SYNC_OPS and o.self_cpu_us > 0),
+                  key=lambda o: o.self_cpu_us, reverse=True)
+    total = sum(o.self_cpu_us for o in rows) / profile.self_cpu_us
+    if not rows or total <= limits["share"]:
+        return None
+    top = rows[0]
+    item_calls = sum(o.calls for o in profile.ops
+                     if o.name in ("aten::item", "aten::_local_scalar_dense"))
+    return Finding("sync-stall", _severity(total, limits["high"]),
+                   {"basis": "cpu", "share": total, "threshold": limits["share"],
+                    "op": top.name, "op_share": top.self_cpu_us / profile.self_cpu_us,
+                    "op_time_us": top.self_cpu_us, "calls": top.calls,
+                    "item_calls": item_calls}, ops=[o.name for o in rows])
+
+
+# Kernel names of fp32 matrix products without tensor cores (cuBLAS sgemm/gemv).
+_FP32_GEMM = re.compile(r"sgemm|gemv2?N?_kernel<[^>]*float|gemvx|gemmSN_kernel<float|"
+                        r"gemm_f32f32_f32|Cijk_Ailk_Bljk_S|Cijk_Alik_Bljk_S")
+# Architectures whose GEMM kernels name themselves and that have tensor cores.
+_TC_ARCH = re.compile(r"^(volta|turing|ampere|sm[789]\d|hopper|ada|blackwell|sm1\d\d)_")
+_NO_TC_ARCH = re.compile(r"^(maxwell|kepler|pascal)_")
+
+
+@rule("fp32-gemm", share=0.50, high=0.70)
+def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """fp32 matrix products without tensor cores hold most of the device time."""
+    if not profile.has_device:
+        return None
+    kernels = [o for o in profile.ops if o.kind == "kernel"]
+    gemms = sorted((o for o in kernels if _FP32_GEMM.search(o.name)),
+                   key=lambda o: o.self_device_us, reverse=True)
+    if not gemms or any(_NO_TC_ARCH.match(o.name) for o in gemms):
+        return None
+    s = sum(o.self_device_us for o in gemms) / profile.self_device_us
+    if s <= limits["share"]:
+        return None
+    top = gemms[0]
+    return Finding("fp32-gemm", _severity(s, limits["high"]),
+                   {"basis": "device", "share": s, "threshold": limits["share"],
+                    "op": top.name, "op_share": top.self_device_us / profile.self_device_us,
+                    "op_time_us": top.self_device_us, "calls": sum(o.calls for o in gemms),
+                    "kernels": len(gemms), "arch": (_TC_ARCH.match(top.name) or [None])[0]},
+                   ops=[o.name for o in gemms])
+
+
+_ATTENTION_PARTS = ("aten::bmm", "aten::baddbmm", "aten::_softmax", "aten::softmax",
+                    "aten::_softmax_backward_data", "aten::masked_fill", "aten::masked_fill_")
+_FUSED_ATTENTION = ("scaled_dot_product", "flash_attention", "efficient_attention",
+                    "cudnn_attention", "fmha", "flash_fwd", "flash_bwd")
+
+
+@rule("unfused-attention", share=0.10)
+def unfused_attention(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """Attention as separate bmm/matmul and softmax kernels instead of one fused kernel."""
+    names = {o.name for o in profile.ops}
+    if any(f in n for n in names for f in _FUSED_ATTENTION):
+        return None
+    has_softmax = any(n in names for n in ("aten::_softmax", "aten::softmax"))
+    has_bmm = any(n in names for n in ("aten::bmm", "aten::baddbmm"))
+    if not (has_softmax and has_bmm):
+        return None
+    b = basis(profile)
+    parts = sorted((o for o in operators(profile) if o.name in _ATTENTION_PARTS),
+                   key=lambda o: getattr(o, b.attr), reverse=True)
+    s = share(parts, b)
+    if s <= limits["share"]:
+        return None
+    softmax_calls = sum(o.calls for o in parts if "softmax" in o.name
+                        and "backward" not in o.name)
+    return Finding("unfused-attention", "medium",
+                   {"basis": b.name, "share": s, "threshold": limits["share"],
+                    **op_evidence(parts[0], b), "softmax_calls": softmax_calls},
+                   ops=[o.name for o in parts])
+
+
+_LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+             "hipLaunchKernel", "hipExtModuleLaunchKernel")
+
+
+@rule("launch-overhead", ratio=0.5, short_kernel_us=10.0, min_launches=100)
+def launch_overhead(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """Many short kernels: launching them costs about as much as running them."""
+    if not profile.has_device:
+        return None
+    launches = [o for o in profile.ops if o.name in _LAUNCHES]
+    calls = sum(o.calls for o in launches)
+    if calls < limits["min_launches"]:
+        return None
+    launch_us = sum(o.self_cpu_us for o in launches)
+    ratio = launch_us / profile.self_device_us
+    mean_kernel_us = profile.self_device_us / calls
+    if ratio < limits["ratio"] and mean_kernel_us >= limits["short_kernel_us"]:
+        return None
+    return Finding("launch-overhead", "high" if ratio >= 1 else "medium",
+                   {"basis": "device", "share": ratio, "threshold": limits["ratio"],
+                    "op": launches[0].name, "op_time_us": launch_us, "calls": calls,
+                    "device_us": profile.self_device_us, "mean_kernel_us": mean_kernel_us,
+                    "short_kernel_us": limits["short_kernel_us"]},
+                   ops=[o.name for o in launches])
+
+
+@rule("low-device-utilization", busy=0.50)
+def low_device_utilization(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """The device is busy for less than half of the profiled window."""
+    if not profile.has_device:
+        return None
+    wall = step_wall_us(profile)
+    if wall <= 0:
+        return None
+    busy = profile.self_device_us / wall
+    if busy >= limits["busy"]:
+        return None
+    return Finding("low-device-utilization", "high" if busy < limits["busy"] / 2 else "medium",
+                   {"basis": "step", "share": busy, "threshold": limits["busy"],
+                    "op_time_us": profile.self_device_us, "step_us": wall, "calls": 0})
+
+
+@rule("memory-pressure", peak=0.90, per_call=0.25)
+def memory_pressure(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """Peak device memory near capacity, or one operator allocating a large share of it."""
+    peak, capacity = profile.peak_device_mem_b, profile.device_mem_capacity_b
+    if not peak or not capacity:
+        return None
+    fill = peak / capacity
+    top = max((o for o in operators(profile) if o.calls and o.self_device_mem_b > 0),
+              key=lambda o: o.self_device_mem_b / o.calls, default=None)
+    per_call = top.self_device_mem_b / top.calls if top else 0
+    if fill <= limits["peak"] and per_call <= limits["per_call"] * peak:
+        return None
+    return Finding("memory-pressure", "high" if fill > limits["peak"] else "medium",
+                   {"basis": "memory", "share": fill, "threshold": limits["peak"],
+                    "op": top.name if top else None, "calls": top.calls if top else 0,
+                    "peak_b": peak, "capacity_b": capacity, "mem_per_call_b": int(per_call),
+                    "per_call_share": per_call / peak},
+                   ops=[top.name] if top else [])
+
+
+_PADDING = ("aten::pad_sequence", "aten::_pad_packed_sequence", "aten::pad",
+            "aten::constant_pad_nd")
+
+
+@rule("cpu-side-padding", share=0.10)
+def cpu_side_padding(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """Padding or collation on the CPU takes a large share of the step."""
+    wall = step_wall_us(profile)
+    rows = [o for o in profile.ops if o.name in _PADDING or "collate" in o.name.lower()]
+    if not rows or wall <= 0:
+        return None
+    top = max(rows, key=lambda o: o.cpu_total_us)
+    s = top.cpu_total_us / wall
+    if s <= limits["share"]:
+        return None
+    return Finding("cpu-side-padding", "medium",
+                   {"basis": "step", "share": s, "threshold": limits["share"], "op": top.name,
+                    "op_time_us": top.cpu_total_us, "step_us": wall, "calls": top.calls},
+                   ops=[top.name])
+
+
+_PER_TENSOR_UPDATES = ("aten::add_", "aten::mul_", "aten::addcdiv_", "aten::addcmul_",
+                       "aten::lerp_", "aten::sqrt", "aten::div_")
+
+
+@rule("single-tensor-optimizer", share=0.05, per_step=4)
+def single_tensor_optimizer(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """The optimizer updates one parameter at a time instead of foreach or fused kernels."""
+    if not profile.has_device:
+        return None  # on a CPU, foreach and fused kernels change little
+    names = " ".join(o.name for o in profile.ops)
+    if "_foreach_" in names or "_fused_" in names:
+        return None
+    steps = [o for o in profile.ops if o.name.startswith("Optimizer.step#")]
+    if not steps:
+        return None
+    step_calls = sum(o.calls for o in steps) or 1
+    updates = sum(o.calls for o in profile.ops if o.name in _PER_TENSOR_UPDATES)
+    wall = step_wall_us(profile)
+    s = max(o.cpu_total_us for o in steps) / wall if wall else 0.0
+    if updates < limits["per_step"] * step_calls or s <= limits["share"]:
+        return None
+    return Finding("single-tensor-optimizer", "medium",
+                   {"basis": "step", "share": s, "threshold": limits["share"],
+                    "op": steps[0].name, "op_time_us": steps[0].cpu_total_us,
+                    "calls": step_calls, "updates_per_step": updates / step_calls},
+                   ops=[o.name for o in steps])

@@ -289,6 +289,10 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
     if on_gpu:
         memory.update(device_allocated_b=int(torch.cuda.max_memory_allocated()),
                       device_reserved_b=int(torch.cuda.max_memory_reserved()))
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        profile_obj.peak_device_mem_b = memory["device_reserved_b"]
+        profile_obj.device_mem_capacity_b = int(props.total_memory)
+        profile_obj.device_name = props.name
     profiled = len(active_times) * batch / sum(active_times) if active_times else 0.0
     return Section(label=label,
                    throughput=Throughput(windows=windows, steps_per_window=steps,

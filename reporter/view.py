@@ -160,25 +160,34 @@ def _op_row(op: Op, profile: Profile, fmt: Fmt, device: bool) -> dict[str, str]:
     return row
 
 
+_SHARES = ("share", "threshold", "op_share", "per_call_share")
+
+
 def _finding_view(f: Finding, fmt: Fmt) -> dict[str, Any]:
-    e = f.evidence
-    return {
-        "rule": f.rule, "severity": f.severity, "basis": e.get("basis"),
-        "op": md_name(e["op"]) if e.get("op") else "",
-        "share": fmt.pct(e.get("share")),
-        "threshold": fmt.pct(e.get("threshold")),
-        "op_share": fmt.pct(e.get("op_share")),
-        "op_time": fmt.time(e.get("op_time_us")),
-        "step_time": fmt.time(e.get("step_us")),
-        "calls": e.get("calls", 0),
-        "calls_text": fmt.int(e.get("calls")),
-        "mem_per_call": fmt.bytes(e.get("mem_per_call_b")) if e.get("mem_per_call_b") else None,
-        "kinds": e.get("kinds", []),
-        "pageable": e.get("pageable", False),
-        "multiprocess": e.get("multiprocess", False),
-        "materialisers": [md_name(n) for n in e.get("materialisers", [])],
-        "others": [md_name(n) for n in e.get("others", [])],
-    }
+    """A finding's evidence formatted for the locale, by naming convention.
+
+    ``x_us`` becomes a time ``x``, ``x_b`` a size ``x`` (None when zero), shares
+    become percentages, ints get an ``x_text`` with digit grouping, operator
+    names become inline code.
+    """
+    view: dict[str, Any] = {"rule": f.rule, "severity": f.severity}
+    for key, value in f.evidence.items():
+        if key.endswith("_us"):
+            view[key[:-3]] = fmt.time(value)
+        elif key.endswith("_b"):
+            view[key[:-2]] = fmt.bytes(value) if value else None
+        elif key in _SHARES:
+            view[key] = fmt.pct(value)
+        elif isinstance(value, bool) or value is None or isinstance(value, (str, list)):
+            view[key] = value
+        elif isinstance(value, int):
+            view[key], view[f"{key}_text"] = value, fmt.int(value)
+        elif isinstance(value, float):
+            view[key] = fmt.num(value)
+    view["op"] = md_name(f.evidence["op"]) if f.evidence.get("op") else ""
+    for key in ("materialisers", "others"):
+        view[key] = [md_name(n) for n in f.evidence.get(key, [])]
+    return view
 
 
 def section_view(section: Section, fmt: Fmt, findings: list[Finding],

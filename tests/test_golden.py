@@ -42,6 +42,9 @@ def test_report_matches_gold(fixture, lang):
     if os.environ.get("REPORTER_UPDATE_GOLD"):
         gold.write_text(actual, encoding="utf-8")
     expected = gold.read_text(encoding="utf-8")
+    saved = gold.with_suffix(".actual.md")
     if actual != expected:
-        gold.with_suffix(".actual.md").write_text(actual, encoding="utf-8")
+        saved.write_text(actual, encoding="utf-8")
+    else:
+        saved.unlink(missing_ok=True)
     assert actual == expected, f"differs from {gold}; see {gold.with_suffix('.actual.md')}"

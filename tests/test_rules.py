@@ -62,13 +62,13 @@ def test_copy_heavy_names_the_kind_of_copy():
 
 
 def test_dataloader_bound_uses_the_step_wall_time():
-    p = profile(op("ProfilerStep*", cpu=1, total=100, kind="annotation"),
-                op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", cpu=2,
-                   total=6, kind="dataloader"),
-                op("aten::mm", cpu=90))
+    p = profile(op("ProfilerStep*", cpu=10, total=1000, kind="annotation"),
+                op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", cpu=20,
+                   total=60, kind="dataloader"),
+                op("aten::mm", cpu=900))
     (f,) = [f for f in analyze(p) if f.rule == "dataloader-bound"]
     assert f.evidence["share"] == pytest.approx(0.06)
-    p.ops[1].cpu_total_us = 4
+    p.ops[1].cpu_total_us = 40
     assert "dataloader-bound" not in rules_of(p)
 
 

@@ -20,7 +20,7 @@ from . import sizes, synthetic_batches
 
 SIZES = {
     "tiny": dict(batch=2, src=8, tgt=8, dim=32, heads=2, layers=1, vocab=64, batches=2),
-    "default": dict(batch=8, src=32, tgt=32, dim=128, heads=4, layers=2, vocab=1000, batches=4),
+    "default": dict(batch=8, src=96, tgt=96, dim=64, heads=4, layers=2, vocab=1000, batches=4),
     "large": dict(batch=64, src=256, tgt=256, dim=1024, heads=16, layers=6, vocab=32000,
                   batches=4),
 }

@@ -1,0 +1,162 @@
+"""The analyzer on live runs, on the seeds, and on the corpus; the findings' texts."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from reporter.analyzer import RULES, Finding, analyze
+from reporter.ingest import parse_tables
+from reporter.profile import Op, Profile
+from reporter.render import render_markdown
+from reporter.runner import RunOptions, profile_target
+from reporter.target import resolve
+from reporter.view import LANGUAGES, Fmt, _finding_view
+from conftest import SHARED, cli
+
+SEEDS = SHARED / "seeds"
+CORPUS = SHARED / "corpus" / "tables"
+
+
+@pytest.fixture(scope="module")
+def live():
+    """Profile each baseline and its twin once (default sizes, CPU), share the findings."""
+    cache: dict[str, list[set[str]]] = {}
+
+    def findings(name: str) -> list[set[str]]:
+        if name not in cache:
+            spec, builder = resolve(name)
+            with tempfile.TemporaryDirectory() as scratch:
+                run = profile_target(spec, builder, RunOptions(device="cpu", windows=2),
+                                     Path(scratch))
+            cache[name] = [{f.rule for f in analyze(s.profile)} for s in run.sections]
+        return cache[name]
+    return findings
+
+
+@pytest.mark.parametrize("baseline,rule", [
+    ("transformer-bloat", "elementwise-blowup"),
+    ("cnn", "dataloader-bound"),
+    ("seq2seq", "copy-heavy"),
+    ("transformer", "unfused-attention"),
+])
+def test_baseline_triggers_its_seed_rule_and_the_fixed_twin_does_not(live, baseline, rule):
+    assert rule in live(baseline)[0], live(baseline)
+    for section in live(f"{baseline}-fixed"):
+        assert rule not in section
+
+
+def _seed_profiles(prefix: str) -> list[dict]:
+    path = next(p for p in SEEDS.glob(f"{prefix}_*.txt") if "decoded" not in p.name)
+    res = cli("analyze", path, "--json")
+    assert res.code == 0, res.err
+    return json.loads(res.out)["profiles"]
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared/seeds is absent")
+def test_the_seeds_authors_diagnoses():
+    rules = lambda p: {f["rule"] for f in p["findings"]}  # noqa: E731
+    first, optimised = _seed_profiles("001")
+    assert {"elementwise-blowup", "sync-stall"} <= rules(first)
+    assert "elementwise-blowup" not in rules(optimised)
+    assert "dataloader-bound" in rules(_seed_profiles("002")[0])
+    assert "fp32-gemm" in rules(_seed_profiles("004")[0])
+    assert "copy-heavy" in rules(_seed_profiles("000")[0])
+
+
+def _all_real_profiles() -> list[tuple[str, Profile]]:
+    out = []
+    for folder in (SEEDS, CORPUS):
+        for path in sorted(folder.glob("*.txt")) if folder.is_dir() else []:
+            if "003_" in path.name:
+                continue  # seed 003 holds no profiler table
+            for p in parse_tables(path.read_text(encoding="utf-8"), path.name):
+                out.append((path.name, p))
+    return out
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared is absent")
+def test_no_finding_below_its_threshold():
+    checked = 0
+    for name, profile in _all_real_profiles():
+        for f in analyze(profile):
+            share, limit = f.evidence["share"], f.evidence["threshold"]
+            if f.rule == "low-device-utilization":
+                assert share < limit, (name, f)
+            elif f.rule == "launch-overhead":
+                assert share >= limit or f.evidence["mean_kernel_us"] < f.evidence["short_kernel_us"]
+            else:
+                assert share > limit, (name, f)
+            assert f.severity in ("high", "medium", "low")
+            checked += 1
+    assert checked >= 10
+
+
+def test_tiny_profiles_give_no_findings():
+    tiny = Profile(self_cpu_us=40, ops=[Op("aten::mul", calls=1, self_cpu_us=30, cpu_total_us=30),
+                                        Op("aten::copy_", calls=1, self_cpu_us=10, cpu_total_us=10)])
+    assert analyze(tiny) == []
+    assert analyze(Profile()) == []
+
+
+# One profile per rule, small and hand-made, for the rules no seed shows.
+def _gpu(ops, cpu_total=None, **extra) -> Profile:
+    p = Profile(label="gpu", device_type="cuda", ops=ops, **extra)
+    p.self_cpu_us = cpu_total or sum(o.self_cpu_us for o in ops)
+    p.self_device_us = sum(o.self_device_us for o in ops if o.kind == "kernel")
+    return p
+
+
+SYNTHETIC = {
+    "launch-overhead": _gpu([
+        Op("cudaLaunchKernel", calls=5000, self_cpu_us=40_000, cpu_total_us=40_000, kind="runtime"),
+        Op("aten::add", calls=5000, self_cpu_us=30_000, self_device_us=20_000),
+        Op("void vectorized_elementwise_kernel", calls=5000, self_device_us=20_000, kind="kernel"),
+        Op("ProfilerStep*", calls=1, self_cpu_us=100, cpu_total_us=30_000, kind="annotation")]),
+    "memory-pressure": _gpu([
+        Op("aten::mul", calls=2, self_cpu_us=500, self_device_us=900, self_device_mem_b=30 << 30),
+        Op("aten::mm", calls=2, self_cpu_us=500, self_device_us=1000),
+        Op("ampere_sgemm", calls=2, self_device_us=1000, kind="kernel"),
+        Op("elementwise_kernel", calls=2, self_device_us=900, kind="kernel")],
+        peak_device_mem_b=76 << 30, device_mem_capacity_b=80 << 30),
+    "single-tensor-optimizer": _gpu([
+        Op("Optimizer.step#Adam.step", calls=3, self_cpu_us=3000, cpu_total_us=9000,
+           kind="annotation"),
+        Op("aten::addcdiv_", calls=600, self_cpu_us=3000, self_device_us=600),
+        Op("aten::mul_", calls=600, self_cpu_us=3000, self_device_us=600),
+        Op("void multi_kernel", calls=1200, self_device_us=1200, kind="kernel"),
+        Op("ProfilerStep*", calls=3, self_cpu_us=100, cpu_total_us=20_000, kind="annotation")]),
+}
+
+
+def _finding_for(rule_id: str) -> Finding:
+    if rule_id in SYNTHETIC:
+        profiles = [SYNTHETIC[rule_id]]
+    else:
+        profiles = [p for _, p in _all_real_profiles()]
+        profiles.append(Profile(label="conv", self_cpu_us=1000, ops=[
+            Op("aten::conv2d", calls=4, self_cpu_us=800, cpu_total_us=800),
+            Op("aten::relu", calls=4, self_cpu_us=200, cpu_total_us=200)]))
+    for p in profiles:
+        for f in analyze(p):
+            if f.rule == rule_id:
+                return f
+    raise AssertionError(f"no input triggers {rule_id}")
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared is absent")
+@pytest.mark.parametrize("rule_id", sorted(RULES))
+def test_every_rule_can_fire_and_reads_in_every_language(rule_id):
+    finding = _finding_for(rule_id)
+    words = {"en": "What to change", "ru": "Что сделать", "zh": "优化建议"}
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        view = {"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                "f": _finding_view(finding, fmt)}
+        text = render_markdown(view, f"findings/{rule_id}.md.j2")
+        assert words[lang] in text, text
+        assert fmt.pct(finding.evidence["share"]) in text, (lang, text)  # the evidence, in numbers
+        assert "{{" not in text and "None" not in text, text
