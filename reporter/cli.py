@@ -78,8 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("analyze", help="analyze profiler tables you already have, or a stored run")
     p.add_argument("path", metavar="PATH",
-                   help="a text file with key_averages().table() output (or a Markdown table "
-                        "made from it), a run folder, a run.json, or a run id")
+                   help="key_averages().table() text (or a Markdown table made from it), a "
+                        "Chrome trace (.json or .json.gz), a folder of per-rank traces, a run "
+                        "folder, a run.json, or a run id")
     p.add_argument("--json", action="store_true",
                    help="print {profiles: [{label, totals, ops, findings}]} instead of a report")
     p.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
@@ -164,20 +165,28 @@ def _run_folder(arg: str, runs: Path) -> Path | None:
     if path.is_file():
         return path.parent if path.name == RUN_FILE else None
     if path.is_dir():
-        if not (path / RUN_FILE).is_file():
-            raise BadInput(f"{path} is a folder without {RUN_FILE}; give a table file or a run",
-                           error_id="bad-input")
-        return path
+        return path if (path / RUN_FILE).is_file() else None  # else: a folder of traces
     if "/" in arg or "." in path.name:
         raise BadInput(f"{path}: no such file", error_id="bad-input")
     return find(arg, runs)  # a run id, a part of one, or "latest"
+
+
+def _read_profiles(path: Path):
+    """Profiles from a table file, a Chrome trace, or a folder of per-rank traces."""
+    from .ingest import parse_tables, read_text
+    from .traces import is_trace, read_trace, read_trace_folder
+
+    if path.is_dir():
+        return read_trace_folder(path)
+    if is_trace(path):
+        return [read_trace(path)]
+    return parse_tables(read_text(path), source=str(path))
 
 
 def cmd_analyze(args) -> int:
     import json
 
     from .analyzer import profiles_json
-    from .ingest import parse_tables, read_text
     from .render import parse_formats, write_report
     from .store import load
     from .view import import_view, run_view
@@ -195,7 +204,7 @@ def cmd_analyze(args) -> int:
         for fmt in formats:
             print(write_report(view, run_folder, fmt))
         return 0
-    profiles = parse_tables(read_text(path), source=str(path))
+    profiles = _read_profiles(path)
     if args.json:
         print(json.dumps(profiles_json(profiles), ensure_ascii=False))
         return 0

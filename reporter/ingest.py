@@ -321,10 +321,6 @@ def read_text(path: Path) -> str:
         raise BadInput(f"{path}: cannot read: {exc.strerror}", error_id="bad-input") from exc
     if not data.strip():
         raise BadInput(f"{path} is empty", error_id="no-table")
-    if data[:2] == b"\x1f\x8b" or data.lstrip()[:1] in (b"{", b"["):
-        raise BadInput(f"{path} looks like a Chrome trace (JSON); reading traces is not "
-                       "supported yet: give the key_averages().table() text",
-                       error_id="unsupported")
     if b"\x00" in data[:65536]:
         raise BadInput(f"{path} is binary, not a profiler table", error_id="no-table")
     try:

@@ -226,10 +226,9 @@ def _ops(events: Any, shapes: bool) -> list[Op]:
     return ops
 
 
-def _tables(prof: Any, has_device: bool, row_limit: int) -> dict[str, str]:
-    averages = prof.key_averages()
+def _tables(averages: Any, by_shape: Any, has_device: bool, row_limit: int) -> dict[str, str]:
+    """The raw key_averages tables the seeds fold into their reports."""
     tables = {"cpu": averages.table(sort_by="self_cpu_time_total", row_limit=row_limit)}
-    by_shape = prof.key_averages(group_by_input_shape=True)
     sort_key = "self_cpu_time_total"
     if has_device:
         for key in ("self_device_time_total", "self_cuda_time_total"):
@@ -272,9 +271,9 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
             prof.step()
     progress("aggregating")
     averages = prof.key_averages()
+    grouped = prof.key_averages(group_by_input_shape=True)
     ops = _ops(averages, shapes=False)
-    by_shape = _ops(prof.key_averages(group_by_input_shape=True), shapes=True)
-    by_shape = sorted(by_shape, key=lambda o: (o.self_device_us, o.self_cpu_us),
+    by_shape = sorted(_ops(grouped, shapes=True), key=lambda o: (o.self_device_us, o.self_cpu_us),
                       reverse=True)[:60]
     self_cpu = sum(o.self_cpu_us for o in ops)
     # The footers of key_averages().table(): device time of device-side rows only.
@@ -298,7 +297,7 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
                    throughput=Throughput(windows=windows, steps_per_window=steps,
                                          profiled=profiled),
                    profile=profile_obj, memory=memory,
-                   tables=_tables(prof, on_gpu, opts.row_limit), trace=trace_name)
+                   tables=_tables(averages, grouped, on_gpu, opts.row_limit), trace=trace_name)
 
 
 def _benchmark(target: Target, device: str, progress) -> list[dict[str, Any]] | None:

@@ -120,23 +120,25 @@ def test_corpus_tables_parse(prefix):
         assert getattr(op, field) == pytest.approx(value)
 
 
-def _live_profile():
+def _live_profile(memory: bool = True):
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
     x = torch.randn(32, 64)
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
-                 profile_memory=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=memory,
+                 profile_memory=memory) as prof:
         for _ in range(3):
             model(x).sum().backward()
     return prof
 
 
+@pytest.mark.parametrize("memory", [True, False])
 @pytest.mark.parametrize("kwargs", [
     dict(sort_by="self_cpu_time_total", row_limit=10),
     dict(sort_by="cpu_time_total", row_limit=-1),
+    dict(sort_by="count", row_limit=8),
     dict(sort_by="self_cpu_time_total", row_limit=5, max_name_column_width=20),
 ])
-def test_round_trip_of_live_tables(kwargs):
-    prof = _live_profile()
+def test_round_trip_of_live_tables(kwargs, memory):
+    prof = _live_profile(memory)
     events = prof.key_averages()
     (parsed,) = parse_tables(events.table(**kwargs))
     live = {e.key: e for e in events}
@@ -154,12 +156,31 @@ def test_round_trip_of_live_tables(kwargs):
     assert checked >= 3
 
 
+def test_round_trip_of_a_table_grouped_by_input_shape():
+    prof = _live_profile()
+    grouped = prof.key_averages(group_by_input_shape=True)
+    (parsed,) = parse_tables(grouped.table(sort_by="self_cpu_time_total", row_limit=15,
+                                           max_shapes_column_width=200))
+    live = {(e.key, str(e.input_shapes)): e for e in grouped}
+    assert parsed.ops_by_shape
+    checked = 0
+    for op in parsed.ops_by_shape:
+        if op.name.endswith("..."):
+            continue  # names longer than the column are cut
+        checked += 1
+        e = live[(op.name, op.input_shapes)]
+        assert op.calls == e.count
+        assert op.self_cpu_us == pytest.approx(e.self_cpu_time_total, rel=2e-3, abs=1.5)
+        assert op.self_cpu_mem_b == pytest.approx(e.self_cpu_memory_usage, rel=0.01, abs=8)
+    assert checked >= 5
+
+
 @pytest.mark.parametrize("content,words", [
     (b"", ["empty"]),
     (b"just some prose\nwith no table\n", ["no profiler table"]),
     (b"\x00\x01\x02binary\xff" * 10, ["binary"]),
-    (b'{"traceEvents": []}', ["Chrome trace"]),
-    (b"\x1f\x8b\x08\x00cut-off gzip", ["Chrome trace"]),
+    (b'{"traceEvents": []}', ["without profiler events"]),
+    (b"\x1f\x8b\x08\x00cut-off gzip", ["gzip"]),
     ("---------  ---------\n     Name  Self CPU\n---------  ---------\n".encode(), ["no profiler table"]),
     (b"\xff\xfe not utf8 \xc3\x28", ["not UTF-8"]),
 ])

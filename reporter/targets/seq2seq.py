@@ -20,7 +20,7 @@ from . import sizes
 
 SIZES = {
     "tiny": dict(batch=4, max_len=8, vocab=64, hidden=16, samples=16),
-    "default": dict(batch=32, max_len=16, vocab=2000, hidden=128, samples=256),
+    "default": dict(batch=64, max_len=40, vocab=1000, hidden=32, samples=1024),
     "large": dict(batch=128, max_len=64, vocab=16000, hidden=512, samples=2048),
 }
 PAD = 0
@@ -54,7 +54,7 @@ class Sentences(torch.utils.data.Dataset):
 
     def __init__(self, count: int, max_len: int, vocab: int):
         gen = torch.Generator().manual_seed(0)
-        lengths = torch.randint(max_len // 2, max_len + 1, (count, 2), generator=gen)
+        lengths = torch.randint(max_len * 3 // 4, max_len + 1, (count, 2), generator=gen)
         self.items = [(torch.randint(1, vocab, (int(a),), generator=gen),
                        torch.randint(1, vocab, (int(b),), generator=gen)) for a, b in lengths]
 

@@ -1,0 +1,226 @@
+"""Chrome traces: the same numbers as key_averages(), on live profiles and on the corpus."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from reporter.runner import _Stepper
+from reporter.target import build, resolve
+from reporter.traces import read_trace, read_trace_folder
+from conftest import SHARED, cli
+
+TRACES = SHARED / "corpus" / "traces"
+needs_corpus = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/corpus is absent")
+
+
+def _live_trace(tmp_path: Path, name: str, memory: bool = True):
+    spec, builder = resolve(name)
+    target = build(spec, builder, "cpu", "tiny")
+    step = _Stepper(target, target.modes[0], "cpu")
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=memory,
+                 schedule=schedule(wait=0, warmup=1, active=2, repeat=1)) as prof:
+        for _ in range(3):
+            step()
+            prof.step()
+    path = tmp_path / f"{name}.pt.trace.json"
+    prof.export_chrome_trace(str(path))
+    return prof, path
+
+
+@pytest.mark.parametrize("name,memory", [("transformer-bloat", True), ("seq2seq", True),
+                                         ("cnn", False)])
+def test_trace_gives_the_numbers_of_key_averages(tmp_path, name, memory):
+    prof, path = _live_trace(tmp_path, name, memory)
+    averages = {e.key: e for e in prof.key_averages()}
+    parsed = read_trace(path)
+    mine = {o.name: o for o in parsed.ops}
+    assert set(mine) == set(averages)
+    for key, e in averages.items():
+        o = mine[key]
+        assert o.calls == e.count, key
+        assert o.self_cpu_us == pytest.approx(e.self_cpu_time_total, rel=0.01, abs=0.01), key
+        assert o.cpu_total_us == pytest.approx(e.cpu_time_total, rel=0.01, abs=0.01), key
+        assert o.cpu_mem_b == e.cpu_memory_usage, key
+        assert o.self_cpu_mem_b == e.self_cpu_memory_usage, key
+    assert parsed.self_cpu_us == pytest.approx(sum(e.self_cpu_time_total
+                                                   for e in averages.values()), rel=1e-6)
+    assert parsed.steps == 2
+
+
+def test_gzipped_trace_and_nanosecond_mode_read_the_same(tmp_path):
+    _, path = _live_trace(tmp_path, "transformer-bloat")
+    plain = read_trace(path)
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    doc = json.loads(path.read_text())
+    for e in doc["traceEvents"]:  # kineto's ns mode: integer nanoseconds
+        for k in ("ts", "dur"):
+            if isinstance(e.get(k), (int, float)):
+                e[k] = round(e[k] * 1000)
+    doc["displayTimeUnit"] = "ns"
+    ns = tmp_path / "ns.json"
+    ns.write_text(json.dumps(doc))
+    for other in (read_trace(gz), read_trace(ns)):
+        by_name = {o.name: o for o in other.ops}
+        for o in plain.ops:
+            assert by_name[o.name].calls == o.calls
+            assert by_name[o.name].self_cpu_us == pytest.approx(o.self_cpu_us, rel=1e-3, abs=0.01)
+
+
+def test_a_trace_the_fast_path_cannot_cut_still_reads(tmp_path):
+    _, path = _live_trace(tmp_path, "transformer-bloat")
+    doc = json.loads(path.read_text())
+    compact = tmp_path / "compact.json"  # re-serialised: one line, other key order
+    compact.write_text(json.dumps({"traceEvents": doc.pop("traceEvents"), **doc},
+                                  separators=(",", ":")))
+    listed = tmp_path / "list.json"  # the legacy form: a bare list of events
+    listed.write_text(json.dumps(json.loads(compact.read_text())["traceEvents"]))
+    expected = {o.name: o.calls for o in read_trace(path).ops}
+    assert {o.name: o.calls for o in read_trace(compact).ops} == expected
+    assert {o.name: o.calls for o in read_trace(listed).ops} == expected
+
+
+@needs_corpus
+def test_hand_checked_rows_of_a_cuda_trace():
+    p = read_trace(TRACES / "09_kernelheim-square-rtx2070.json")
+    ops = {(o.name, o.kind): o for o in p.ops}
+    pow_ = ops[("aten::pow", "op")]
+    assert pow_.calls == 2
+    # pow's own time: its durations less result_type, to and cudaLaunchKernel inside it
+    assert pow_.self_cpu_us == pytest.approx((74.067 - 1.352 - 0.481 - 24.065)
+                                             + (62.592 - 1.371 - 0.444 - 20.848), abs=1e-3)
+    assert pow_.self_device_us == pytest.approx(1957.934 + 1952.047, abs=1e-3)
+    copy = ops[("aten::copy_", "op")]
+    assert copy.self_device_us == pytest.approx(45533.3 + 45485.777, abs=1e-3)
+    memcpy = ops[("Memcpy HtoD (Pageable -> Device)", "kernel")]
+    assert memcpy.calls == 2
+    assert p.self_device_us == pytest.approx(1957.934 + 1952.047 + 45533.3 + 45485.777, abs=1e-2)
+    assert ("ProfilerStep*", "annotation") in ops and p.steps == 2
+    assert p.device_name == "NVIDIA GeForce RTX 2070"
+
+
+def _raw_events(path: Path) -> list[dict]:
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    doc = json.loads(data)
+    return doc["traceEvents"] if isinstance(doc, dict) else doc
+
+
+# trace -> (an operator that does not call itself, whether kernels are attributed)
+CORPUS = {
+    "01_": ("aten::cat", True),                 # torch 1.8: Operator/Runtime/Kernel
+    "03_": ("aten::empty", False),              # CPU only, gloo
+    "04_": ("aten::addmm", True),               # AMD MI250 under CUDA categories
+    "06_": ("aten::cudnn_convolution", True),   # A100, no ProfilerStep
+    "07_": ("aten::mul", True),                 # A100, re-serialised, torch.compile regions
+    "08_": ("aten::cudnn_convolution", False),  # CUPTI counters: no kernel events
+    "09_": ("aten::pow", True),
+}
+
+
+@needs_corpus
+@pytest.mark.parametrize("prefix", sorted(CORPUS))
+def test_corpus_traces(prefix):
+    path = next(TRACES.glob(f"{prefix}*"))
+    p = read_trace(path)
+    name, kernels = CORPUS[prefix]
+    events = [e for e in _raw_events(path) if e.get("ph") == "X" and e.get("name") == name
+              and e.get("cat") in ("cpu_op", "Operator")]
+    op = next(o for o in p.ops if o.name == name and o.kind == "op")
+    assert op.calls == len(events)
+    assert op.cpu_total_us == pytest.approx(sum(float(e["dur"]) for e in events), rel=1e-9)
+    assert op.self_cpu_us <= op.cpu_total_us + 1e-6
+    kernel_rows = [o for o in p.ops if o.kind == "kernel"]
+    assert bool(kernel_rows) == kernels and p.has_device == kernels
+    if kernels:  # every kernel's time went to some operator or annotation
+        attributed = sum(o.self_device_us for o in p.ops if o.kind != "kernel"
+                         and not (o.kind == "annotation" and o.self_cpu_us == 0))
+        assert 0.5 * p.self_device_us <= attributed <= p.self_device_us * 1.0001
+
+
+@needs_corpus
+def test_folder_of_per_rank_traces(tmp_path):
+    src = json.loads(gzip.decompress((TRACES / "06_hta-alexnet-a100.json.gz").read_bytes()))
+    for rank in (1, 0):
+        src["distributedInfo"] = {"rank": rank, "world_size": 2}
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(src))
+    profiles = read_trace_folder(tmp_path)
+    assert [p.label for p in profiles] == ["rank 0", "rank 1"]
+    res = cli("analyze", tmp_path, "--json")
+    assert res.code == 0 and len(json.loads(res.out)["profiles"]) == 2
+
+
+def test_analyze_a_trace_without_torch(tmp_path):
+    _, path = _live_trace(tmp_path, "transformer-bloat")
+    code = ("import sys; from reporter.cli import main; rc = main(['analyze', sys.argv[1], "
+            "'--json']); assert 'torch' not in sys.modules and 'weasyprint' not in sys.modules;"
+            " sys.exit(rc)")
+    res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    ops = json.loads(res.stdout)["profiles"][0]["ops"]
+    assert any(o["name"] == "aten::mul" for o in ops)
+
+
+@pytest.mark.parametrize("content,words", [
+    (b"{", ["not valid JSON"]),
+    (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op"', ["not valid JSON"]),
+    (b'{"traceEvents": 3}', ["not a Chrome trace"]),
+    (b'{"traceEvents": []}', ["without profiler events"]),
+    (b'{"hello": "world"}', ["not a Chrome trace"]),
+    (gzip.compress(b'{"traceEvents": []}' * 50)[:30], ["gzip"]),
+    (b"\x1f\x8b\x08\x00garbage", ["gzip"]),
+    (b"[" * 100000, ["JSON"]),
+])
+def test_bad_traces_give_one_line_and_exit_2(tmp_path, content, words):
+    path = tmp_path / "trace.json"
+    path.write_bytes(content)
+    res = cli("analyze", path, "--json")
+    assert res.code == 2, (res.code, res.err)
+    lines = res.err.strip().splitlines()
+    assert len(lines) == 1 and all(w in lines[0] for w in words), res.err
+    assert "Traceback" not in res.err
+
+
+def test_fuzzed_inputs_never_crash(tmp_path):
+    """Cut and corrupted tables and traces: a result or one clear line, exit 0 or 2."""
+    _, trace = _live_trace(tmp_path, "transformer-bloat")
+    table = _live_table()
+    rng = random.Random(1234)
+    sources = [trace.read_bytes(), gzip.compress(trace.read_bytes()), table.encode()]
+    for i in range(60):
+        data = bytearray(rng.choice(sources))
+        how = rng.choice(("cut", "flip", "splice"))
+        if how == "cut":
+            data = data[: rng.randrange(1, len(data))]
+        elif how == "flip":
+            for _ in range(rng.randrange(1, 20)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        else:
+            j = rng.randrange(len(data))
+            data[j:j] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 50)))
+        path = tmp_path / f"fuzz{i}.json"
+        path.write_bytes(bytes(data))
+        res = cli("analyze", path, "--json")
+        assert res.code in (0, 2), (how, res.code, res.err[-500:])
+        if res.code == 2:
+            assert len(res.err.strip().splitlines()) == 1 and "Traceback" not in res.err
+        else:
+            json.loads(res.out)
+
+
+def _live_table() -> str:
+    model = torch.nn.Linear(16, 4)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        model(torch.randn(8, 16)).sum().backward()
+    return prof.key_averages().table(row_limit=10)
