@@ -145,22 +145,26 @@ class _Agg:
         self.kind = kind
 
 
-def profile_from_events(chunks: Iterable[list[Any]], meta: dict[str, Any]) -> Profile:
+def profile_from_events(chunks: Iterable[list[Any]], meta: dict[str, Any],
+                        shapes: bool = False) -> Profile:
     """Aggregate a trace's events, given as lists of events; ``meta`` holds the
-    trace's other top-level fields once ``chunks`` is exhausted."""
+    trace's other top-level fields once ``chunks`` is exhausted. With ``shapes``,
+    also group operators by input shape (``ops_by_shape``), as
+    ``key_averages(group_by_input_shape=True)`` does."""
     with _gc_paused():
-        return _aggregate(chunks, meta)
+        return _aggregate(chunks, meta, shapes)
 
 
 _by_start, _by_end = itemgetter(0), itemgetter(1)
 
 # Fields of a host record (a list, for speed): name, kind, parent record, time in
 # children, self device time, total device time, memory [self cpu, total cpu,
-# self device, total device] or None, end, duration, number of children, merged.
+# self device, total device] or None, end, duration, number of children, merged,
+# input dims (with shapes=True).
 _NAME, _KIND, _PARENT, _CHILD, _SDEV, _TDEV, _MEM, _END, _DUR, _NCHILD, _MERGED = range(11)
 
 
-def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any]) -> Profile:
+def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any], shapes: bool) -> Profile:
     # (pid, tid) -> [(ts, end, name, cat, ext, corr, dur)]
     threads: dict[Any, list] = defaultdict(list)
     device: list[tuple] = []  # (name, dur, ext id, correlation, kind)
@@ -204,8 +208,13 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any]) -> Profile:
                     corr = args.get("correlation")
                 else:
                     ext = corr = None
+                dims = None
+                if shapes and args:
+                    dims = args.get("Input Dims")
+                    if dims is None:
+                        dims = args.get("Input dims")
                 threads[(e.get("pid"), e.get("tid"))].append(
-                    (ts, ts + dur, name, cat, ext, corr, dur))
+                    (ts, ts + dur, name, cat, ext, corr, dur, dims))
             elif cat in dev_cats:
                 ext = corr = None
                 if args:
@@ -235,7 +244,7 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any]) -> Profile:
         next_mem = mems[0][0] if mems else None
         stack: list[list] = []
         first_of_thread = len(records)
-        for ts, end, name, cat, ext, corr, dur in evs:
+        for ts, end, name, cat, ext, corr, dur, dims in evs:
             while next_mem is not None and next_mem < ts:
                 _charge_memory(stack, mems[mi])
                 mi += 1
@@ -256,7 +265,7 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any]) -> Profile:
             if name.startswith("ProfilerStep#"):
                 steps += 1
                 name = "ProfilerStep*"
-            rec = [name, kind, parent, 0.0, 0.0, 0.0, None, end, dur, 0, False]
+            rec = [name, kind, parent, 0.0, 0.0, 0.0, None, end, dur, 0, False, dims]
             records.append(rec)
             if parent is not None:
                 parent[_CHILD] += dur
@@ -299,25 +308,33 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any]) -> Profile:
                 node = node[_PARENT]
 
     aggs: dict[tuple[str, str], _Agg] = {}
-    for name, kind, _, child, self_dev, dev_total, mem, _, dur, _, merged in records:
+    shape_aggs: dict[tuple[str, str, str], _Agg] = {}
+    for name, kind, _, child, self_dev, dev_total, mem, _, dur, _, merged, dims in records:
         if merged:
             continue
-        agg = aggs.get((name, kind))
-        if agg is None:
-            agg = aggs[(name, kind)] = _Agg(kind)
-        agg.calls += 1
-        agg.cpu_total += dur
-        agg.self_cpu += dur - child if dur > child else 0.0
-        agg.self_dev += self_dev
-        agg.dev_total += dev_total
-        if mem is not None:
-            agg.self_cpu_mem += mem[0]
-            agg.cpu_mem += mem[1]
-            agg.self_dev_mem += mem[2]
-            agg.dev_mem += mem[3]
+        targets = [aggs.get((name, kind)) or aggs.setdefault((name, kind), _Agg(kind))]
+        if shapes:
+            key = (name, kind, _shape_key(dims))
+            targets.append(shape_aggs.get(key) or shape_aggs.setdefault(key, _Agg(kind)))
+        for agg in targets:
+            agg.calls += 1
+            agg.cpu_total += dur
+            agg.self_cpu += dur - child if dur > child else 0.0
+            agg.self_dev += self_dev
+            agg.dev_total += dev_total
+            if mem is not None:
+                agg.self_cpu_mem += mem[0]
+                agg.cpu_mem += mem[1]
+                agg.self_dev_mem += mem[2]
+                agg.dev_mem += mem[3]
 
     ops = [_to_op(name, a, scale) for (name, _), a in aggs.items()]
     ops += [_to_op(name, a, scale) for (name, _), a in kernel_aggs.items()]
+    by_shape = []
+    for (name, _, dims), a in shape_aggs.items():
+        op = _to_op(name, a, scale)
+        op.input_shapes = dims
+        by_shape.append(op)
     self_cpu = sum(a.self_cpu for a in aggs.values()) * scale
     self_dev = sum(a.self_dev for (_, kind), a in kernel_aggs.items()
                    if kind == KIND_KERNEL) * scale
@@ -325,8 +342,18 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any]) -> Profile:
     has_kernels = any(k == KIND_KERNEL for _, _, _, _, k in device)
     return Profile(device_type="cuda" if has_kernels else None,
                    self_cpu_us=self_cpu, self_device_us=self_dev, steps=steps, ops=ops,
+                   ops_by_shape=by_shape,
                    device_name=(props[0].get("name") if props and isinstance(props[0], dict)
                                 else None))
+
+
+def _shape_key(dims: Any) -> str:
+    """Input shapes as key_averages(group_by_input_shape=True) prints them: a list
+    argument (a TensorList, whose trace entry is a list of shapes) shows as []."""
+    if not isinstance(dims, list):
+        return "[]"
+    return str([[] if d and isinstance(d, list) and isinstance(d[0], list) else d
+                for d in dims])
 
 
 def _kind(name: str, cat: str) -> str:
@@ -405,14 +432,15 @@ def is_trace(path: Path) -> bool:
     return head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"[")
 
 
-def read_trace(path: Path) -> Profile:
+def read_trace(path: Path, shapes: bool = False) -> Profile:
+    """The Profile of one trace file; ``shapes`` also groups by input shape."""
     raw = _open(path)
     meta: dict[str, Any] = {}
     try:
-        profile = profile_from_events(_chunked_events(raw, meta), meta)
+        profile = profile_from_events(_chunked_events(raw, meta), meta, shapes)
     except _NotChunkable:
         meta = {}
-        profile = profile_from_events(_whole_events(path, raw, meta), meta)
+        profile = profile_from_events(_whole_events(path, raw, meta), meta, shapes)
     info = meta.get("distributedInfo")
     rank = info.get("rank") if isinstance(info, dict) else None
     profile.label = f"rank {rank}" if rank is not None else path.name

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from reporter.store import load
-from conftest import cli, FIXTURES
+from conftest import cli
 
 
 def _report_path(result) -> Path:

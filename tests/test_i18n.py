@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from reporter.analyzer import RULES, analyze
-from reporter.profile import Profile
+from reporter.analyzer import RULES
 from reporter.render import TEMPLATES, environment
 from reporter.view import LANGUAGES, Fmt, default_language
-import reporter.rules  # noqa: F401
 
 
 def _files(lang: str) -> set[str]:

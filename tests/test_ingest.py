@@ -219,3 +219,28 @@ def test_analyze_writes_a_report_for_a_table_file(tmp_path):
     assert res.code == 0, res.err
     md = Path(res.out.strip()).read_text()
     assert "性能分析报告" in md and "aten::addmm" in md
+
+
+def test_the_runners_tables_read_back(tmp_path):
+    """reporter.keytable writes key_averages' layout; reporter.ingest reads it back."""
+    from reporter.keytable import format_table
+    from reporter.store import load
+    from conftest import FIXTURES
+
+    for name in ("cpu-transformer-bloat", "cuda-seed001"):
+        profile = load(FIXTURES / "runs" / name).sections[0].profile
+        for sort_by in ("self_cpu_time_total", "self_cuda_time_total"):
+            (back,) = parse_tables(format_table(profile, sort_by, row_limit=25))
+            assert back.self_cpu_us == pytest.approx(profile.self_cpu_us, rel=1e-3)
+            assert back.self_device_us == pytest.approx(profile.self_device_us, rel=1e-3)
+            for op in back.ops:
+                if op.name.endswith("..."):
+                    continue  # cut to the name column's width
+                # a name can have two rows (an annotation's CPU row and its device row)
+                assert any(o.name == op.name and o.calls == op.calls
+                           and op.self_cpu_us == pytest.approx(o.self_cpu_us, rel=1e-3, abs=1e-3)
+                           and op.self_device_us == pytest.approx(o.self_device_us, rel=1e-3,
+                                                                  abs=1e-3)
+                           and op.self_cpu_mem_b == pytest.approx(o.self_cpu_mem_b, rel=0.01,
+                                                                  abs=8)
+                           for o in profile.ops), op

@@ -1,0 +1,81 @@
+"""Operator tables in the layout of ``key_averages().table()``.
+
+Reports fold the raw tables into their logs, as the seeds do. The runner
+builds its Profile from the exported trace (reporter.traces, the same numbers
+as key_averages, an order of magnitude faster), so it prints those tables
+itself, in torch 2.x's layout: reporter.ingest reads them back, and so does
+anyone used to the profiler's output.
+"""
+
+from __future__ import annotations
+
+from .profile import Op, Profile
+
+_SORT_KEYS = {"self_cpu_time_total": "self_cpu_us", "self_cuda_time_total": "self_device_us",
+              "cpu_time_total": "cpu_total_us", "count": "calls"}
+
+
+def _time(us: float) -> str:
+    if abs(us) >= 1e6:
+        return f"{us / 1e6:.3f}s"
+    if abs(us) >= 1e3:
+        return f"{us / 1e3:.3f}ms"
+    return f"{us:.3f}us"
+
+
+def _mem(b: int) -> str:
+    for size, unit in ((1 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "KB")):
+        if abs(b) >= size:
+            return f"{b / size:.2f} {unit}"
+    return f"{b} B"
+
+
+def _pct(part: float, total: float) -> str:
+    return f"{100.0 * part / total:.2f}%" if total else "0.00%"
+
+
+def format_table(profile: Profile, sort_by: str = "self_cpu_time_total", row_limit: int = 30,
+                 shapes: bool = False, name_width: int = 55) -> str:
+    """One table: the top ``row_limit`` rows by ``sort_by``, with the totals as footers."""
+    device = profile.has_device
+    rows: list[Op] = list(profile.ops_by_shape if shapes else profile.ops)
+    rows.sort(key=lambda o: getattr(o, _SORT_KEYS.get(sort_by, "self_cpu_us")), reverse=True)
+    rows = rows[:row_limit] if row_limit > 0 else rows
+    header = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"]
+    if device:
+        header += ["Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"]
+    header += ["CPU Mem", "Self CPU Mem"]
+    if device:
+        header += ["CUDA Mem", "Self CUDA Mem"]
+    header.append("# of Calls")
+    if shapes:
+        header.append("Input Shapes")
+    cpu, dev = profile.self_cpu_us, profile.self_device_us
+    body = []
+    for o in rows:
+        name = o.name if len(o.name) < name_width - 3 else o.name[:name_width - 3] + "..."
+        calls = max(o.calls, 1)
+        cells = [name, _pct(o.self_cpu_us, cpu), _time(o.self_cpu_us),
+                 _pct(o.cpu_total_us, cpu), _time(o.cpu_total_us), _time(o.cpu_total_us / calls)]
+        if device:
+            cells += [_time(o.self_device_us), _pct(o.self_device_us, dev), _time(o.device_total_us),
+                      _time(o.device_total_us / calls)]
+        cells += [_mem(o.cpu_mem_b), _mem(o.self_cpu_mem_b)]
+        if device:
+            cells += [_mem(o.device_mem_b), _mem(o.self_device_mem_b)]
+        cells.append(str(o.calls))
+        if shapes:
+            cells.append(o.input_shapes or "[]")
+        body.append(cells)
+    widths = [max(len(header[i]), *(len(r[i]) for r in body)) if body else len(header[i])
+              for i in range(len(header))]
+    widths = [max(w, 12) for w in widths]
+    widths[0] = max(min(name_width, max((len(r[0]) for r in body), default=4)), 4)
+    sep = "  ".join("-" * w for w in widths) + "  "
+    lines = [sep, "  ".join(h.rjust(w) for h, w in zip(header, widths)) + "  ", sep]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) + "  " for r in body]
+    lines.append(sep)
+    lines.append(f"Self CPU time total: {_time(cpu)}")
+    if device:
+        lines.append(f"Self CUDA time total: {_time(dev)}")
+    return "\n".join(lines) + "\n"
