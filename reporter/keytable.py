@@ -35,7 +35,7 @@ def _pct(part: float, total: float) -> str:
 
 
 def format_table(profile: Profile, sort_by: str = "self_cpu_time_total", row_limit: int = 30,
-                 shapes: bool = False, name_width: int = 55) -> str:
+                 shapes: bool = False, name_width: int = 55, shapes_width: int = 80) -> str:
     """One table: the top ``row_limit`` rows by ``sort_by``, with the totals as footers."""
     device = profile.has_device
     rows: list[Op] = list(profile.ops_by_shape if shapes else profile.ops)
@@ -65,7 +65,8 @@ def format_table(profile: Profile, sort_by: str = "self_cpu_time_total", row_lim
             cells += [_mem(o.device_mem_b), _mem(o.self_device_mem_b)]
         cells.append(str(o.calls))
         if shapes:
-            cells.append(o.input_shapes or "[]")
+            text = o.input_shapes or "[]"
+            cells.append(text if len(text) <= shapes_width else text[:shapes_width - 3] + "...")
         body.append(cells)
     widths = [max(len(header[i]), *(len(r[i]) for r in body)) if body else len(header[i])
               for i in range(len(header))]

@@ -56,8 +56,15 @@ class Renderer:
     render: Callable[[dict[str, Any]], str | bytes]
 
 
+def _render_pdf(view: dict[str, Any]) -> bytes:
+    from .pdf import render_pdf  # WeasyPrint only when a PDF is asked for
+
+    return render_pdf(view)
+
+
 RENDERERS: dict[str, Renderer] = {
     "md": Renderer("md", "md", False, render_markdown),
+    "pdf": Renderer("pdf", "pdf", True, _render_pdf),
 }
 
 
@@ -67,13 +74,19 @@ def parse_formats(text: str) -> list[str]:
     if unknown or not names:
         raise BadInput(f"unknown format {','.join(unknown) or text!r}; "
                        f"available: {', '.join(RENDERERS)}", error_id="bad-format")
-    return names
+    return list(dict.fromkeys(names))
 
 
 def write_report(view: dict[str, Any], folder: Path, fmt: str, stem: str = "report") -> Path:
-    """Render and write one report; the file is whole or absent."""
+    """Render and write one report (and its charts, once); the file is whole or absent."""
     renderer = RENDERERS[fmt]
     if view["lang"] not in LANGUAGES:
         raise BadInput(f"unknown language {view['lang']!r}", error_id="bad-lang")
+    folder = Path(folder)
+    if view.get("asset_dir") != folder:
+        from .charts import write_charts
+
+        write_charts(view, folder, environment(view["lang"]).get_template("terms.j2").module)
+        view["asset_dir"] = folder
     content = renderer.render(view)
-    return write_atomic(Path(folder) / f"{stem}.{view['lang']}.{renderer.extension}", content)
+    return write_atomic(folder / f"{stem}.{view['lang']}.{renderer.extension}", content)

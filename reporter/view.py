@@ -10,7 +10,7 @@ from __future__ import annotations
 import locale as _locale
 import os
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from babel import Locale
@@ -201,6 +201,11 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
     shape_key = "self_device_us" if device else "self_cpu_us"
     shape_rows = p.top(shape_key, 10, kinds=(KIND_OP,), shapes=True)
     t, m = section.throughput, section.memory or {}
+    share_key, share_total = (("self_device_us", p.self_device_us) if device
+                              else ("self_cpu_us", p.self_cpu_us))
+    chart_rows = [(o.name, getattr(o, share_key) / share_total,
+                   fmt.pct(getattr(o, share_key) / share_total))
+                  for o in (device_rows if device else cpu_rows)[:8]] if share_total else []
     bench = None
     if section.benchmark:
         bench = [{"op": r["op"], "cpu": fmt.num(r["cpu_ms"], 3),
@@ -239,6 +244,9 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
         "gpu_benchmarked": bool(section.benchmark and any(r.get("gpu_ms") is not None
                                                           for r in section.benchmark)),
         "trace": section.trace,
+        "chart_rows": chart_rows,
+        "chart_basis": "device" if device else "cpu",
+        "chart": None,  # the chart's file name, once write_report has drawn it
     }
 
 
@@ -263,7 +271,7 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
         "on_gpu": run.device.startswith("cuda"),
         "device_name": env.get("device_name") or run.device,
         "device_memory": fmt.bytes(env.get("device_memory_b")) if env.get("device_memory_b") else None,
-        "created": fmt.date(run.created),
+        "created": fmt.date(run.created), "created_iso": run.created,
         "torch": env.get("torch"), "cuda": env.get("cuda"), "driver": env.get("driver"),
         "cpu": env.get("cpu"), "cpu_count": env.get("cpu_count"), "threads": env.get("threads"),
         "python": env.get("python"),
@@ -288,6 +296,7 @@ def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, An
         "preset": None, "batch_size": None, "on_gpu": device is not None,
         "device_name": device.upper() if device else "CPU", "device_memory": None,
         "created": None, "torch": None, "cuda": None, "driver": None, "cpu": None,
+        "created_iso": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "cpu_count": None, "threads": None, "python": None,
         "sections": sections, "multi": len(sections) > 1, "plural": fmt.plural,
         "n_findings": sum(len(s["findings"]) for s in sections), "imported": True,

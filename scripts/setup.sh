@@ -13,9 +13,24 @@ say() { printf 'setup: %s\n' "$*" >&2; }
 if ! "$PY" -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null; then
     say "reporter needs Python >= 3.10; $PY is $("$PY" -V 2>&1)"; exit 2
 fi
-if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then
-    say "installing python3-venv (Debian keeps venv apart)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+# System packages: venv (Debian keeps it apart), Pango for WeasyPrint, fonts for
+# Latin and Cyrillic (DejaVu) and Chinese (WenQuanYi Micro Hei: 5 MB installed,
+# against 91 MB for fonts-noto-cjk, and it covers the reports' Chinese), and
+# poppler-utils, with which the tests read the PDFs back.
+need=()
+"$PY" -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+for pkg in libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fontconfig fonts-dejavu-core fonts-wqy-microhei \
+           poppler-utils; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" != 0 ] && ! command -v sudo >/dev/null; then
+        say "missing system packages: ${need[*]}; install them as root (apt-get install ...)"; exit 2
+    fi
+    SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+    say "installing system packages: ${need[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 if [ ! -x .venv/bin/python ]; then
     say "creating .venv (with access to the system's packages, so an installed torch is reused)"

@@ -1,0 +1,84 @@
+"""Charts as SVG files, drawn with matplotlib, linked from the Markdown and embedded in the PDF.
+
+The words on a chart come from the language's templates (``terms.j2``: ``chart``),
+so that they exist in every language like the rest of the report; numbers are
+formatted by the view model (Babel).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+# Sans fonts with Cyrillic (DejaVu) and CJK (WenQuanYi, Noto) glyphs, in order.
+FONTS = ["DejaVu Sans", "WenQuanYi Micro Hei", "Noto Sans CJK SC", "Noto Sans CJK JP"]
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("svg", force=True)
+    import matplotlib.pyplot as plt
+
+    from matplotlib import font_manager
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    families = [f for f in FONTS if f in installed] or ["DejaVu Sans"]
+    plt.rcParams.update({"font.family": families, "svg.fonttype": "path",
+                         "svg.hashsalt": "reporter",  # the same input gives the same file
+                         "font.size": 9})
+    return plt
+
+
+def share_chart(rows: list[tuple[str, float, str]], title: str) -> str:
+    """A horizontal bar chart: (operator, share 0..1, label) per bar, largest on top."""
+    plt = _pyplot()
+    rows = rows[:10]
+    fig, ax = plt.subplots(figsize=(7.0, 0.35 * len(rows) + 1.0))
+    try:
+        names = [_short(name) for name, _, _ in rows][::-1]
+        values = [100.0 * share for _, share, _ in rows][::-1]
+        # Numeric positions: two operators whose shortened names agree keep two bars.
+        bars = ax.barh(range(len(values)), values, color="#4c72b0")
+        ax.set_yticks(range(len(values)), names)
+        for bar, (_, _, label) in zip(bars, rows[::-1]):
+            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, " " + label,
+                    va="center", fontsize=8)
+        ax.set_xlim(0, max(values + [1.0]) * 1.18)
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.tick_params(axis="y", labelsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+        fig.tight_layout()
+        out = io.StringIO()
+        fig.savefig(out, format="svg", metadata={"Date": None})
+        return out.getvalue()
+    finally:
+        plt.close(fig)
+
+
+def _short(name: str, width: int = 48) -> str:
+    """Long names keep their start and their end, where forward and backward differ."""
+    if len(name) <= width:
+        return name
+    head = (width - 1) * 2 // 3
+    return name[:head] + "…" + name[len(name) - (width - 1 - head):]
+
+
+def write_charts(view: dict[str, Any], folder, terms: Any) -> list[str]:
+    """Draw each section's share chart into ``folder``; set ``s.chart`` to the file name."""
+    from .store import write_atomic
+
+    written = []
+    for i, s in enumerate(view["sections"]):
+        rows = s.get("chart_rows")
+        if not rows:
+            continue
+        basis = "device" if s["has_device"] else "cpu"
+        title = terms.chart["share"][basis]
+        name = f"chart-{i + 1}-{s['mode'] or 'profile'}.{view['lang']}.svg"
+        write_atomic(folder / name, share_chart(rows, title))
+        s["chart"] = name
+        written.append(name)
+    return written

@@ -1,0 +1,104 @@
+"""PDF handouts: read back with poppler, in every language, with fonts that cover the script."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from reporter.errors import WorkFailed
+from reporter.pdf import check_fonts
+from reporter.profile import Op, Profile
+from reporter.render import write_report
+from reporter.store import load
+from reporter.view import LANGUAGES, import_view, run_view
+from conftest import FIXTURES, cli
+
+pytestmark = pytest.mark.skipif(shutil.which("pdftotext") is None,
+                                reason="poppler-utils is not installed (scripts/setup.sh installs it)")
+
+TITLES = {"en": "Profiling report", "ru": "Результаты профайлинга", "zh": "性能分析报告"}
+FINDING = {"en": "What to change", "ru": "Что сделать", "zh": "优化建议"}
+
+
+def _text(pdf: Path, *args: str) -> str:
+    return subprocess.run(["pdftotext", *args, str(pdf), "-"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+@pytest.mark.parametrize("fixture", ["cpu-transformer-bloat", "cuda-seed001"])
+def test_pdf_in_every_language(tmp_path, fixture, lang):
+    view = run_view(load(FIXTURES / "runs" / fixture), lang)
+    pdf = write_report(view, tmp_path, "pdf")
+    text = _text(pdf)
+    flat = " ".join(text.split())
+    assert TITLES[lang] in flat and FINDING[lang] in flat
+    s = view["sections"][0]
+    for number in (s["self_cpu_total"], s["findings"][0]["share"]):
+        assert " ".join(number.split()) in flat, number  # the numbers, formatted for the locale
+    assert "aten::mul" in flat
+    assert (tmp_path / s["chart"]).is_file()  # the chart is drawn and embedded
+    fonts = subprocess.run(["pdffonts", str(pdf)], capture_output=True, text=True,
+                           check=True).stdout.splitlines()[2:]
+    assert fonts and all(line.split()[-5] == "yes" for line in fonts)  # all embedded
+    names = " ".join(line.split()[0] for line in fonts)
+    if lang == "zh":
+        assert re.search(r"WenQuanYi|CJK", names), names
+    else:
+        assert "DejaVu" in names, names
+    info = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True).stdout
+    assert re.search(r"^Title:\s+" + re.escape(TITLES[lang]), info, re.M), info
+    assert re.search(r"^CreationDate:\s+\S", info, re.M), info
+    from pypdf import PdfReader
+    assert PdfReader(str(pdf)).trailer["/Root"]["/Lang"] == lang
+
+
+def test_names_with_markup_stay_text_and_wrap(tmp_path):
+    long = ("void at::native::(anonymous namespace)::vectorized_elementwise_kernel<4, "
+            "at::native::BinaryFunctor<float, float, float, at::native::MulFunctor<float> >, "
+            "at::detail::Array<char*, 3> >(int, at::native::BinaryFunctor<float, float, float, "
+            "at::native::MulFunctor<float> >, at::detail::Array<char*, 3>)")
+    ops = [Op("<script>alert(1)</script>", calls=3, self_cpu_us=700, cpu_total_us=700),
+           Op("a & b | c", calls=2, self_cpu_us=200, cpu_total_us=200),
+           Op(long, calls=1, self_cpu_us=100, cpu_total_us=100)]
+    profile = Profile(label="names", self_cpu_us=1000, ops=ops)
+    pdf = write_report(import_view([profile], "names.txt", "en"), tmp_path, "pdf")
+    dense = "".join(_text(pdf).split())  # wrapped names break across lines
+    assert "<script>alert(1)</script>" in dense and "a&b|c" in dense
+    assert "MulFunctor<float>>" in dense
+    # Nothing runs past the right edge of its page.
+    bbox = _text(pdf, "-bbox")
+    for page in re.finditer(r'<page width="([\d.]+)".*?</page>', bbox, re.S):
+        width = float(page.group(1))
+        for x in re.findall(r'xMax="([\d.]+)"', page.group(0)):
+            assert float(x) <= width, (x, width)
+
+
+def test_no_font_for_the_script_is_one_clear_line(tmp_path, monkeypatch, stored):
+    conf = tmp_path / "fonts.conf"  # a fontconfig that knows no fonts at all
+    conf.write_text('<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "fonts.dtd">'
+                    f"<fontconfig><cachedir>{tmp_path}/cache</cachedir></fontconfig>")
+    monkeypatch.setenv("FONTCONFIG_FILE", str(conf))
+    with pytest.raises(WorkFailed, match="fonts-wqy-microhei"):
+        check_fonts("zh")
+    root, folder = stored("cpu-tensor-ops")
+    res = cli("render", folder, "--lang", "zh", "--format", "pdf")
+    assert res.code == 1
+    lines = res.err.strip().splitlines()
+    assert len(lines) == 1 and "install" in lines[0] and "Traceback" not in res.err
+    assert not (folder / "report.zh.pdf").exists()
+
+
+def test_run_writes_markdown_and_pdf(runs):
+    res = cli("run", "--target", "tensor-ops", "--device", "cpu", "--lang", "ru",
+              "--format", "md,pdf", "--out", runs, "--quiet")
+    assert res.code == 0, res.err
+    paths = [Path(p) for p in res.out.split()]
+    assert sorted(p.suffix for p in paths) == [".md", ".pdf"]
+    md = paths[0].read_text() if paths[0].suffix == ".md" else paths[1].read_text()
+    chart = re.search(r"!\[[^\]]+\]\((chart-[^)]+\.svg)\)", md)
+    assert chart and (paths[0].parent / chart.group(1)).is_file()
