@@ -58,6 +58,31 @@ def share_chart(rows: list[tuple[str, float, str]], title: str) -> str:
         plt.close(fig)
 
 
+def throughput_chart(steps: list[tuple[str, Any]], title: str) -> str:
+    """Median samples/s per step, with the range of the timed windows as error bars."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 3.2))
+    try:
+        xs = range(len(steps))
+        medians = [t.median for _, t in steps]
+        low = [t.median - min(t.windows) for _, t in steps]
+        high = [max(t.windows) - t.median for _, t in steps]
+        ax.bar(xs, medians, color="#4c72b0", yerr=[low, high], capsize=4,
+               error_kw={"ecolor": "#333", "elinewidth": 1})
+        ax.set_xticks(list(xs), [f"{i + 1}. {_short(name, 28)}" for i, (name, _) in
+                                 enumerate(steps)], fontsize=8)
+        ax.set_ylabel("samples/s", fontsize=8)
+        ax.set_title(title, fontsize=10, loc="left")
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+        fig.tight_layout()
+        out = io.StringIO()
+        fig.savefig(out, format="svg", metadata={"Date": None})
+        return out.getvalue()
+    finally:
+        plt.close(fig)
+
+
 def _short(name: str, width: int = 48) -> str:
     """Long names keep their start and their end, where forward and backward differ."""
     if len(name) <= width:
@@ -67,10 +92,20 @@ def _short(name: str, width: int = 48) -> str:
 
 
 def write_charts(view: dict[str, Any], folder, terms: Any) -> list[str]:
-    """Draw each section's share chart into ``folder``; set ``s.chart`` to the file name."""
+    """Draw each section's chart into ``folder``; set its ``chart`` to the file name."""
     from .store import write_atomic
 
     written = []
+    if view.get("kind") == "compare":
+        for i, m in enumerate(view["modes"]):
+            if len(m["chart_rows"]) < 2:
+                continue
+            name = f"chart-compare-{i + 1}.{view['lang']}.svg"
+            write_atomic(folder / name, throughput_chart(m["chart_rows"],
+                                                         terms.chart["throughput"]))
+            m["chart"] = name
+            written.append(name)
+        return written
     for i, s in enumerate(view["sections"]):
         rows = s.get("chart_rows")
         if not rows:

@@ -68,8 +68,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="same as --runs")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--compare", action="store_true",
+                   help="also compare the runs in the order of --target (a baseline, then its "
+                        "fix) and write the comparison under runs/compare-<time>/")
     _common(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("compare", help="compare runs or profiles in order: BASE NEW [MORE ...]")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="runs (folder, run.json, id, 'latest') or anything analyze reads")
+    p.add_argument("--fail-if-slower", type=float, default=None, metavar="PCT",
+                   help="exit with code 3 when the last input's throughput is more than PCT%% "
+                        "below the first's and the drop is beyond the measurement's noise")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="where the comparison goes (default: runs/compare-<time>/)")
+    _common(p)
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("render", help="render a stored run again, without profiling")
     p.add_argument("run", metavar="RUN", help="run folder, run.json, run id, or 'latest'")
@@ -122,6 +137,7 @@ def cmd_run(args) -> int:
     opts = RunOptions(device=resolve_device(args.device), preset=args.preset)
     progress(f"profiling {len(specs)} target(s) on {opts.device}, preset {opts.preset}")
     failed = 0
+    done = []
     for i, (spec, (name, builder)) in enumerate(zip(specs, builders), 1):
         step = lambda msg, i=i, name=name: progress(f"[{i}/{len(specs)}] {name}: {msg}")
         try:
@@ -138,9 +154,56 @@ def cmd_run(args) -> int:
             continue
         for name_ in reports:
             print(final / name_)
+        done.append(run)
         step(f"done: ~{view['sections'][0]['throughput']} samples/s, "
              f"{view['n_findings']} finding(s)")
+    if args.compare:
+        if len(done) < 2:
+            print("reporter: error [usage]: --compare needs two runs that succeeded",
+                  file=sys.stderr)
+            return 1 if failed else 2
+        from .compare import Step, compare
+
+        steps = [Step(run.target["name"], run.id, run.sections, run) for run in done]
+        _write_comparison(compare(steps), lang, formats, root, None)
     return 1 if failed else 0
+
+
+def _write_comparison(comparison, lang: str, formats: list[str], runs: Path,
+                      out: Path | None) -> None:
+    from datetime import datetime, timezone
+
+    from .render import write_report
+    from .view import compare_view
+
+    out = out or runs / f"compare-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    view = compare_view(comparison, lang)
+    for fmt in formats:
+        print(write_report(view, out, fmt, stem="compare"))
+
+
+def cmd_compare(args) -> int:
+    import json
+
+    from .compare import compare, compare_json, load_step, regression
+    from .render import parse_formats
+
+    lang, formats = _lang(args), parse_formats(args.format)
+    if args.fail_if_slower is not None and not 0 <= args.fail_if_slower < 100:
+        raise BadInput("--fail-if-slower takes a percentage from 0 to 100", error_id="usage")
+    if len(args.inputs) < 2:
+        raise BadInput("compare needs at least two inputs: BASE NEW", error_id="usage")
+    comparison = compare([load_step(arg, args.runs) for arg in args.inputs])
+    if args.json:
+        print(json.dumps(compare_json(comparison), ensure_ascii=False))
+    else:
+        _write_comparison(comparison, lang, formats, args.runs, args.out)
+    if args.fail_if_slower is not None:
+        failed, why = regression(comparison, args.fail_if_slower)
+        if failed:
+            print(f"reporter: slower than the base: {'; '.join(why)}", file=sys.stderr)
+            return 3
+    return 0
 
 
 def cmd_render(args) -> int:
@@ -157,36 +220,11 @@ def cmd_render(args) -> int:
     return 0
 
 
-def _run_folder(arg: str, runs: Path) -> Path | None:
-    """The stored run that ``arg`` names, or None when it names a table file."""
-    from .store import RUN_FILE, find
-
-    path = Path(arg)
-    if path.is_file():
-        return path.parent if path.name == RUN_FILE else None
-    if path.is_dir():
-        return path if (path / RUN_FILE).is_file() else None  # else: a folder of traces
-    if "/" in arg or "." in path.name:
-        raise BadInput(f"{path}: no such file", error_id="bad-input")
-    return find(arg, runs)  # a run id, a part of one, or "latest"
-
-
-def _read_profiles(path: Path):
-    """Profiles from a table file, a Chrome trace, or a folder of per-rank traces."""
-    from .ingest import parse_tables, read_text
-    from .traces import is_trace, read_trace, read_trace_folder
-
-    if path.is_dir():
-        return read_trace_folder(path)
-    if is_trace(path):
-        return [read_trace(path)]
-    return parse_tables(read_text(path), source=str(path))
-
-
 def cmd_analyze(args) -> int:
     import json
 
     from .analyzer import profiles_json
+    from .inputs import read_profiles, run_folder as find_run
     from .render import parse_formats, write_report
     from .store import load
     from .view import import_view, run_view
@@ -194,7 +232,7 @@ def cmd_analyze(args) -> int:
     lang = _lang(args)
     formats = parse_formats(args.format)
     path = Path(args.path)
-    run_folder = _run_folder(args.path, args.runs)
+    run_folder = find_run(args.path, args.runs)
     if run_folder is not None:
         run = load(run_folder)
         if args.json:
@@ -204,7 +242,7 @@ def cmd_analyze(args) -> int:
         for fmt in formats:
             print(write_report(view, run_folder, fmt))
         return 0
-    profiles = _read_profiles(path)
+    profiles = read_profiles(path)
     if args.json:
         print(json.dumps(profiles_json(profiles), ensure_ascii=False))
         return 0

@@ -37,7 +37,8 @@ def environment(lang: str):
     )
 
 
-def render_markdown(view: dict[str, Any], template: str = "report.md.j2") -> str:
+def render_markdown(view: dict[str, Any], template: str | None = None) -> str:
+    template = template or ("compare.md.j2" if view.get("kind") == "compare" else "report.md.j2")
     text = environment(view["lang"]).get_template(template).render(**view)
     # Collapse runs of blank lines that template blocks leave behind.
     lines, blank = [], 0

@@ -101,9 +101,25 @@ def _driver_version() -> str | None:
         return None
 
 
+def _reset_host_peak() -> None:
+    """Start a new peak-RSS window (Linux: writing 5 to clear_refs resets VmHWM)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass  # elsewhere the peak is the process's since it started
+
+
 def _host_peak_b() -> int:
-    # ru_maxrss is in KiB on Linux: the process's peak resident set so far.
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    """The process's peak resident memory since _reset_host_peak (else since it started)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
 def _to_device(batch: Any, device: str, non_blocking: bool) -> Any:
@@ -212,6 +228,7 @@ def _tables(profile: Profile, row_limit: int) -> dict[str, str]:
 def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOptions,
                      scratch: Path, progress: Callable[[str], None]) -> Section:
     on_gpu = device.startswith("cuda")
+    _reset_host_peak()
     progress(f"warm-up ({opts.warmup_steps} steps)")
     for _ in range(opts.warmup_steps):
         stepper()

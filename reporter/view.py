@@ -76,6 +76,9 @@ class Fmt:
         # The locale's own pattern (ru puts a space before %), with one decimal.
         return format_percent(share, format=_one_decimal(self.locale), locale=self.lang)
 
+    def signed_pct(self, share: float) -> str:
+        return ("+" if share > 0 else "−" if share < 0 else "") + self.pct(abs(share))
+
     def time(self, us: float | None) -> str:
         if us is None:
             return "—"
@@ -300,4 +303,77 @@ def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, An
         "cpu_count": None, "threads": None, "python": None,
         "sections": sections, "multi": len(sections) > 1, "plural": fmt.plural,
         "n_findings": sum(len(s["findings"]) for s in sections), "imported": True,
+    }
+
+
+def compare_view(comparison, lang: str) -> dict[str, Any]:
+    """Everything compare.md.j2 prints: steps, throughput with noise, what changed."""
+    fmt = Fmt(check_language(lang))
+    steps = []
+    for i, step in enumerate(comparison.steps, 1):
+        run = step.run
+        steps.append({"n": i, "name": md_name(step.name), "source": md_name(step.source),
+                      "device": (run.env.get("device_name") if run else step.device.upper()),
+                      "created": fmt.date(run.created) if run else "—",
+                      "batch": fmt.int(step.batch_size) if step.batch_size else "—"})
+    modes = []
+    for m in comparison.modes:
+        rows, previous = [], None
+        for i, (step, s) in enumerate(zip(comparison.steps, m.sections), 1):
+            t = s.throughput
+            timed = bool(t and t.windows)
+            ratio = (t.median / previous if timed and previous else None)
+            rows.append({
+                "n": i, "name": md_name(step.name),
+                "throughput": fmt.num(t.median) if timed else "—",
+                "spread": fmt.pct(t.spread) if timed else "—",
+                "vs_previous": fmt.num(ratio, 2) if ratio else "—",
+                "self_cpu": fmt.time(s.profile.self_cpu_us),
+                "self_device": (fmt.time(s.profile.self_device_us)
+                                if s.profile.has_device else "—"),
+                "peak": fmt.bytes((s.memory or {}).get("device_allocated_b")
+                                  or (s.memory or {}).get("host_peak_b")),
+            })
+            previous = t.median if timed else None
+        p = m.overall
+        if p.speedup is None:
+            verdict = "unknown"
+        elif p.within_noise:
+            verdict = "noise"
+        else:
+            verdict = "faster" if p.speedup > 1 else "slower"
+        modes.append({
+            "mode": m.mode if m.mode in ("train", "inference") else None, "title": m.mode,
+            "rows": rows, "verdict": verdict,
+            "speedup": fmt.num(p.speedup, 2) if p.speedup else "—",
+            "change": fmt.signed_pct(p.speedup - 1) if p.speedup else "—",
+            "noise": fmt.pct(p.noise) if p.noise is not None else None,
+            "basis": p.basis,
+            "changed": [{"name": md_name(c.name), "before": fmt.time(c.before_us),
+                         "after": fmt.time(c.after_us),
+                         "delta": ("+" if c.delta_us > 0 else "−") + fmt.time(abs(c.delta_us)),
+                         "ratio": fmt.num(c.ratio, 2) if c.ratio is not None else "—"}
+                        for c in p.changed],
+            "appeared": [{"name": md_name(c.name), "after": fmt.time(c.after_us)}
+                         for c in p.appeared],
+            "disappeared": [{"name": md_name(c.name), "before": fmt.time(c.before_us)}
+                            for c in p.disappeared],
+            "resolved": [_finding_view(f, fmt) for f in p.resolved],
+            "new": [_finding_view(f, fmt) for f in p.new],
+            "kept": [_finding_view(f, fmt) for f in p.kept],
+            "chart_rows": [(step.name, s.throughput) for step, s in
+                           zip(comparison.steps, m.sections) if s.throughput and
+                           s.throughput.windows],
+            "chart": None,
+            "sub": "###" if len(comparison.modes) > 1 else "##",
+        })
+    last = comparison.steps[-1].run
+    return {
+        "lang": lang, "plural": fmt.plural, "kind": "compare",
+        "title": " → ".join(md_name(s.name) for s in comparison.steps),
+        "steps": steps, "modes": modes, "multi": len(modes) > 1,
+        "mismatch": {k: k in comparison.mismatches for k in ("device", "target", "batch")},
+        "any_mismatch": bool(comparison.mismatches),
+        "created_iso": (last.created if last else
+                        datetime.now(timezone.utc).isoformat(timespec="seconds")),
     }

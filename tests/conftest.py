@@ -45,3 +45,23 @@ def stored(tmp_path: Path):
         shutil.copytree(FIXTURES / "runs" / name, dest)
         return root, dest
     return copy
+
+
+@pytest.fixture(scope="session")
+def live_run():
+    """Profile a built-in target once per test session (default size, CPU) and share the Run."""
+    import tempfile
+
+    from reporter.runner import RunOptions, profile_target
+    from reporter.target import resolve
+
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            spec, builder = resolve(name)
+            with tempfile.TemporaryDirectory() as scratch:
+                cache[name] = profile_target(spec, builder, RunOptions(device="cpu", windows=3),
+                                             Path(scratch))
+        return cache[name]
+    return get

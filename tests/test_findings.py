@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +10,6 @@ from reporter.analyzer import RULES, Finding, analyze
 from reporter.ingest import parse_tables
 from reporter.profile import Op, Profile
 from reporter.render import render_markdown
-from reporter.runner import RunOptions, profile_target
-from reporter.target import resolve
 from reporter.view import LANGUAGES, Fmt, _finding_view
 from conftest import SHARED, cli
 
@@ -21,20 +17,10 @@ SEEDS = SHARED / "seeds"
 CORPUS = SHARED / "corpus" / "tables"
 
 
-@pytest.fixture(scope="module")
-def live():
-    """Profile each baseline and its twin once (default sizes, CPU), share the findings."""
-    cache: dict[str, list[set[str]]] = {}
-
-    def findings(name: str) -> list[set[str]]:
-        if name not in cache:
-            spec, builder = resolve(name)
-            with tempfile.TemporaryDirectory() as scratch:
-                run = profile_target(spec, builder, RunOptions(device="cpu", windows=2),
-                                     Path(scratch))
-            cache[name] = [{f.rule for f in analyze(s.profile)} for s in run.sections]
-        return cache[name]
-    return findings
+@pytest.fixture
+def live(live_run):
+    """The rules that fire in each profiled mode of a built-in target's live run."""
+    return lambda name: [{f.rule for f in analyze(s.profile)} for s in live_run(name).sections]
 
 
 @pytest.mark.parametrize("baseline,rule", [

@@ -1,0 +1,219 @@
+"""Before and after: compare stored runs (or anything analyze reads) in order.
+
+``compare(inputs)`` lines the inputs up as steps (BASE, NEW, or a longer
+sequence), pairs their sections by mode ("train", "inference"; imported
+profiles by position) and computes what changed: throughput with its noise,
+time totals, peak memory, the operators whose time changed most, and the
+findings resolved and new. Everything is raw numbers; ``compare_view``
+formats it for a language.
+
+Noise: a run's relative spread is (max - min) / median of its timed windows.
+A throughput difference within half the larger spread of the two runs is
+called noise, not a change; ``--fail-if-slower`` gates only differences
+beyond it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .analyzer import Finding, analyze
+from .errors import BadInput
+from .profile import KIND_KERNEL, Profile
+from .run import Run, Section
+
+
+@dataclass
+class Step:
+    """One input of a comparison: a stored run, or profiles read from a file."""
+
+    name: str  # how the report names it: the target, or the file
+    source: str  # run id or path
+    sections: list[Section]
+    run: Run | None = None
+
+    @property
+    def device(self) -> str:
+        if self.run is not None:
+            return self.run.device
+        return "cuda" if any(s.profile.has_device for s in self.sections) else "cpu"
+
+    @property
+    def batch_size(self) -> int | None:
+        return self.run.target.get("batch_size") if self.run else None
+
+
+@dataclass
+class OpChange:
+    name: str
+    before_us: float
+    after_us: float
+
+    @property
+    def delta_us(self) -> float:
+        return self.after_us - self.before_us
+
+    @property
+    def ratio(self) -> float | None:
+        return self.after_us / self.before_us if self.before_us > 0 else None
+
+
+@dataclass
+class Pair:
+    """Two consecutive steps of one mode."""
+
+    before: Section
+    after: Section
+    speedup: float | None  # after / before throughput (medians of the timed windows)
+    noise: float | None  # half the larger relative spread of the two runs' windows
+    basis: str  # "device" or "cpu": which self time the operator changes are of
+    changed: list[OpChange]
+    appeared: list[OpChange]
+    disappeared: list[OpChange]
+    resolved: list[Finding]
+    new: list[Finding]
+    kept: list[Finding]
+
+    @property
+    def within_noise(self) -> bool:
+        return (self.speedup is not None and self.noise is not None
+                and abs(self.speedup - 1.0) <= self.noise)
+
+
+@dataclass
+class ModeComparison:
+    mode: str
+    sections: list[Section]
+    pairs: list[Pair]  # consecutive pairs; the first-to-last pair is ``overall``
+    overall: Pair
+
+
+@dataclass
+class Comparison:
+    steps: list[Step]
+    modes: list[ModeComparison]
+    mismatches: list[str] = field(default_factory=list)  # "device", "target", "batch"
+
+
+def load_step(arg: str, runs_root: Path) -> Step:
+    """A comparison input: a run (folder, run.json, id, 'latest') or a table/trace file."""
+    from .inputs import read_profiles, run_folder
+    from .store import load
+
+    folder = run_folder(arg, runs_root)
+    if folder is not None:
+        run = load(folder)
+        return Step(name=run.target.get("name") or run.id, source=run.id,
+                    sections=run.sections, run=run)
+    path = Path(arg)
+    profiles = read_profiles(path)
+    return Step(name=path.name, source=str(path),
+                sections=[Section(label=p.label, throughput=None, profile=p) for p in profiles])
+
+
+def _self_times(profile: Profile, basis: str) -> dict[str, float]:
+    attr = "self_device_us" if basis == "device" else "self_cpu_us"
+    kinds = ("op", "dataloader") if basis == "device" else ("op", "dataloader", "runtime")
+    out: dict[str, float] = {}
+    for o in profile.ops:
+        if o.kind in kinds and o.kind != KIND_KERNEL:
+            out[o.name] = out.get(o.name, 0.0) + getattr(o, attr)
+    return out
+
+
+def _noise(section: Section) -> float | None:
+    t = section.throughput
+    return t.spread if t is not None and len(t.windows) >= 2 else None
+
+
+def compare_pair(before: Section, after: Section, top: int = 10) -> Pair:
+    tb, ta = before.throughput, after.throughput
+    speedup = ta.median / tb.median if tb and ta and tb.median > 0 and ta.median > 0 else None
+    spreads = [n for n in (_noise(before), _noise(after)) if n is not None]
+    noise = max(spreads) / 2 if len(spreads) == 2 else None
+    basis = "device" if before.profile.has_device and after.profile.has_device else "cpu"
+    b, a = _self_times(before.profile, basis), _self_times(after.profile, basis)
+    both = [OpChange(n, b[n], a[n]) for n in b.keys() & a.keys()]
+    changed = sorted((c for c in both if c.delta_us != 0), key=lambda c: abs(c.delta_us),
+                     reverse=True)[:top]
+    appeared = sorted((OpChange(n, 0.0, a[n]) for n in a.keys() - b.keys() if a[n] > 0),
+                      key=lambda c: c.after_us, reverse=True)[:top]
+    disappeared = sorted((OpChange(n, b[n], 0.0) for n in b.keys() - a.keys() if b[n] > 0),
+                         key=lambda c: c.before_us, reverse=True)[:top]
+    fb, fa = analyze(before.profile), analyze(after.profile)
+    rules_b, rules_a = {f.rule for f in fb}, {f.rule for f in fa}
+    return Pair(before, after, speedup, noise, basis, changed, appeared, disappeared,
+                resolved=[f for f in fb if f.rule not in rules_a],
+                new=[f for f in fa if f.rule not in rules_b],
+                kept=[f for f in fa if f.rule in rules_b])
+
+
+def compare(steps: list[Step]) -> Comparison:
+    if len(steps) < 2:
+        raise BadInput("compare needs at least two inputs (BASE NEW)", error_id="usage")
+    modes: list[ModeComparison] = []
+    labels = [s.label for s in steps[0].sections]
+    for i, label in enumerate(labels):
+        sections = []
+        for step in steps:
+            match = next((s for s in step.sections if s.label == label), None)
+            if match is None and i < len(step.sections) and step.run is None:
+                match = step.sections[i]  # imported profiles pair by position
+            if match is None:
+                break
+            sections.append(match)
+        if len(sections) != len(steps):
+            continue
+        pairs = [compare_pair(x, y) for x, y in zip(sections, sections[1:])]
+        overall = pairs[0] if len(pairs) == 1 else compare_pair(sections[0], sections[-1])
+        modes.append(ModeComparison(label, sections, pairs, overall))
+    if not modes:
+        raise BadInput("the inputs have no profiled mode in common (train, inference, ...)",
+                       error_id="bad-input")
+    mismatches = []
+    if len({s.device for s in steps}) > 1:
+        mismatches.append("device")
+    if len({s.name.removesuffix("-fixed") for s in steps}) > 1:  # a fix is the same workload
+        mismatches.append("target")
+    if len({s.batch_size for s in steps if s.batch_size}) > 1:
+        mismatches.append("batch")
+    return Comparison(steps, modes, mismatches)
+
+
+def regression(comparison: Comparison, max_slowdown_pct: float) -> tuple[bool, list[str]]:
+    """Is the last step more than ``max_slowdown_pct`` % slower than the first, beyond noise?"""
+    failed, why = False, []
+    for m in comparison.modes:
+        p = m.overall
+        if p.speedup is None:
+            why.append(f"{m.mode}: no throughput to compare")
+            continue
+        drop = (1.0 - p.speedup) * 100.0
+        beyond_noise = not p.within_noise
+        if drop > max_slowdown_pct and beyond_noise:
+            failed = True
+            why.append(f"{m.mode}: {drop:.1f}% slower than the base (limit {max_slowdown_pct:g}%, "
+                       f"noise ±{(p.noise or 0) * 100:.1f}%)")
+    return failed, why
+
+
+def compare_json(comparison: Comparison) -> dict[str, Any]:
+    modes = []
+    for m in comparison.modes:
+        p = m.overall
+        modes.append({
+            "mode": m.mode,
+            "throughput": [s.throughput.median if s.throughput else None for s in m.sections],
+            "speedup": p.speedup, "noise": p.noise, "within_noise": p.within_noise,
+            "basis": p.basis,
+            "changed": [{"name": c.name, "before_us": c.before_us, "after_us": c.after_us}
+                        for c in p.changed],
+            "appeared": [c.name for c in p.appeared],
+            "disappeared": [c.name for c in p.disappeared],
+            "resolved": [f.rule for f in p.resolved], "new": [f.rule for f in p.new],
+        })
+    return {"steps": [{"name": s.name, "source": s.source, "device": s.device}
+                      for s in comparison.steps],
+            "mismatches": comparison.mismatches, "modes": modes}
