@@ -117,3 +117,39 @@ def write_charts(view: dict[str, Any], folder, terms: Any) -> list[str]:
         s["chart"] = name
         written.append(name)
     return written
+
+
+def _mermaid_label(name: str) -> str:
+    """A label inside a Mermaid string: no quotes, no angle brackets (they read as HTML)."""
+    return _short(name, 40).replace('"', "'").replace("<", "‹").replace(">", "›")
+
+
+def mermaid_charts(view: dict[str, Any], terms: Any) -> None:
+    """Charts as Mermaid blocks, which GitHub draws in a comment without hosted images.
+
+    Sets ``mermaid`` on each section (a pie of the operators' shares) or, for a
+    comparison, on each mode (bars of the throughput per step).
+    """
+    if view.get("kind") == "compare":
+        for m in view["modes"]:
+            rows = m["chart_rows"]
+            if len(rows) < 2:
+                continue
+            names = ", ".join(f'"{i}. {_mermaid_label(n)}"' for i, (n, _) in enumerate(rows, 1))
+            values = ", ".join(f"{t.median:.4g}" for _, t in rows)
+            title = terms.chart["throughput"].replace('"', "'")
+            m["mermaid"] = (f'xychart-beta\n    title "{title}"\n    x-axis [{names}]\n'
+                            f'    y-axis "samples/s"\n    bar [{values}]')
+        return
+    for s in view["sections"]:
+        rows = s.get("chart_rows")
+        if not rows:
+            continue
+        title = terms.chart["share"][s["chart_basis"]].replace('"', "'")
+        lines = [f"pie showData title {title}"]
+        for name, share, _ in rows:
+            lines.append(f'    "{_mermaid_label(name)}" : {100 * share:.1f}')
+        rest = 100 * (1 - sum(share for _, share, _ in rows))
+        if rest >= 0.05:
+            lines.append(f'    "{terms.chart["other"]}" : {rest:.1f}')
+        s["mermaid"] = "\n".join(lines)

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import __version__
-from .errors import BadInput, ReporterError
+from .errors import BadInput, ReporterError, WorkFailed
 
 DEFAULT_RUNS = Path(os.environ.get("REPORTER_RUNS", "runs"))
+GITHUB_LIMIT = 65_536  # characters in a GitHub comment (reporter.render.GITHUB_COMMENT_LIMIT)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,8 +45,14 @@ def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:
                    help=f"report language (default: from your locale, else en; "
                         f"now {default_language()})")
     if formats:
-        p.add_argument("--format", default="md", metavar="md",
-                       help="comma-separated output formats (default: md)")
+        p.add_argument("--format", default="md", metavar="md,pdf",
+                       help="comma-separated output formats: md, pdf (default: md)")
+        p.add_argument("--max-chars", type=int, default=GITHUB_LIMIT, metavar="N",
+                       help="keep the Markdown under N characters, shortening the folded logs "
+                            f"first (default: {GITHUB_LIMIT}, a GitHub comment; 0: no limit)")
+        p.add_argument("--github", action="store_true",
+                       help="for pull requests: charts as Mermaid; when $GITHUB_STEP_SUMMARY is "
+                            "set, append the report to the job summary")
     p.add_argument("--runs", type=Path, default=DEFAULT_RUNS, metavar="DIR",
                    help=f"where runs are stored (default: {DEFAULT_RUNS}/, or $REPORTER_RUNS)")
 
@@ -114,6 +121,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _for_output(view: dict, args) -> dict:
+    """Options that shape the Markdown: the character limit and GitHub's flavour."""
+    from .view import Fmt
+
+    if args.max_chars < 0:
+        raise BadInput("--max-chars must be 0 (no limit) or more", error_id="usage")
+    view["max_chars"] = args.max_chars or None
+    view["max_chars_text"] = Fmt(view["lang"]).int(args.max_chars)
+    view["github"] = args.github
+    return view
+
+
+def _publish(path: Path, args) -> None:
+    """Print a written report's path; with --github, add the Markdown to the job summary."""
+    print(path)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if args.github and summary and path.suffix == ".md":
+        try:
+            with open(summary, "a", encoding="utf-8") as f:
+                f.write(path.read_text(encoding="utf-8") + "\n")
+        except OSError as exc:
+            raise WorkFailed(f"cannot append to $GITHUB_STEP_SUMMARY ({summary}): "
+                             f"{exc.strerror}", error_id="github") from exc
+
+
 def _lang(args) -> str:
     from .view import check_language, default_language
 
@@ -143,7 +175,7 @@ def cmd_run(args) -> int:
         try:
             with staging(root) as stage:
                 run = profile_target(spec, builder, opts, stage, step)
-                view = run_view(run, lang)
+                view = _for_output(run_view(run, lang), args)
                 reports = [write_report(view, stage, fmt).name for fmt in formats]
                 final = commit(run, stage, root)
         except ReporterError as exc:
@@ -153,7 +185,7 @@ def cmd_run(args) -> int:
             failed += 1
             continue
         for name_ in reports:
-            print(final / name_)
+            _publish(final / name_, args)
         done.append(run)
         step(f"done: ~{view['sections'][0]['throughput']} samples/s, "
              f"{view['n_findings']} finding(s)")
@@ -165,21 +197,21 @@ def cmd_run(args) -> int:
         from .compare import Step, compare
 
         steps = [Step(run.target["name"], run.id, run.sections, run) for run in done]
-        _write_comparison(compare(steps), lang, formats, root, None)
+        _write_comparison(compare(steps), lang, formats, root, None, args)
     return 1 if failed else 0
 
 
 def _write_comparison(comparison, lang: str, formats: list[str], runs: Path,
-                      out: Path | None) -> None:
+                      out: Path | None, args) -> None:
     from datetime import datetime, timezone
 
     from .render import write_report
     from .view import compare_view
 
     out = out or runs / f"compare-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
-    view = compare_view(comparison, lang)
+    view = _for_output(compare_view(comparison, lang), args)
     for fmt in formats:
-        print(write_report(view, out, fmt, stem="compare"))
+        _publish(write_report(view, out, fmt, stem="compare"), args)
 
 
 def cmd_compare(args) -> int:
@@ -197,7 +229,7 @@ def cmd_compare(args) -> int:
     if args.json:
         print(json.dumps(compare_json(comparison), ensure_ascii=False))
     else:
-        _write_comparison(comparison, lang, formats, args.runs, args.out)
+        _write_comparison(comparison, lang, formats, args.runs, args.out, args)
     if args.fail_if_slower is not None:
         failed, why = regression(comparison, args.fail_if_slower)
         if failed:
@@ -214,9 +246,9 @@ def cmd_render(args) -> int:
     lang, formats = _lang(args), parse_formats(args.format)
     folder = find(args.run, args.runs)
     run = load(folder)
-    view = run_view(run, lang)
+    view = _for_output(run_view(run, lang), args)
     for fmt in formats:
-        print(write_report(view, folder, fmt))
+        _publish(write_report(view, folder, fmt), args)
     return 0
 
 
@@ -238,17 +270,17 @@ def cmd_analyze(args) -> int:
         if args.json:
             print(json.dumps(profiles_json([s.profile for s in run.sections]), ensure_ascii=False))
             return 0
-        view = run_view(run, lang)
+        view = _for_output(run_view(run, lang), args)
         for fmt in formats:
-            print(write_report(view, run_folder, fmt))
+            _publish(write_report(view, run_folder, fmt), args)
         return 0
     profiles = read_profiles(path)
     if args.json:
         print(json.dumps(profiles_json(profiles), ensure_ascii=False))
         return 0
-    view = import_view(profiles, path.name, lang)
+    view = _for_output(import_view(profiles, path.name, lang), args)
     for fmt in formats:
-        print(write_report(view, args.out, fmt, stem=f"{path.stem}.report"))
+        _publish(write_report(view, args.out, fmt, stem=f"{path.stem}.report"), args)
     return 0
 
 

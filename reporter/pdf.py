@@ -121,6 +121,9 @@ def render_pdf(view: dict[str, Any]) -> bytes:
     except (ImportError, OSError) as exc:  # OSError: Pango or its friends are missing
         raise WorkFailed(f"PDF needs WeasyPrint and Pango ({exc}); run scripts/setup.sh",
                          error_id="no-weasyprint") from exc
+    # The handout has its own charts and room for whole logs: no Mermaid, no character limit.
+    parts = "modes" if view.get("kind") == "compare" else "sections"
+    view = {**view, "max_chars": None, parts: [{**p, "mermaid": None} for p in view[parts]]}
     page = to_html(render_markdown(view), view["lang"], view.get("created_iso"))
     base = str(view.get("asset_dir") or Path.cwd())
     return HTML(string=page, base_url=base).write_pdf()

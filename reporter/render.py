@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import BadInput
+from .errors import BadInput, WorkFailed
 from .store import write_atomic
 from .view import LANGUAGES
 
@@ -37,7 +37,42 @@ def environment(lang: str):
     )
 
 
+GITHUB_COMMENT_LIMIT = 65_536  # characters in a GitHub issue or pull-request comment
+
+
 def render_markdown(view: dict[str, Any], template: str | None = None) -> str:
+    """The Markdown report; with ``view['max_chars']``, shortened to fit (logs first)."""
+    text = _render_markdown(view, template)
+    limit = view.get("max_chars")
+    if not limit or len(text) <= limit or template:
+        return text
+    # Shorten the folded logs first: fewer rows in each raw table, then none at all.
+    sections = [dict(s) for s in view.get("sections") or []]  # the caller's view stays whole
+    view = {**view, "sections": sections}
+    originals = [list(s.get("raw") or []) for s in sections]
+    for keep in (15, 8, 4, 0):
+        for s, raw in zip(sections, originals):
+            s["raw"] = [(key, _cut_table(text_, keep)) for key, text_ in raw] if keep else []
+            s["logs_cut"] = True
+        text = _render_markdown(view, template)
+        if len(text) <= limit:
+            return text
+    raise WorkFailed(f"the report is {len(text):,} characters even without its logs, over "
+                     f"the limit of {limit:,} (--max-chars)", error_id="too-long")
+
+
+def _cut_table(table: str, keep: int) -> str:
+    """A key_averages table with only its first ``keep`` rows (and a line saying so)."""
+    lines = table.rstrip("\n").splitlines()
+    seps = [i for i, line in enumerate(lines) if set(line.strip()) <= set("- ") and line.strip()]
+    if len(seps) < 3 or seps[2] - seps[1] - 1 <= keep:
+        return table
+    first, last = seps[1] + 1, seps[2]
+    cut = last - first - keep
+    return "\n".join(lines[:first + keep] + [f"... ({cut} more rows)"] + lines[last:]) + "\n"
+
+
+def _render_markdown(view: dict[str, Any], template: str | None = None) -> str:
     template = template or ("compare.md.j2" if view.get("kind") == "compare" else "report.md.j2")
     text = environment(view["lang"]).get_template(template).render(**view)
     # Collapse runs of blank lines that template blocks leave behind.
@@ -85,9 +120,12 @@ def write_report(view: dict[str, Any], folder: Path, fmt: str, stem: str = "repo
         raise BadInput(f"unknown language {view['lang']!r}", error_id="bad-lang")
     folder = Path(folder)
     if view.get("asset_dir") != folder:
-        from .charts import write_charts
+        from .charts import mermaid_charts, write_charts
 
-        write_charts(view, folder, environment(view["lang"]).get_template("terms.j2").module)
+        terms = environment(view["lang"]).get_template("terms.j2").module
+        write_charts(view, folder, terms)
+        if view.get("github"):
+            mermaid_charts(view, terms)
         view["asset_dir"] = folder
     content = renderer.render(view)
     return write_atomic(folder / f"{stem}.{view['lang']}.{renderer.extension}", content)

@@ -250,6 +250,8 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
         "chart_rows": chart_rows,
         "chart_basis": "device" if device else "cpu",
         "chart": None,  # the chart's file name, once write_report has drawn it
+        "mermaid": None,  # the chart as a Mermaid block, for GitHub (--github)
+        "logs_cut": False,  # set when the logs were shortened to fit --max-chars
     }
 
 
@@ -282,7 +284,8 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
         "multi": len(sections) > 1,
         "plural": fmt.plural,
         "n_findings": sum(len(f) for f in findings),
-        "imported": False, "source": None,
+        "imported": False, "source": None, "marker": f"report:{run.target.get('name')}",
+        "max_chars": None, "github": False,
     }
 
 
@@ -303,6 +306,7 @@ def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, An
         "cpu_count": None, "threads": None, "python": None,
         "sections": sections, "multi": len(sections) > 1, "plural": fmt.plural,
         "n_findings": sum(len(s["findings"]) for s in sections), "imported": True,
+        "marker": f"analyze:{source}", "max_chars": None, "github": False,
     }
 
 
@@ -364,7 +368,7 @@ def compare_view(comparison, lang: str) -> dict[str, Any]:
             "chart_rows": [(step.name, s.throughput) for step, s in
                            zip(comparison.steps, m.sections) if s.throughput and
                            s.throughput.windows],
-            "chart": None,
+            "chart": None, "mermaid": None,
             "sub": "###" if len(comparison.modes) > 1 else "##",
         })
     last = comparison.steps[-1].run
@@ -374,6 +378,8 @@ def compare_view(comparison, lang: str) -> dict[str, Any]:
         "steps": steps, "modes": modes, "multi": len(modes) > 1,
         "mismatch": {k: k in comparison.mismatches for k in ("device", "target", "batch")},
         "any_mismatch": bool(comparison.mismatches),
+        "marker": "compare:" + ",".join(s.name for s in comparison.steps),
+        "max_chars": None, "github": False,
         "created_iso": (last.created if last else
                         datetime.now(timezone.utc).isoformat(timespec="seconds")),
     }
