@@ -75,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="same as --runs")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="run N ranks on this machine (torch.distributed: gloo on the CPU, NCCL "
+                        "on GPUs); rank 0 writes one run with every rank in it")
+    p.add_argument("--rank-timeout", type=float, default=300.0, metavar="S",
+                   help="how long rank 0 waits for the other ranks, and the collectives' "
+                        "timeout (default: 300)")
     p.add_argument("--compare", action="store_true",
                    help="also compare the runs in the order of --target (a baseline, then its "
                         "fix) and write the comparison under runs/compare-<time>/")
@@ -153,6 +159,7 @@ def _lang(args) -> str:
 
 
 def cmd_run(args) -> int:
+    from .distributed import launch, world_from_env
     from .render import parse_formats
     from .target import DEFAULT_SUITE, resolve
 
@@ -160,21 +167,42 @@ def cmd_run(args) -> int:
     root = args.out or args.runs
     specs = args.target or list(DEFAULT_SUITE)
     builders = [resolve(spec) for spec in specs]  # bad specs fail before any work
-    progress = Progress(args.quiet)
+    world = world_from_env()
+    if args.nproc is not None:
+        if world is not None:
+            raise BadInput("--nproc inside a distributed run: drop it, torchrun started the ranks",
+                           error_id="usage")
+        return launch(_without_nproc(args.argv), args.nproc)
+    progress = Progress(args.quiet or (world is not None and world.rank != 0))
     from .runner import RunOptions, profile_target, resolve_device  # imports torch
     from .render import write_report
     from .store import commit, staging
     from .view import run_view
 
     opts = RunOptions(device=resolve_device(args.device), preset=args.preset)
-    progress(f"profiling {len(specs)} target(s) on {opts.device}, preset {opts.preset}")
+    kv = None
+    if world is not None:
+        from dataclasses import replace
+
+        from . import distributed
+
+        opts = replace(opts, device=distributed.init(world, opts.device, args.rank_timeout))
+        kv = distributed.Peers(distributed.store(world, args.rank_timeout), world,
+                               args.rank_timeout)
+        if world.rank != 0:
+            return _run_other_rank(world, kv, specs, builders, opts, args)
+    progress(f"profiling {len(specs)} target(s) on {opts.device}, preset {opts.preset}"
+             + (f", {world.size} ranks" if world else ""))
     failed = 0
     done = []
     for i, (spec, (name, builder)) in enumerate(zip(specs, builders), 1):
         step = lambda msg, i=i, name=name: progress(f"[{i}/{len(specs)}] {name}: {msg}")
         try:
             with staging(root) as stage:
-                run = profile_target(spec, builder, opts, stage, step)
+                if world is None:
+                    run = profile_target(spec, builder, opts, stage, step)
+                else:
+                    run = _gather_ranks(world, kv, i, spec, builder, opts, stage, step, args)
                 view = _for_output(run_view(run, lang), args)
                 reports = [write_report(view, stage, fmt).name for fmt in formats]
                 final = commit(run, stage, root)
@@ -199,6 +227,68 @@ def cmd_run(args) -> int:
         steps = [Step(run.target["name"], run.id, run.sections, run) for run in done]
         _write_comparison(compare(steps), lang, formats, root, None, args)
     return 1 if failed else 0
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            out.append(a)
+    return out
+
+
+def _run_other_rank(world, peers, specs, builders, opts, args) -> int:
+    """A rank other than 0: profile each target, post the result to rank 0, write nothing."""
+    import tempfile
+    from dataclasses import replace
+
+    from . import distributed
+    from .runner import profile_target
+
+    for i, (spec, (_, builder)) in enumerate(zip(specs, builders), 1):
+        key = f"reporter/{i}"
+        target_opts = replace(opts, agree=lambda n, key=key: peers.agree(key, n))
+        with tempfile.TemporaryDirectory() as scratch:
+            try:
+                run = profile_target(spec, builder, target_opts, Path(scratch))
+                result = {"status": "ok", "error": None, "run": run.to_dict()}
+                traces = distributed.trace_files(Path(scratch))
+            except ReporterError as exc:
+                result, traces = {"status": "failed", "error": str(exc)}, {}
+            distributed.post(peers.kv, key, world.rank, result, traces)
+    return 0
+
+
+def _gather_ranks(world, peers, i, spec, builder, opts, stage, step, args):
+    """Rank 0: profile, then wait for the other ranks and merge them into one run."""
+    from dataclasses import replace
+
+    from . import distributed
+    from .runner import profile_target
+
+    key = f"reporter/{i}"
+    own, own_error = None, None
+    try:
+        own = profile_target(spec, builder, replace(opts, agree=lambda n: peers.agree(key, n)),
+                             stage, step)
+    except ReporterError as exc:
+        own_error = str(exc)
+        print(f"reporter: rank 0: {exc.one_line()}", file=sys.stderr)
+    step(f"waiting for ranks 1-{world.size - 1} (up to {args.rank_timeout:g} s)")
+    results = peers.collect(key)
+    run = distributed.merge(own, own_error, results, stage)
+    if run is None:
+        why = "; ".join(f"rank {r}: {res.get('error')}" for r, res in sorted(results.items()))
+        raise WorkFailed(f"no rank finished profiling {spec}: rank 0: {own_error}; {why}",
+                         error_id="ranks-failed")
+    for entry in run.ranks:
+        if entry["status"] != "ok":
+            step(f"rank {entry['rank']} {entry['status']}: {entry['error']}")
+    return run
 
 
 def _write_comparison(comparison, lang: str, formats: list[str], runs: Path,
@@ -322,6 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        args.argv = argv
         if not getattr(args, "func", None):
             parser.print_help(sys.stderr)
             return 2

@@ -81,6 +81,10 @@ class Profile:
     self_device_us: float = 0.0
     steps: int = 0
     # Known for live runs on a GPU; None when the input does not say.
+    # Time in collectives (union of their intervals) and the part that overlaps
+    # computation; None when the profile holds no communication.
+    comm_us: float | None = None
+    comm_overlap_us: float | None = None
     peak_device_mem_b: int | None = None
     device_mem_capacity_b: int | None = None
     device_name: str | None = None
@@ -117,6 +121,8 @@ class Profile:
             self_cpu_us=float(data.get("self_cpu_us", 0.0)),
             self_device_us=float(data.get("self_device_us", 0.0)),
             steps=int(data.get("steps", 0)),
+            comm_us=data.get("comm_us"),
+            comm_overlap_us=data.get("comm_overlap_us"),
             peak_device_mem_b=data.get("peak_device_mem_b"),
             device_mem_capacity_b=data.get("device_mem_capacity_b"),
             device_name=data.get("device_name"),

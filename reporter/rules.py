@@ -302,3 +302,22 @@ def single_tensor_optimizer(profile: Profile, limits: dict[str, float]) -> Findi
                     "op": steps[0].name, "op_time_us": steps[0].cpu_total_us,
                     "calls": step_calls, "updates_per_step": updates / step_calls},
                    ops=[o.name for o in steps])
+
+
+@rule("communication-bound", share=0.10, high=0.30)
+def communication_bound(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """Collectives (all-reduce, all-gather, ...) take a large share of the step."""
+    if not profile.comm_us:
+        return None
+    wall = step_wall_us(profile)
+    if wall <= 0:
+        return None
+    s = profile.comm_us / wall
+    if s <= limits["share"]:
+        return None
+    overlap = (profile.comm_overlap_us or 0.0) / profile.comm_us
+    return Finding("communication-bound", _severity(s, limits["high"]),
+                   {"basis": "step", "share": s, "threshold": limits["share"],
+                    "op_time_us": profile.comm_us, "step_us": wall, "overlap_share": overlap,
+                    "exposed_us": profile.comm_us - (profile.comm_overlap_us or 0.0),
+                    "calls": 0})

@@ -70,14 +70,25 @@ class Run:
     target: dict[str, Any]  # name, spec, preset, batch_size, builtin
     env: dict[str, Any]
     sections: list[Section]
+    # A distributed run: one entry per rank, {"rank", "status" ("ok", "failed",
+    # "missing"), "error", "sections"}; rank 0's sections are the run's own.
+    ranks: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "created": self.created, "device": self.device,
+        data = {"id": self.id, "created": self.created, "device": self.device,
                 "target": self.target, "env": self.env,
                 "sections": [s.to_dict() for s in self.sections]}
+        if self.ranks is not None:
+            data["ranks"] = [{**r, "sections": [s.to_dict() for s in r["sections"]]}
+                             if r.get("sections") else r for r in self.ranks]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Run":
+        ranks = data.get("ranks")
+        if ranks is not None:
+            ranks = [{**r, "sections": [Section.from_dict(s) for s in r["sections"]]}
+                     if r.get("sections") else dict(r) for r in ranks]
         return cls(id=data["id"], created=data["created"], device=data["device"],
                    target=dict(data["target"]), env=dict(data["env"]),
-                   sections=[Section.from_dict(s) for s in data["sections"]])
+                   sections=[Section.from_dict(s) for s in data["sections"]], ranks=ranks)

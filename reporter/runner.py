@@ -43,9 +43,14 @@ class RunOptions:
     window_s: float = 0.4  # aim for windows this long
     profile_steps: int = 3  # active steps of the profiler schedule
     row_limit: int = 30  # rows of the raw tables in the report's logs
+    # In a distributed run, how ranks settle on a number they must share (the
+    # steps per timed window: DDP's collectives pair up step by step).
+    agree: Callable[[int], int] | None = None
 
 
 def resolve_device(requested: str) -> str:
+    if requested.startswith("cuda:") and torch.cuda.is_available():
+        return requested  # a rank's own GPU in a distributed run
     if requested not in ("auto", "cuda", "cpu"):
         raise BadInput(f"unknown device {requested!r}; use auto, cuda or cpu",
                        error_id="bad-device")
@@ -234,6 +239,8 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
         stepper()
     one = _timed(stepper, device, 1)
     steps = max(1, min(200, round(opts.window_s / max(one, 1e-6))))
+    if opts.agree is not None:
+        steps = opts.agree(steps)
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
     progress(f"timing {opts.windows} windows x {steps} steps")
@@ -351,6 +358,7 @@ def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
         device=device,
         target={"name": name, "spec": spec, "preset": opts.preset,
                 "batch_size": batch_size,
-                "builtin": builtin is not None, "seed": builtin.seed if builtin else None},
+                "builtin": builtin is not None,
+                "seed": builtin.seed if builtin and builtin.seed.isdigit() else None},
         env=environment(device), sections=sections)
 

@@ -23,7 +23,9 @@ from .run import Run
 # Format history of run.json (meta.format):
 #   1: first version: meta, run (target, env, sections with profile, tables,
 #      throughput, memory, benchmark, trace file name).
-FORMAT = 1
+#   2: run.ranks for distributed runs; profile.comm_us, comm_overlap_us,
+#      peak_device_mem_b, device_mem_capacity_b, device_name. Reads format 1.
+FORMAT = 2
 RUN_FILE = "run.json"
 STAGING_SUFFIX = ".partial"
 

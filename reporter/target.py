@@ -135,7 +135,17 @@ BUILTINS: dict[str, BuiltinTarget] = {t.name: t for t in [
        "scaled_dot_product_attention"),
 ]}
 
-DEFAULT_SUITE = tuple(BUILTINS)
+BUILTINS["ddp"] = _b(
+    "ddp", "ddp", "build", "—",
+    "a model trained with DistributedDataParallel on several ranks (gloo on the CPU, NCCL on "
+    "GPUs): communication per rank; run with --nproc 2",
+    "модель, обучаемая через DistributedDataParallel на нескольких рангах (gloo на CPU, NCCL на "
+    "GPU): коммуникация по рангам; запуск с --nproc 2",
+    "在多个 rank 上用 DistributedDataParallel 训练的模型（CPU 用 gloo，GPU 用 NCCL）："
+    "各 rank 的通信；用 --nproc 2 运行")
+
+# The default suite: the seed workloads (ddp needs several ranks).
+DEFAULT_SUITE = tuple(name for name in BUILTINS if name != "ddp")
 
 
 def resolve(spec: str) -> tuple[str, Callable[..., Target]]:

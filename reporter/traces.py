@@ -222,9 +222,9 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any], shapes: bool) 
                     if ext is None:
                         ext = args.get("external id")
                     corr = args.get("correlation")
-                device.append((name, dur, ext, corr, KIND_KERNEL))
+                device.append((name, dur, ext, corr, KIND_KERNEL, ts))
             elif cat in dev_ann:
-                device.append((name, dur, None, None, KIND_ANNOTATION))
+                device.append((name, dur, None, None, KIND_ANNOTATION, ts))
     # Kineto's nanosecond mode writes integer ns and says so; everything else is in us.
     scale = 1e-3 if meta.get("displayTimeUnit") == "ns" and int_ts else 1.0
 
@@ -285,7 +285,7 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any], shapes: bool) 
 
     # Device time: to the operator that launched each kernel.
     kernel_aggs: dict[tuple[str, str], _Agg] = {}
-    for name, dur, ext, corr, kind in device:
+    for name, dur, ext, corr, kind, _ in device:
         agg = kernel_aggs.get((name, kind))
         if agg is None:
             agg = kernel_aggs[(name, kind)] = _Agg(kind)
@@ -339,12 +339,74 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any], shapes: bool) 
     self_dev = sum(a.self_dev for (_, kind), a in kernel_aggs.items()
                    if kind == KIND_KERNEL) * scale
     props = meta.get("deviceProperties") or []
-    has_kernels = any(k == KIND_KERNEL for _, _, _, _, k in device)
+    has_kernels = any(d[4] == KIND_KERNEL for d in device)
+    comm = _communication(threads, device, has_kernels)
     return Profile(device_type="cuda" if has_kernels else None,
+                   comm_us=comm[0] * scale if comm else None,
+                   comm_overlap_us=comm[1] * scale if comm else None,
                    self_cpu_us=self_cpu, self_device_us=self_dev, steps=steps, ops=ops,
                    ops_by_shape=by_shape,
                    device_name=(props[0].get("name") if props and isinstance(props[0], dict)
                                 else None))
+
+
+# Collectives: the work itself (gloo:/nccl: ranges on the host, NCCL kernels on the
+# device), and as a fallback the c10d operators that enqueue it.
+_COMM_WORK = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):|^nccl\w*Kernel|^ncclDevKernel|^rccl", re.I)
+_COMM_CALL = re.compile(r"^c10d::|^c10d_functional::|^_c10d_functional::|record_param_comms")
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Length of the intersection of two unions of intervals (each sorted, disjoint)."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _communication(threads: dict, device: list, on_device: bool) -> tuple[float, float] | None:
+    """(time in collectives, the part of it that overlaps computation), or None without any.
+
+    Communication is the union of the collectives' intervals. Computation is
+    the union of the other kernels on a GPU profile, or of the other operators
+    on a CPU profile's threads.
+    """
+    comm, compute = [], []
+    if on_device:
+        for name, dur, _, _, kind, ts in device:
+            if kind == KIND_KERNEL:
+                (comm if _COMM_WORK.search(name) else compute).append((ts, ts + dur))
+    host_work = [(ts, end) for evs in threads.values() for ts, end, name, *_ in evs
+                 if _COMM_WORK.search(name)]
+    comm += host_work
+    if not comm:  # no ranges of the work itself: the calls that enqueue it
+        comm = [(ts, end) for evs in threads.values() for ts, end, name, *_ in evs
+                if _COMM_CALL.search(name)]
+    if not comm:
+        return None
+    if not on_device:
+        compute = [(ts, end) for evs in threads.values() for ts, end, name, cat, *_ in evs
+                   if cat in ("cpu_op", "Operator") and not _COMM_WORK.search(name)
+                   and not _COMM_CALL.search(name)]
+    comm_u, compute_u = _union(comm), _union(compute)
+    return sum(b - a for a, b in comm_u), _overlap(comm_u, compute_u)
 
 
 def _shape_key(dims: Any) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import locale as _locale
 import os
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -18,7 +19,7 @@ from babel.dates import format_datetime
 from babel.numbers import format_decimal, format_percent
 from babel.units import format_unit
 
-from .analyzer import Finding, analyze
+from .analyzer import Finding, analyze, step_wall_us
 from .errors import BadInput
 from .profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from .run import Run, Section
@@ -137,6 +138,14 @@ def _pattern(value: float) -> str:
     return "#,##0" if a >= 100 else "#,##0.0" if a >= 10 else "#,##0.00"
 
 
+def md_text(text: str) -> str:
+    """Free text (an error message) in a table cell: one line, no pipes or markup."""
+    out = " ".join(str(text).split())
+    for ch in "\\|<>*_[]`":
+        out = out.replace(ch, "\\" + ch)
+    return out
+
+
 def md_name(name: str) -> str:
     """An operator name as inline code in a GitHub pipe table, safe for any name."""
     text = name.replace("|", "\\|").replace("\n", " ")
@@ -163,7 +172,7 @@ def _op_row(op: Op, profile: Profile, fmt: Fmt, device: bool) -> dict[str, str]:
     return row
 
 
-_SHARES = ("share", "threshold", "op_share", "per_call_share")
+_SHARES = ("share", "threshold", "op_share", "per_call_share", "overlap_share")
 
 
 def _finding_view(f: Finding, fmt: Fmt) -> dict[str, Any]:
@@ -255,6 +264,41 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
     }
 
 
+def _rank_row(rank: int, status: str, error: str | None, section: Section | None,
+              fmt: Fmt) -> dict[str, Any]:
+    row = {"rank": rank, "status": status, "error": md_text(error) if error else None,
+           "throughput": "—", "step": "—", "comm": "—", "overlap": "—", "median": None}
+    if section is None:
+        return row
+    p, t = section.profile, section.throughput
+    if t and t.windows:
+        row["throughput"], row["median"] = fmt.num(t.median), t.median
+    wall = step_wall_us(p)
+    if p.steps and wall:
+        row["step"] = fmt.time(wall / p.steps)
+    if p.comm_us is not None and wall:
+        row["comm"] = fmt.pct(p.comm_us / wall)
+        row["overlap"] = fmt.pct(p.comm_overlap_us / p.comm_us) if p.comm_us else "—"
+    return row
+
+
+def _ranks_view(rows: list[dict[str, Any]], main: int, fmt: Fmt) -> dict[str, Any]:
+    """Per-rank rows plus the total, the spread across ranks and the slowest rank;
+    ``main`` is the rank whose profile the report's sections show."""
+    timed = [r for r in rows if r["median"]]
+    view: dict[str, Any] = {"rows": rows, "world": len(rows), "main": main, "total": None,
+                            "spread": None,
+                            "slowest": None,
+                            "missing": [r["rank"] for r in rows if r["status"] != "ok"]}
+    if timed:
+        medians = sorted(r["median"] for r in timed)
+        mid = medians[len(medians) // 2]
+        view["total"] = fmt.num(sum(medians))
+        view["spread"] = fmt.pct((medians[-1] - medians[0]) / mid) if mid else None
+        view["slowest"] = min(timed, key=lambda r: r["median"])["rank"]
+    return view
+
+
 def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
              ) -> dict[str, Any]:
     """Everything report.md.j2 prints for a stored or fresh run."""
@@ -265,7 +309,14 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
     sections = [section_view(s, fmt, f) for s, f in zip(run.sections, findings)]
     for s in sections:  # heading level of a section's parts
         s["sub"] = "###" if len(sections) > 1 else "##"
+    ranks = None
+    if run.ranks:
+        ranks = _ranks_view([_rank_row(r["rank"], r["status"], r.get("error"),
+                                       (run.sections if r.get("main") else r.get("sections")
+                                        or [None])[0], fmt) for r in run.ranks],
+                            next(r["rank"] for r in run.ranks if r.get("main")), fmt)
     return {
+        "ranks": ranks,
         "lang": lang,
         "run_id": run.id,
         "target": run.target.get("name"),
@@ -297,7 +348,16 @@ def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, An
     for s in sections:
         s["sub"] = "###" if len(sections) > 1 else "##"
     device = next((p.device_type for p in profiles if p.device_type), None)
+    ranks = None
+    if len(profiles) > 1 and all(re.fullmatch(r"rank \d+", p.label) for p in profiles):
+        # per-rank traces: the first rank's profile is the report, every rank is in the table
+        ranks = _ranks_view([_rank_row(int(p.label.split()[1]), "ok", None,
+                                       Section(p.label, None, p), fmt) for p in profiles],
+                            int(profiles[0].label.split()[1]), fmt)
+        sections = sections[:1]
+        sections[0]["sub"] = "##"
     return {
+        "ranks": ranks,
         "lang": lang, "run_id": None, "source": source, "target": source, "seed": None,
         "preset": None, "batch_size": None, "on_gpu": device is not None,
         "device_name": device.upper() if device else "CPU", "device_memory": None,

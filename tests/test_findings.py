@@ -97,6 +97,11 @@ def _gpu(ops, cpu_total=None, **extra) -> Profile:
 
 
 SYNTHETIC = {
+    "communication-bound": Profile(label="rank 0", self_cpu_us=2000, comm_us=600,
+                                   comm_overlap_us=150, ops=[
+        Op("ProfilerStep*", calls=2, self_cpu_us=100, cpu_total_us=1800, kind="annotation"),
+        Op("aten::mm", calls=4, self_cpu_us=1500, cpu_total_us=1500),
+        Op("c10d::allreduce_", calls=4, self_cpu_us=400, cpu_total_us=400)]),
     "launch-overhead": _gpu([
         Op("cudaLaunchKernel", calls=5000, self_cpu_us=40_000, cpu_total_us=40_000, kind="runtime"),
         Op("aten::add", calls=5000, self_cpu_us=30_000, self_device_us=20_000),

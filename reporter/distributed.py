@@ -1,0 +1,238 @@
+"""Distributed runs: every rank profiles its own window, rank 0 writes one run.
+
+Ranks are started by torchrun (``torchrun --nproc-per-node N -m reporter run``)
+or by ``reporter run --nproc N``, which starts them itself with the same
+env:// rendezvous (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) instead of
+torchrun's elastic agent: the agent stops every rank when one fails, and the
+report of the others would be lost with it.
+
+Results travel through torch.distributed's TCPStore, not through a collective,
+so that a rank that crashed or hangs cannot block the others: each rank posts
+its run (JSON) and its traces (gzip bytes) under its own keys; rank 0 waits for
+each rank until a deadline and reports the ranks that never answered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from .errors import BadInput, WorkFailed
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int
+    size: int
+    local_rank: int
+
+
+def world_from_env() -> World | None:
+    """This process's place in a distributed run, when torchrun or --nproc started it."""
+    try:
+        size = int(os.environ.get("WORLD_SIZE", "1"))
+        if size <= 1:
+            return None
+        return World(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", "0")))
+    except (KeyError, ValueError) as exc:
+        raise BadInput(f"a distributed run needs RANK and WORLD_SIZE set ({exc})",
+                       error_id="bad-world") from exc
+
+
+def init(world: World, device: str, timeout_s: float) -> str:
+    """Join the process group (NCCL on GPUs, gloo on the CPU); the rank's device."""
+    import torch
+    import torch.distributed as dist
+
+    if device.startswith("cuda"):
+        torch.cuda.set_device(world.local_rank)
+        device, backend = f"cuda:{world.local_rank}", "nccl"
+    else:
+        backend = "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    return device
+
+
+def store(world: World, timeout_s: float):
+    """The key-value store results travel through (rank 0 serves it)."""
+    import torch.distributed as dist
+
+    host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = int(os.environ.get("REPORTER_STORE_PORT")
+               or int(os.environ.get("MASTER_PORT", "29500")) + 1)
+    return dist.TCPStore(host, port, world_size=None, is_master=world.rank == 0,
+                         timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+
+
+def post(kv, key: str, rank: int, result: dict[str, Any], traces: dict[str, bytes]) -> None:
+    """Publish a rank's result: its run (or error) and its gzipped traces."""
+    for name, data in traces.items():
+        kv.set(f"{key}/{rank}/trace/{name}", data)
+    kv.set(f"{key}/{rank}/result", json.dumps({**result, "traces": list(traces)}))
+
+
+class Peers:
+    """Rank 0's and the others' view of each other, through the store, with one deadline.
+
+    A rank that has posted its result for a target, or that stayed silent past
+    the deadline, is no longer waited for, neither when the ranks agree on a
+    number nor when rank 0 collects the results.
+    """
+
+    def __init__(self, kv, world: World, timeout_s: float):
+        self.kv, self.world, self.timeout_s = kv, world, timeout_s
+        self.gone: dict[int, str] = {}  # rank -> why it is no longer waited for
+        self._agreements = 0
+
+    def _others(self) -> list[int]:
+        return [r for r in range(self.world.size) if r != self.world.rank and r not in self.gone]
+
+    def agree(self, target_key: str, value: int) -> int:
+        """The largest of every live rank's ``value`` (each rank calls this in the same order)."""
+        key = f"reporter/agree/{self._agreements}"
+        self._agreements += 1
+        self.kv.set(f"{key}/{self.world.rank}", str(value))
+        values, pending = [value], self._others()
+        deadline = time.monotonic() + self.timeout_s
+        while pending:
+            for rank in list(pending):
+                if self.kv.check([f"{key}/{rank}"]):
+                    values.append(int(self.kv.get(f"{key}/{rank}")))
+                    pending.remove(rank)
+                elif self.kv.check([f"{target_key}/{rank}/result"]):
+                    pending.remove(rank)  # it finished (or failed) without this step
+            if pending and time.monotonic() >= deadline:
+                for rank in pending:
+                    self.gone[rank] = f"no answer within {self.timeout_s:g} s"
+                break
+            if pending:
+                time.sleep(0.05)
+        return max(values)
+
+    def collect(self, key: str) -> dict[int, dict[str, Any]]:
+        """Each other rank's result, or {"status": "missing"} for those silent past the deadline."""
+        deadline = time.monotonic() + self.timeout_s
+        results: dict[int, dict[str, Any]] = {}
+        pending = self._others()
+        while pending and time.monotonic() < deadline:
+            for rank in list(pending):
+                if self.kv.check([f"{key}/{rank}/result"]):
+                    result = json.loads(self.kv.get(f"{key}/{rank}/result"))
+                    result["trace_bytes"] = {name: self.kv.get(f"{key}/{rank}/trace/{name}")
+                                             for name in result.pop("traces", [])}
+                    results[rank] = result
+                    pending.remove(rank)
+            if pending:
+                time.sleep(0.2)
+        for rank in pending:
+            self.gone.setdefault(rank, f"no answer within {self.timeout_s:g} s")
+        for rank, why in self.gone.items():
+            results.setdefault(rank, {"status": "missing", "error": why})
+        return results
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(argv: list[str], nproc: int, grace_s: float = 10.0) -> int:
+    """Start ``nproc`` ranks of ``reporter <argv>`` on this machine; rank 0's exit code.
+
+    Once rank 0 has written the run, ranks still running (hung) are stopped
+    after ``grace_s`` seconds.
+    """
+    if nproc < 2:
+        raise BadInput("--nproc takes 2 or more ranks", error_id="usage")
+    env = {**os.environ, "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+           "REPORTER_STORE_PORT": str(free_port())}
+    procs = []
+    try:
+        for rank in range(nproc):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "reporter", *argv],
+                env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                stdout=None if rank == 0 else subprocess.DEVNULL, start_new_session=True))
+        code = procs[0].wait()
+        deadline = time.monotonic() + grace_s
+        for p in procs[1:]:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _stop(p)
+        return code
+    except OSError as exc:
+        raise WorkFailed(f"cannot start the ranks: {exc}", error_id="launch") from exc
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                _stop(p)
+
+
+def _stop(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def trace_files(scratch: Path) -> dict[str, bytes]:
+    """A rank's traces, gzipped, by file name."""
+    import gzip
+
+    return {f"{p.name}.gz": gzip.compress(p.read_bytes(), 6)
+            for p in sorted(scratch.glob("trace-*.json"))}
+
+
+def merge(own, own_error: str | None, results: dict[int, dict[str, Any]], stage: Path):
+    """One run from every rank's result; other ranks' traces are written to ``stage``.
+
+    Rank 0's run carries the report (or, when rank 0 failed, the first rank
+    that finished); its entry in ``ranks`` is marked ``main`` and holds no
+    sections of its own. Returns None when no rank finished profiling.
+    """
+    from .run import Run
+
+    runs: dict[int, Any] = {0: own} if own is not None else {}
+    ranks: list[dict[str, Any]] = [{"rank": 0, "status": "ok" if own else "failed",
+                                    "error": own_error}]
+    for rank in sorted(results):
+        res = results[rank]
+        ranks.append({"rank": rank, "status": res["status"], "error": res.get("error")})
+        if res["status"] != "ok":
+            continue
+        run = Run.from_dict(res["run"])
+        for section in run.sections:  # its traces, renamed for the rank
+            data = res["trace_bytes"].get(f"{section.trace}.gz") if section.trace else None
+            if data is None:
+                section.trace = None
+                continue
+            section.trace = section.trace.replace(".json", f".rank{rank}.json") + ".gz"
+            (stage / section.trace).write_bytes(data)
+        runs[rank] = run
+    if not runs:
+        return None
+    main_rank = min(runs)
+    for entry in ranks:
+        entry["main"] = entry["rank"] == main_rank
+        entry["sections"] = (runs[entry["rank"]].sections
+                             if entry["rank"] in runs and not entry["main"] else None)
+    main = runs[main_rank]
+    main.ranks = ranks
+    return main

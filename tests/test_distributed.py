@@ -1,0 +1,101 @@
+"""Distributed runs: 2 ranks with gloo on the CPU, merged by rank 0; ranks that fail or hang."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import cli
+
+
+def _run(tmp_path: Path, *argv: str, env: dict | None = None, timeout: float = 240):
+    import os
+    start = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "reporter", "run", "--quiet", "--lang", "en",
+                          "--device", "cpu", "--out", str(tmp_path / "runs"), *argv],
+                         capture_output=True, text=True, timeout=timeout,
+                         env={**os.environ, **(env or {})})
+    return res, time.monotonic() - start
+
+
+def _load(report: Path) -> dict:
+    return json.loads((report.parent / "run.json").read_text())["run"]
+
+
+def test_two_ranks_with_gloo(tmp_path):
+    res, _ = _run(tmp_path, "--nproc", "2", "--target", "ddp", "--rank-timeout", "120")
+    assert res.returncode == 0, res.stderr[-2000:]
+    report = Path(res.stdout.strip().splitlines()[-1])
+    run = _load(report)
+    assert [r["rank"] for r in run["ranks"]] == [0, 1]
+    assert all(r["status"] == "ok" for r in run["ranks"])
+    profiles = [run["sections"][0]["profile"], run["ranks"][1]["sections"][0]["profile"]]
+    for p in profiles:  # collectives found on both ranks, and their overlap
+        assert p["comm_us"] > 0 and 0 <= p["comm_overlap_us"] <= p["comm_us"]
+        assert any(o["name"].startswith("gloo:") for o in p["ops"])
+    md = report.read_text()
+    assert "## Ranks" in md and "over 2 ranks" in md
+    rows = [line for line in md.splitlines() if line.startswith(("| 0 |", "| 1 |"))]
+    assert len(rows) == 2 and all("%" in row.split("|")[4] for row in rows)  # communication share
+    traces = sorted(p.name for p in report.parent.glob("trace-*.gz"))
+    assert traces == ["trace-train.json.gz", "trace-train.rank1.json.gz"]
+    # The same per-rank traces, analyzed as a folder, give the same ranks table.
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for t in traces:
+        (folder / t).write_bytes((report.parent / t).read_bytes())
+    res = cli("analyze", folder, "--lang", "en", "--out", tmp_path)
+    assert res.code == 0, res.err
+    again = Path(res.out.strip()).read_text()
+    assert [r.split("|")[3:6] for r in rows] == [
+        r.split("|")[3:6] for r in again.splitlines() if r.startswith(("| 0 |", "| 1 |"))]
+
+
+FAULTY = '''
+import os, time, torch
+from reporter import Target
+
+def build(device="cpu", preset="default"):
+    if os.environ["RANK"] == "1":
+        mode = os.environ["FAULT"]
+        if mode == "raise":
+            raise RuntimeError("rank 1 broke on purpose")
+        if mode == "exit":
+            os._exit(7)
+        time.sleep(3600)  # hang
+    model = torch.nn.Linear(16, 4)
+    data = [(torch.randn(8, 16), torch.randint(0, 4, (8,)))]
+    return Target(model=model, batches=data, batch_size=8,
+                  loss=lambda out, b: torch.nn.functional.cross_entropy(out, b[1]),
+                  optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+'''
+
+
+@pytest.mark.parametrize("fault,status", [("raise", "failed"), ("exit", "missing"),
+                                          ("hang", "missing")])
+def test_a_rank_that_fails_or_hangs_does_not_hang_the_report(tmp_path, fault, status):
+    script = tmp_path / "faulty.py"
+    script.write_text(FAULTY)
+    res, took = _run(tmp_path, "--nproc", "2", "--target", f"{script}:build",
+                     "--rank-timeout", "15", env={"FAULT": fault})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert took < 90  # the rank-timeout, then the launcher stops what still runs
+    report = Path(res.stdout.strip().splitlines()[-1])
+    ranks = _load(report)["ranks"]
+    assert [(r["rank"], r["status"]) for r in ranks] == [(0, "ok"), (1, status)]
+    md = report.read_text()
+    assert "Missing from this report: rank 1" in md
+    if fault == "raise":
+        assert "rank 1 broke on purpose" in md
+
+
+def test_ddp_alone_and_nproc_errors():
+    res = cli("run", "--target", "ddp", "--device", "cpu", "--quiet")
+    assert res.code == 2 and "--nproc 2" in res.err
+    res = cli("run", "--target", "ddp", "--nproc", "1")
+    assert res.code == 2 and "2 or more" in res.err
