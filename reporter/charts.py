@@ -45,15 +45,9 @@ def share_chart(rows: list[tuple[str, float, str]], title: str) -> str:
             ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, " " + label,
                     va="center", fontsize=8)
         ax.set_xlim(0, max(values + [1.0]) * 1.18)
-        ax.set_title(title, fontsize=10, loc="left")
         ax.tick_params(axis="y", labelsize=8)
         ax.tick_params(axis="x", labelsize=7)
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
-        fig.tight_layout()
-        out = io.StringIO()
-        fig.savefig(out, format="svg", metadata={"Date": None})
-        return out.getvalue()
+        return _svg(fig, ax, title)
     finally:
         plt.close(fig)
 
@@ -72,15 +66,20 @@ def throughput_chart(steps: list[tuple[str, Any]], title: str) -> str:
         ax.set_xticks(list(xs), [f"{i + 1}. {_short(name, 28)}" for i, (name, _) in
                                  enumerate(steps)], fontsize=8)
         ax.set_ylabel("samples/s", fontsize=8)
-        ax.set_title(title, fontsize=10, loc="left")
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
-        fig.tight_layout()
-        out = io.StringIO()
-        fig.savefig(out, format="svg", metadata={"Date": None})
-        return out.getvalue()
+        return _svg(fig, ax, title)
     finally:
         plt.close(fig)
+
+
+def _svg(fig, ax, title: str) -> str:
+    """Title, a light frame, and the figure as SVG text (no date: the same input, the same file)."""
+    ax.set_title(title, fontsize=10, loc="left")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    fig.tight_layout()
+    out = io.StringIO()
+    fig.savefig(out, format="svg", metadata={"Date": None})
+    return out.getvalue()
 
 
 def _short(name: str, width: int = 48) -> str:

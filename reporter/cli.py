@@ -1,7 +1,8 @@
 """The command line. Each subcommand parses its options and calls the library.
 
 Exit codes: 0 success, 1 failure while working, 2 bad usage or bad input,
-130 interrupted. Errors are one line on stderr; ``--debug`` adds the traceback.
+3 a throughput regression (compare --fail-if-slower), 130 interrupted. Errors
+are one line on stderr; ``--debug`` adds the traceback.
 """
 
 from __future__ import annotations

@@ -95,10 +95,6 @@ class Profile:
     def has_device(self) -> bool:
         return self.device_type is not None and self.self_device_us > 0
 
-    def cpu_side_ops(self) -> list[Op]:
-        """Rows whose self time is not a view of other rows' time."""
-        return [o for o in self.ops if o.kind in (KIND_OP, KIND_DATALOADER, KIND_RUNTIME)]
-
     def top(self, key: str, n: int = 15, kinds: tuple[str, ...] | None = None,
             shapes: bool = False) -> list[Op]:
         rows = self.ops_by_shape if shapes else self.ops

@@ -26,13 +26,18 @@ def _severity(value: float, high: float) -> str:
     return "high" if value >= high else "medium"
 
 
+def _ranked(profile: Profile, names: set[str]):
+    """The named operators, largest first on the profile's basis, and their joint share."""
+    b = basis(profile)
+    ops = sorted((o for o in operators(profile) if o.name in names),
+                 key=lambda o: getattr(o, b.attr), reverse=True)
+    return b, ops, share(ops, b)
+
+
 @rule("elementwise-blowup", share=0.30, high=0.50)
 def elementwise_blowup(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Element-wise and reduction operators hold a large share of the time."""
-    b = basis(profile)
-    ops = sorted((o for o in operators(profile) if o.name in ELEMENTWISE),
-                 key=lambda o: getattr(o, b.attr), reverse=True)
-    total = share(ops, b)
+    b, ops, total = _ranked(profile, ELEMENTWISE)
     if not ops or total <= limits["share"]:
         return None
     present = [name for name in BLOWUP if any(o.name == name and o.calls for o in profile.ops)]
@@ -46,10 +51,7 @@ def elementwise_blowup(profile: Profile, limits: dict[str, float]) -> Finding | 
 @rule("copy-heavy", share=0.20, high=0.40)
 def copy_heavy(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Copies hold a large share: say whether transfers, layout copies or CopySlices."""
-    b = basis(profile)
-    ops = sorted((o for o in operators(profile) if o.name in COPIES),
-                 key=lambda o: getattr(o, b.attr), reverse=True)
-    total = share(ops, b)
+    b, ops, total = _ranked(profile, COPIES)
     if not ops or total <= limits["share"]:
         return None
     names = {o.name: o for o in profile.ops}

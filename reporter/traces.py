@@ -229,6 +229,9 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any], shapes: bool) 
     scale = 1e-3 if meta.get("displayTimeUnit") == "ns" and int_ts else 1.0
 
     kinds: dict[str, dict[str, str]] = defaultdict(dict)
+    comm_of: dict[str, int] = {}  # name -> 1 collective work, 2 collective call, 0 neither
+    comm_work: list[tuple[float, float]] = []
+    comm_calls: list[tuple[float, float]] = []
     by_ext: dict[Any, list] = {}  # External id -> host record, for device attribution
     correlation_rt: dict[Any, list] = {}  # correlation id -> runtime record
     records: list[list] = []
@@ -262,6 +265,14 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any], shapes: bool) 
             kind = by_cat.get(name)
             if kind is None:
                 kind = by_cat[name] = _kind(name, cat)
+            c = comm_of.get(name)
+            if c is None:
+                c = comm_of[name] = (1 if _COMM_WORK.search(name) else
+                                     2 if _COMM_CALL.search(name) else 0)
+            if c == 1:
+                comm_work.append((ts, end))
+            elif c == 2:
+                comm_calls.append((ts, end))
             if name.startswith("ProfilerStep#"):
                 steps += 1
                 name = "ProfilerStep*"
@@ -340,7 +351,7 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any], shapes: bool) 
                    if kind == KIND_KERNEL) * scale
     props = meta.get("deviceProperties") or []
     has_kernels = any(d[4] == KIND_KERNEL for d in device)
-    comm = _communication(threads, device, has_kernels)
+    comm = _communication(comm_work or comm_calls, threads, comm_of, device, has_kernels)
     return Profile(device_type="cuda" if has_kernels else None,
                    comm_us=comm[0] * scale if comm else None,
                    comm_overlap_us=comm[1] * scale if comm else None,
@@ -381,30 +392,25 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> floa
     return total
 
 
-def _communication(threads: dict, device: list, on_device: bool) -> tuple[float, float] | None:
+def _communication(host_comm: list[tuple[float, float]], threads: dict, comm_of: dict,
+                   device: list, on_device: bool) -> tuple[float, float] | None:
     """(time in collectives, the part of it that overlaps computation), or None without any.
 
-    Communication is the union of the collectives' intervals. Computation is
-    the union of the other kernels on a GPU profile, or of the other operators
-    on a CPU profile's threads.
+    Communication is the union of the collectives' intervals (``host_comm``: the
+    gloo/nccl ranges on the host, else the c10d calls, plus NCCL kernels).
+    Computation is the union of the other kernels on a GPU profile, or of the
+    other operators on a CPU profile's threads.
     """
-    comm, compute = [], []
+    comm, compute = list(host_comm), []
     if on_device:
         for name, dur, _, _, kind, ts in device:
             if kind == KIND_KERNEL:
                 (comm if _COMM_WORK.search(name) else compute).append((ts, ts + dur))
-    host_work = [(ts, end) for evs in threads.values() for ts, end, name, *_ in evs
-                 if _COMM_WORK.search(name)]
-    comm += host_work
-    if not comm:  # no ranges of the work itself: the calls that enqueue it
-        comm = [(ts, end) for evs in threads.values() for ts, end, name, *_ in evs
-                if _COMM_CALL.search(name)]
     if not comm:
         return None
     if not on_device:
         compute = [(ts, end) for evs in threads.values() for ts, end, name, cat, *_ in evs
-                   if cat in ("cpu_op", "Operator") and not _COMM_WORK.search(name)
-                   and not _COMM_CALL.search(name)]
+                   if cat in ("cpu_op", "Operator") and not comm_of.get(name)]
     comm_u, compute_u = _union(comm), _union(compute)
     return sum(b - a for a, b in comm_u), _overlap(comm_u, compute_u)
 

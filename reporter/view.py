@@ -93,9 +93,6 @@ class Fmt:
         return format_unit(_round(value), unit, length="short", locale=self.lang,
                            format=_pattern(value))
 
-    def ms(self, ms: float | None) -> str:
-        return "—" if ms is None else self.time(ms * 1000.0)
-
     def bytes(self, b: int | float | None) -> str:
         if b is None:
             return "—"
