@@ -86,7 +86,12 @@ def main() -> None:
     n_events = len(events)
     del events
 
-    t_analyze, rss_analyze, out = run_process(ANALYZE, "analyze", str(trace), "--json")
+    # The median of three runs: this is a whole process on a shared machine.
+    samples = [run_process(ANALYZE, "analyze", str(trace), "--json") for _ in range(3)]
+    times = sorted(t for t, _, _ in samples)
+    t_analyze = times[1]
+    rss_analyze = max(rss for _, rss, _ in samples)
+    out = samples[0][2]
     (parsed,) = json.loads(out)["profiles"]
     mine = {o["name"]: o for o in parsed["ops"] if o["kind"] != "kernel"}
 
@@ -109,8 +114,9 @@ def main() -> None:
           f"{size / 2**20:.1f} MiB uncompressed; torch {torch.__version__}; "
           f"{os.cpu_count()} CPUs")
     print(f"top 20 operators agree: calls exactly, times within {worst:.4%}")
-    print(f"key_averages() (in process, first call): {t_key_averages:8.2f} s")
-    print(f"reporter analyze --json (whole process):  {t_analyze:8.2f} s   "
+    print(f"key_averages() (in process, first call, once): {t_key_averages:8.2f} s")
+    print(f"reporter analyze --json (whole process, median of 3: "
+          f"{times[0]:.2f}-{times[-1]:.2f} s): {t_analyze:8.2f} s   "
           f"speed-up vs key_averages: {t_key_averages / t_analyze:.1f}x")
     print(f"reporter analyze peak memory: {rss_analyze / 2**20:.0f} MiB = "
           f"{rss_analyze / size:.2f}x the uncompressed trace (goal: under 3x)")
