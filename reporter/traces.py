@@ -228,7 +228,7 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any], shapes: bool) 
     # Kineto's nanosecond mode writes integer ns and says so; everything else is in us.
     scale = 1e-3 if meta.get("displayTimeUnit") == "ns" and int_ts else 1.0
 
-    kinds: dict[str, dict[str, str]] = defaultdict(dict)
+    seen: dict[tuple[str, str], tuple] = {}
     comm_of: dict[str, int] = {}  # name -> 1 collective work, 2 collective call, 0 neither
     comm_work: list[tuple[float, float]] = []
     comm_calls: list[tuple[float, float]] = []
@@ -261,28 +261,28 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any], shapes: bool) 
                 else:
                     while stack:  # overlapping but not nested: close what is open
                         _pop(stack)
-            by_cat = kinds[cat]
-            kind = by_cat.get(name)
-            if kind is None:
-                kind = by_cat[name] = _kind(name, cat)
-            c = comm_of.get(name)
-            if c is None:
-                c = comm_of[name] = (1 if _COMM_WORK.search(name) else
-                                     2 if _COMM_CALL.search(name) else 0)
-            if c == 1:
-                comm_work.append((ts, end))
-            elif c == 2:
-                comm_calls.append((ts, end))
-            if name.startswith("ProfilerStep#"):
+            # What a (category, name) is, decided once: its kind, whether it is a
+            # collective, whether it is a step, its name in the table, a runtime call.
+            facts = seen.get((cat, name))
+            if facts is None:
+                c = 1 if _COMM_WORK.search(name) else 2 if _COMM_CALL.search(name) else 0
+                comm_of[name] = c
+                is_step = name.startswith("ProfilerStep#")
+                facts = seen[(cat, name)] = (_kind(name, cat), c, is_step,
+                                             "ProfilerStep*" if is_step else name,
+                                             cat in RUNTIME_CATS)
+            kind, c, is_step, shown, runtime = facts
+            if c:
+                (comm_work if c == 1 else comm_calls).append((ts, end))
+            if is_step:
                 steps += 1
-                name = "ProfilerStep*"
-            rec = [name, kind, parent, 0.0, 0.0, 0.0, None, end, dur, 0, False, dims]
+            rec = [shown, kind, parent, 0.0, 0.0, 0.0, None, end, dur, 0, False, dims]
             records.append(rec)
             if parent is not None:
                 parent[_CHILD] += dur
                 parent[_NCHILD] += 1
             stack.append(rec)
-            if cat in RUNTIME_CATS:
+            if runtime:
                 if corr is not None:
                     correlation_rt[corr] = rec
             elif ext is not None:
