@@ -109,9 +109,12 @@ BUILTINS: dict[str, BuiltinTarget] = {t.name: t for t in [
        "CNN（conv/batch-norm/ReLU/max-pool），DataLoader 对每个样本做繁重的 CPU 变换，"
        "num_workers=0，可分页内存"),
     _b("cnn-fixed", "cnn", "fixed", "002",
-       "the same CNN with DataLoader workers, pin_memory and non_blocking copies",
-       "та же CNN с воркерами DataLoader, pin_memory и non_blocking-копированием",
-       "同一 CNN，使用 DataLoader 多进程、pin_memory 和 non_blocking 拷贝"),
+       "the same CNN: the augmentation computed once up front, then DataLoader workers, "
+       "pin_memory and non_blocking copies",
+       "та же CNN: аугментация посчитана один раз заранее, дальше воркеры DataLoader, "
+       "pin_memory и non_blocking-копирование",
+       "同一 CNN：数据增强预先计算一次，再使用 DataLoader 多进程、pin_memory 和 "
+       "non_blocking 拷贝"),
     _b("tensor-ops", "tensor_ops", "build", "003",
        "matmul, element-wise add and mul, transpose and a full sum on large tensors, "
        "timed on CPU and GPU with synchronisation and warm-up",
