@@ -82,7 +82,6 @@ class Table:
     rows: list[dict[str, str]]
     totals: dict[str, float] = field(default_factory=dict)  # self_cpu_us, self_device_us
     device: str | None = None  # "cuda", "xpu", ... from the footer or the columns
-    label: str = ""
     line: int = 0
 
 

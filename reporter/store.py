@@ -97,8 +97,7 @@ def commit(run: Run, stage: Path, root: Path) -> Path:
                 section.trace = None
     (stage / RUN_FILE).write_text(run_to_json(run), encoding="utf-8")
     final = Path(root) / run.id
-    os.rename(stage, final)
-    stage.mkdir()  # so that staging()'s cleanup finds something to remove
+    os.rename(stage, final)  # staging()'s cleanup then finds nothing to remove
     return final
 
 

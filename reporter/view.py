@@ -164,6 +164,7 @@ def _op_row(op: Op, profile: Profile, fmt: Fmt, device: bool) -> dict[str, str]:
                                    if device and profile.self_device_us else None),
         "device_total": fmt.time(op.device_total_us) if device else "—",
         "mem": fmt.bytes(op.self_device_mem_b if device else op.self_cpu_mem_b),
+        "self_time": fmt.time(op.self_device_us if device else op.self_cpu_us),
         "shapes": md_name(op.input_shapes) if op.input_shapes else "",
     }
     return row
@@ -219,7 +220,7 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
     if section.benchmark:
         bench = [{"op": r["op"], "cpu": fmt.num(r["cpu_ms"], 3),
                   "gpu": fmt.num(r["gpu_ms"], 3) if r.get("gpu_ms") is not None else "—",
-                  "speedup": (fmt.num(r["cpu_ms"] / r["gpu_ms"], 1)
+                  "speedup": (fmt.num(r["cpu_ms"] / r["gpu_ms"], 1) + "x"
                               if r.get("gpu_ms") else "—")}
                  for r in section.benchmark]
     timed = bool(t and t.windows)
@@ -242,6 +243,7 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
         "device_reserved": fmt.bytes(m.get("device_reserved_b")),
         "host_peak": fmt.bytes(m["host_peak_b"]) if m.get("host_peak_b") else None,
         "has_device": device,
+        "time_column": "Self CUDA" if device else "Self CPU",  # the profiler's own words
         "findings": [_finding_view(f, fmt) for f in findings],
         "top_cpu": [_op_row(o, p, fmt, device) for o in cpu_rows],
         "top_device": [_op_row(o, p, fmt, device) for o in device_rows],
@@ -409,7 +411,7 @@ def compare_view(comparison, lang: str) -> dict[str, Any]:
             "speedup": fmt.num(p.speedup, 2) if p.speedup else "—",
             "change": fmt.signed_pct(p.speedup - 1) if p.speedup else "—",
             "noise": fmt.pct(p.noise) if p.noise is not None else None,
-            "basis": p.basis,
+            "basis": p.basis, "time_unit": "CUDA" if p.basis == "device" else "CPU",
             "changed": [{"name": md_name(c.name), "before": fmt.time(c.before_us),
                          "after": fmt.time(c.after_us),
                          "delta": ("+" if c.delta_us > 0 else "−") + fmt.time(abs(c.delta_us)),
