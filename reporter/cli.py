@@ -430,6 +430,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a folder that cannot be written, a full disk: the user's to fix
+        if debug:
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"reporter: error [io]: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
     except Exception as exc:  # a bug: still one line, unless --debug
         if debug:
             raise

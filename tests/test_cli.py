@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from reporter.store import load
-from conftest import cli
+from conftest import FIXTURES, cli
 
 
 def _report_path(result) -> Path:
@@ -159,3 +159,14 @@ def test_python_dash_m_entry_point():
     res = subprocess.run([sys.executable, "-m", "reporter", "targets", "--lang", "en"],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "transformer-bloat" in res.stdout
+
+
+def test_an_unwritable_destination_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    res = cli("compare", FIXTURES / "runs" / "cpu-transformer-bloat",
+              FIXTURES / "runs" / "cpu-transformer-bloat-fixed", "--out", blocker / "sub")
+    assert res.code == 1
+    lines = res.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("reporter: error [io]:"), res.err
+    assert "Traceback" not in res.err and "internal" not in res.err
