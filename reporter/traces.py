@@ -13,15 +13,19 @@ plain or gzipped. No torch import.
 from __future__ import annotations
 
 import gc
-import gzip
 import json
+import math
+import mmap
+import os
 import re
 import zlib
 from collections import defaultdict
 from contextlib import contextmanager
-from operator import itemgetter
+from operator import attrgetter
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
+
+import msgspec
 
 from .errors import BadInput
 from .profile import KIND_ANNOTATION, KIND_KERNEL, KIND_RUNTIME, Op, Profile, classify
@@ -37,69 +41,203 @@ DEVICE_ANNOTATION_CATS = {"gpu_user_annotation"}
 _EPS = 1e-3  # microseconds of slack when deciding whether one event encloses another
 
 
-def _open(path: Path) -> bytes:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read: {exc.strerror}", error_id="bad-input") from exc
-    if raw[:2] == b"\x1f\x8b":
+# What aggregation reads of an event. msgspec decodes these fields and skips the
+# rest of each event (most of its bytes: input types, strides, concrete inputs)
+# without building Python objects for it, which is most of the cost of reading
+# a trace with a general JSON parser.
+class _Args(msgspec.Struct, gc=False):
+    ext: Any = msgspec.field(name="External id", default=None)
+    ext_old: Any = msgspec.field(name="external id", default=None)  # torch 1.8
+    corr: Any = msgspec.field(name="correlation", default=None)
+    nbytes: Any = msgspec.field(name="Bytes", default=None)  # [memory] events
+    device_type: Any = msgspec.field(name="Device Type", default=None)
+
+
+class _ShapeArgs(_Args, gc=False):
+    dims: Any = msgspec.field(name="Input Dims", default=None)
+    dims_old: Any = msgspec.field(name="Input dims", default=None)
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: Any = None
+    tid: Any = None
+    ts: Union[int, float] = 0
+    dur: Union[int, float] = 0
+    args: Optional[_Args] = None
+
+
+class _ShapeEvent(_Event, gc=False):
+    args: Optional[_ShapeArgs] = None
+
+
+_DECODERS = {False: msgspec.json.Decoder(list[_Event]),
+             True: msgspec.json.Decoder(list[_ShapeEvent])}
+
+
+def _number(value: Any) -> int | float | None:
+    if type(value) in (int, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
         try:
-            return gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise BadInput(f"{path}: the gzip stream is damaged or cut off ({exc})",
-                           error_id="bad-trace") from exc
-    return raw
+            value = float(value)
+        except ValueError:
+            return None
+        return value if math.isfinite(value) else None
+    return None
+
+
+def _coerce(events: list[Any]) -> list[_Event]:
+    """Events parsed as plain JSON (an odd file, or a chunk with an odd event),
+    checked one by one: what is not an event we read is left out."""
+    out = []
+    for e in events:
+        if not isinstance(e, dict):
+            continue
+        ph, name, cat = e.get("ph"), e.get("name"), e.get("cat", "")
+        ts, dur = _number(e.get("ts")), _number(e.get("dur", 0))
+        if ph not in ("X", "i") or type(name) is not str or type(cat) is not str \
+                or ts is None or dur is None:
+            continue
+        args = e.get("args")
+        if isinstance(args, dict):
+            args = _ShapeArgs(ext=args.get("External id"), ext_old=args.get("external id"),
+                              corr=args.get("correlation"), nbytes=args.get("Bytes"),
+                              device_type=args.get("Device Type"), dims=args.get("Input Dims"),
+                              dims_old=args.get("Input dims"))
+        else:
+            args = None
+        out.append(_ShapeEvent(ph=ph, cat=cat, name=name, pid=e.get("pid"), tid=e.get("tid"),
+                               ts=ts, dur=dur, args=args))
+    return out
+
+
+_MMAP_MIN = 1 << 20
+_GZIP_PIECE = 1 << 20
+
+
+def _load(path: Path) -> bytearray | mmap.mmap:
+    """The file's bytes, gunzipped, in a buffer the chunker may patch two bytes of.
+
+    A plain file of a MiB or more is mapped copy-on-write rather than read: the
+    kernel then maps its pages many at a time, where reading it into fresh
+    memory takes a page fault per 4 KiB, which on a small VM cost as much as
+    decoding. A gzipped file is inflated piece by piece into one buffer, so
+    that the compressed and the whole inflated bytes are never held at once.
+    """
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(2)
+            f.seek(0)
+            if magic == b"\x1f\x8b":
+                return _gunzip(path, f)
+            if os.fstat(f.fileno()).st_size >= _MMAP_MIN:
+                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+            return bytearray(f.read())
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read: {exc.strerror or exc}",
+                       error_id="bad-input") from exc
+
+
+def _gunzip(path: Path, f: BinaryIO) -> bytearray:
+    out = bytearray()
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        while piece := f.read(_GZIP_PIECE):
+            while piece:
+                out += inflate.decompress(piece)
+                piece = inflate.unused_data if inflate.eof else b""
+                if piece:  # another gzip member follows
+                    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    except zlib.error as exc:
+        raise BadInput(f"{path}: the gzip stream is damaged ({exc})",
+                       error_id="bad-trace") from exc
+    if not inflate.eof:
+        raise BadInput(f"{path}: the gzip stream is cut off", error_id="bad-trace")
+    return out
 
 
 _EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _OBJECT_START = re.compile(rb"\s*\{")
 _CHUNK = 8 << 20
+_TAIL = 64 << 10  # what is left for the plain parser at the end of the events
 
 
 class _NotChunkable(Exception):
     """The fast path met something it cannot cut safely: start again with the plain parser."""
 
 
-def _chunked_events(raw: bytes, meta: dict[str, Any]) -> Iterator[list[Any]]:
+def _chunked_events(source: list, meta: dict[str, Any], shapes: bool) -> Iterator[list[_Event]]:
     """The traceEvents array a few MiB at a time; fills ``meta`` with the other fields.
 
     Each chunk is cut where one event object ends and the next begins, and is
-    parsed on its own; a cut inside an event cannot parse (its brackets do not
-    balance), so any failure raises _NotChunkable. Parsing and aggregating a
-    chunk at a time keeps peak memory near the size of the file.
+    decoded on its own; a cut inside an event cannot parse (its brackets do not
+    balance), so such a failure raises _NotChunkable. A chunk that parses but
+    holds an event of an unexpected shape is read again as plain JSON, event by
+    event. ``source`` holds the buffer from _load; it is emptied (and a mapping
+    closed) once read, so that the buffer and every event are not held at once.
     """
-    import orjson
-
-    start = _EVENTS_START.search(raw)
-    if start is None or not _OBJECT_START.match(raw):
+    buf = source[0]
+    decoder = _DECODERS[shapes]
+    start = _EVENTS_START.search(buf)
+    if start is None or not _OBJECT_START.match(buf):
         raise _NotChunkable
-    head = raw[:start.start()].rstrip().rstrip(b",")
+    head = bytes(buf[:start.start()]).rstrip().rstrip(b",")
     try:
         if head.strip() != b"{":
-            meta.update(orjson.loads(head + b"}"))
-        pos = start.end()
-        while True:
-            cut = _BOUNDARY.search(raw, pos + _CHUNK)
-            if cut is None:
-                break
-            chunk = orjson.loads(b"[" + raw[pos:cut.start() + 1] + b"]")
-            pos = cut.end() - 1
-            yield chunk
+            meta.update(msgspec.json.decode(head + b"}"))
+        pos, step = start.end(), _CHUNK  # pos: just after the "[" or "," before an event
+        with memoryview(buf) as view:
+            while True:
+                cut = _BOUNDARY.search(buf, pos + step)
+                if cut is None:
+                    if step <= _TAIL:
+                        break
+                    step //= 16  # near the end: smaller chunks, so that the plain tail is short
+                    continue
+                yield _decode_chunk(buf, view, pos, cut.start() + 1, decoder)
+                pos = cut.end() - 1
         # The rest: the last events, the array's end, then the other top-level fields.
-        text = "[" + raw[pos:].decode("utf-8")
+        text = "[" + buf[pos:].decode("utf-8")
         last, end = json.JSONDecoder().raw_decode(text)
         tail = text[end:].strip()
         if tail.startswith(","):
-            meta.update(orjson.loads("{" + tail[1:]))
+            meta.update(msgspec.json.decode("{" + tail[1:]))
         elif tail != "}":
             raise _NotChunkable
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError, msgspec.DecodeError) as exc:
         raise _NotChunkable from exc
-    yield last
+    source.clear()
+    if isinstance(buf, mmap.mmap):
+        buf.close()
+    del buf
+    yield _coerce(last)
 
 
-def _whole_events(path: Path, raw: bytes, meta: dict[str, Any]) -> Iterator[list[Any]]:
+def _decode_chunk(buf: Any, view: memoryview, first: int, end: int,
+                  decoder: msgspec.json.Decoder) -> list[_Event]:
+    """The events in ``buf[first:end]`` (objects and the commas between them).
+
+    The byte before ``first`` and the one at ``end`` are the array's "[" or a
+    separator (a comma or white space). While the chunk is decoded they are set
+    to "[" and "]", which makes it a JSON array without copying it, and then
+    put back."""
+    before, after = buf[first - 1], buf[end]
+    buf[first - 1], buf[end] = 0x5B, 0x5D
+    try:
+        chunk = view[first - 1:end + 1]
+        try:
+            return decoder.decode(chunk)
+        except msgspec.ValidationError:  # an event of an odd shape: read them one by one
+            return _coerce(msgspec.json.decode(chunk))
+    finally:
+        buf[first - 1], buf[end] = before, after
+
+
+def _whole_events(path: Path, raw: bytes, meta: dict[str, Any]) -> Iterator[list[_Event]]:
     """The plain parser: the whole document at once, with clear errors."""
     try:
         doc = json.loads(raw)
@@ -110,14 +248,14 @@ def _whole_events(path: Path, raw: bytes, meta: dict[str, Any]) -> Iterator[list
     except RecursionError as exc:
         raise BadInput(f"{path}: JSON nested too deeply", error_id="bad-trace") from exc
     if isinstance(doc, list):
-        yield doc
+        yield _coerce(doc)
         return
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise BadInput(f"{path} is JSON but not a Chrome trace (no traceEvents list)",
                        error_id="bad-trace")
     events = doc.pop("traceEvents")
     meta.update(doc)
-    yield events
+    yield _coerce(events)
 
 
 @contextmanager
@@ -135,17 +273,33 @@ def _gc_paused():
 class _Agg:
     """Per-name sums, the same fields as one key_averages() row."""
 
-    __slots__ = ("calls", "self_cpu", "cpu_total", "self_dev", "dev_total", "cpu_mem",
-                 "self_cpu_mem", "dev_mem", "self_dev_mem", "kind")
+    __slots__ = ("name", "kind", "calls", "self_cpu", "cpu_total", "self_dev", "dev_total",
+                 "cpu_mem", "self_cpu_mem", "dev_mem", "self_dev_mem")
 
-    def __init__(self, kind: str):
+    def __init__(self, name: str, kind: str):
+        self.name, self.kind = name, kind
         self.calls = 0
         self.self_cpu = self.cpu_total = self.self_dev = self.dev_total = 0.0
         self.cpu_mem = self.self_cpu_mem = self.dev_mem = self.self_dev_mem = 0
-        self.kind = kind
+
+    def add(self, dur: float, child: float, self_dev: float, dev_total: float,
+            mem: list | None) -> None:
+        self.calls += 1
+        self.cpu_total += dur
+        self.self_cpu += dur - child if dur > child else 0.0
+        self.self_dev += self_dev
+        self.dev_total += dev_total
+        if mem is not None:
+            self.add_memory(mem)
+
+    def add_memory(self, mem: list) -> None:
+        self.self_cpu_mem += mem[0]
+        self.cpu_mem += mem[1]
+        self.self_dev_mem += mem[2]
+        self.dev_mem += mem[3]
 
 
-def profile_from_events(chunks: Iterable[list[Any]], meta: dict[str, Any],
+def profile_from_events(chunks: Iterable[list[_Event]], meta: dict[str, Any],
                         shapes: bool = False) -> Profile:
     """Aggregate a trace's events, given as lists of events; ``meta`` holds the
     trace's other top-level fields once ``chunks`` is exhausted. With ``shapes``,
@@ -155,105 +309,90 @@ def profile_from_events(chunks: Iterable[list[Any]], meta: dict[str, Any],
         return _aggregate(chunks, meta, shapes)
 
 
-_by_start, _by_end = itemgetter(0), itemgetter(1)
+_by_ts, _by_dur = attrgetter("ts"), attrgetter("dur")
 
-# Fields of a host record (a list, for speed): name, kind, parent record, time in
-# children, self device time, total device time, memory [self cpu, total cpu,
-# self device, total device] or None, end, duration, number of children, merged,
-# input dims (with shapes=True).
-_NAME, _KIND, _PARENT, _CHILD, _SDEV, _TDEV, _MEM, _END, _DUR, _NCHILD, _MERGED = range(11)
+# Fields of a host record (a list, for speed): its name's sums (_Agg), parent
+# record, time in children, self device time, total device time, memory [self
+# cpu, total cpu, self device, total device] or None, end, duration, number of
+# children, merged into its parent, the event.
+_AGG, _PARENT, _CHILD, _SDEV, _TDEV, _MEM, _END, _DUR, _NCHILD, _MERGED, _EVENT = range(11)
 
 
-def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any], shapes: bool) -> Profile:
-    # (pid, tid) -> [(ts, end, name, cat, ext, corr, dur)]
-    threads: dict[Any, list] = defaultdict(list)
-    device: list[tuple] = []  # (name, dur, ext id, correlation, kind)
+def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: bool) -> Profile:
+    threads: dict[Any, list[_Event]] = {}  # (pid, tid) -> host events
+    device: list[_Event] = []  # kernels, copies, sets
+    device_ann: list[_Event] = []  # gpu_user_annotation
     memory: dict[Any, list] = defaultdict(list)  # (pid, tid) -> [(ts, bytes, device type)]
-    int_ts = None
-    host, dev_cats, dev_ann, num = HOST_CATS, DEVICE_CATS, DEVICE_ANNOTATION_CATS, (float, int)
+    host, dev_cats, dev_ann = HOST_CATS, DEVICE_CATS, DEVICE_ANNOTATION_CATS
+    last_pid = last_tid = thread = None
     for events in chunks:
         for e in events:
-            try:
-                ph = e["ph"]
-                if ph == "X":
-                    cat, ts, dur, name = e["cat"], e["ts"], e["dur"], e["name"]
-                elif ph == "i" and e["name"] == "[memory]":
-                    args = e["args"]
-                    ts, size = e["ts"], args["Bytes"]
-                    if type(ts) not in num:
-                        ts = float(ts)
-                    memory[(e.get("pid"), e.get("tid"))].append(
-                        (ts, int(size), int(args.get("Device Type") or 0)))
-                    continue
-                else:
-                    continue
-                if type(ts) not in num:
-                    ts = float(ts)
-                if type(dur) not in num:
-                    dur = float(dur)
-            except (KeyError, TypeError, ValueError):
-                continue  # not an event we read (or a malformed one)
-            if type(name) is not str:
-                continue
-            if int_ts is None:
-                int_ts = type(ts) is int
-            if dur < 0:
-                dur = 0
-            args = e.get("args")
-            if cat in host:
-                if args:
-                    ext = args.get("External id")
-                    if ext is None:
-                        ext = args.get("external id")
-                    corr = args.get("correlation")
-                else:
-                    ext = corr = None
-                dims = None
-                if shapes and args:
-                    dims = args.get("Input Dims")
-                    if dims is None:
-                        dims = args.get("Input dims")
-                threads[(e.get("pid"), e.get("tid"))].append(
-                    (ts, ts + dur, name, cat, ext, corr, dur, dims))
-            elif cat in dev_cats:
-                ext = corr = None
-                if args:
-                    ext = args.get("External id")
-                    if ext is None:
-                        ext = args.get("external id")
-                    corr = args.get("correlation")
-                device.append((name, dur, ext, corr, KIND_KERNEL, ts))
-            elif cat in dev_ann:
-                device.append((name, dur, None, None, KIND_ANNOTATION, ts))
+            ph = e.ph
+            if ph == "X":
+                cat = e.cat
+                if cat in host:
+                    # Events come in runs from one thread: look its list up once per run.
+                    if thread is None or e.tid != last_tid or e.pid != last_pid:
+                        last_pid, last_tid = e.pid, e.tid
+                        thread = threads.get((last_pid, last_tid))
+                        if thread is None:
+                            thread = threads[(last_pid, last_tid)] = []
+                    thread.append(e)
+                elif cat in dev_cats:
+                    device.append(e)
+                elif cat in dev_ann:
+                    device_ann.append(e)
+            elif ph == "i" and e.name == "[memory]" and e.args is not None:
+                try:
+                    memory[(e.pid, e.tid)].append(
+                        (e.ts, int(e.args.nbytes), int(e.args.device_type or 0)))
+                except (TypeError, ValueError, OverflowError):
+                    continue  # a malformed memory event
     # Kineto's nanosecond mode writes integer ns and says so; everything else is in us.
+    first = next((evs[0] for evs in threads.values()), device[0] if device else None)
+    int_ts = first is not None and type(first.ts) is int
     scale = 1e-3 if meta.get("displayTimeUnit") == "ns" and int_ts else 1.0
 
-    seen: dict[tuple[str, str], tuple] = {}
+    facts_of: dict[str, dict[str, tuple]] = defaultdict(dict)  # cat -> name -> facts
+    aggs: dict[tuple[str, str], _Agg] = {}
     comm_of: dict[str, int] = {}  # name -> 1 collective work, 2 collective call, 0 neither
     comm_work: list[tuple[float, float]] = []
     comm_calls: list[tuple[float, float]] = []
-    by_ext: dict[Any, list] = {}  # External id -> host record, for device attribution
+    # Device attribution needs every operator's ids; a trace without kernels does not.
+    by_ext: dict[Any, list] | None = {} if device else None  # External id -> host record
     correlation_rt: dict[Any, list] = {}  # correlation id -> runtime record
     records: list[list] = []
     steps = 0
     eps = _EPS / scale
     for key, evs in threads.items():
-        # By start, and at equal starts the longer (enclosing) event first: two stable
-        # sorts on plain keys are faster than one on built tuples.
-        evs.sort(key=_by_end, reverse=True)
-        evs.sort(key=_by_start)
+        # By start, and at equal starts the longer (enclosing) event first. Kineto
+        # writes a thread's events nearly in order, which one sort on the start
+        # time (floats) takes in linear time; only when starts tie, which integer
+        # microseconds make likely, sort again with the duration as second key.
+        evs.sort(key=_by_ts)
+        starts = list(map(_by_ts, evs))
+        if len(set(starts)) != len(starts):
+            evs.sort(key=_by_dur, reverse=True)
+            evs.sort(key=_by_ts)
+        del starts
         mems = sorted(memory.pop(key, []))
         mi, n_mems = 0, len(mems)
         next_mem = mems[0][0] if mems else None
         stack: list[list] = []
         first_of_thread = len(records)
-        for ts, end, name, cat, ext, corr, dur, dims in evs:
+        for e in evs:
+            ts, dur = e.ts, e.dur
+            if dur < 0:
+                dur = 0
+            end = ts + dur
             while next_mem is not None and next_mem < ts:
                 _charge_memory(stack, mems[mi])
                 mi += 1
                 next_mem = mems[mi][0] if mi < n_mems else None
             while stack and stack[-1][_END] <= ts + eps:
-                _pop(stack)
+                top = stack.pop()
+                if top[_MEM] is not None:
+                    _closed(top)
             parent = None
             if stack:
                 if end <= stack[-1][_END] + eps:
@@ -261,32 +400,31 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any], shapes: bool) 
                 else:
                     while stack:  # overlapping but not nested: close what is open
                         _pop(stack)
-            # What a (category, name) is, decided once: its kind, whether it is a
-            # collective, whether it is a step, its name in the table, a runtime call.
-            facts = seen.get((cat, name))
+            # What a (category, name) is, decided once: its row, whether it is a
+            # collective, whether it is a step, whether it is a runtime call.
+            names = facts_of[e.cat]
+            facts = names.get(e.name)
             if facts is None:
-                c = 1 if _COMM_WORK.search(name) else 2 if _COMM_CALL.search(name) else 0
-                comm_of[name] = c
-                is_step = name.startswith("ProfilerStep#")
-                facts = seen[(cat, name)] = (_kind(name, cat), c, is_step,
-                                             "ProfilerStep*" if is_step else name,
-                                             cat in RUNTIME_CATS)
-            kind, c, is_step, shown, runtime = facts
+                facts = names[e.name] = _facts(e.name, e.cat, aggs, comm_of)
+            agg, c, is_step, runtime = facts
             if c:
                 (comm_work if c == 1 else comm_calls).append((ts, end))
             if is_step:
                 steps += 1
-            rec = [shown, kind, parent, 0.0, 0.0, 0.0, None, end, dur, 0, False, dims]
+            rec = [agg, parent, 0.0, 0.0, 0.0, None, end, dur, 0, False, e]
             records.append(rec)
             if parent is not None:
                 parent[_CHILD] += dur
                 parent[_NCHILD] += 1
             stack.append(rec)
-            if runtime:
-                if corr is not None:
-                    correlation_rt[corr] = rec
-            elif ext is not None:
-                by_ext[ext] = rec
+            if by_ext is not None and e.args is not None:
+                if runtime:
+                    if e.args.corr is not None:
+                        correlation_rt[e.args.corr] = rec
+                else:
+                    ext = e.args.ext if e.args.ext is not None else e.args.ext_old
+                    if ext is not None:
+                        by_ext[ext] = rec
         while mi < n_mems:
             _charge_memory(stack, mems[mi])
             mi += 1
@@ -296,63 +434,38 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any], shapes: bool) 
 
     # Device time: to the operator that launched each kernel.
     kernel_aggs: dict[tuple[str, str], _Agg] = {}
-    for name, dur, ext, corr, kind, _ in device:
-        agg = kernel_aggs.get((name, kind))
-        if agg is None:
-            agg = kernel_aggs[(name, kind)] = _Agg(kind)
-        agg.calls += 1
-        agg.self_dev += dur
-        agg.dev_total += dur
-        if kind != KIND_KERNEL:
-            continue
-        owner = by_ext.get(ext) if ext is not None else None
-        if owner is None and corr is not None:
-            runtime = correlation_rt.get(corr)
-            owner = runtime[_PARENT] if runtime is not None else None
-        while owner is not None and owner[_MERGED]:
-            owner = owner[_PARENT]  # merged into its parent
-        if owner is not None:
-            owner[_SDEV] += dur
-            node = owner
-            while node is not None:
-                node[_TDEV] += dur
-                node = node[_PARENT]
+    for kind, evs in ((KIND_KERNEL, device), (KIND_ANNOTATION, device_ann)):
+        for e in evs:
+            dur = e.dur if e.dur > 0 else 0
+            agg = kernel_aggs.get((e.name, kind))
+            if agg is None:
+                agg = kernel_aggs[(e.name, kind)] = _Agg(e.name, kind)
+            agg.calls += 1
+            agg.self_dev += dur
+            agg.dev_total += dur
+            if kind == KIND_KERNEL and by_ext is not None:
+                _attribute(e, dur, by_ext, correlation_rt)
 
-    aggs: dict[tuple[str, str], _Agg] = {}
-    shape_aggs: dict[tuple[str, str, str], _Agg] = {}
-    for name, kind, _, child, self_dev, dev_total, mem, _, dur, _, merged, dims in records:
+    for agg, _, child, self_dev, dev_total, mem, _, dur, _, merged, _ in records:
         if merged:
             continue
-        targets = [aggs.get((name, kind)) or aggs.setdefault((name, kind), _Agg(kind))]
-        if shapes:
-            key = (name, kind, _shape_key(dims))
-            targets.append(shape_aggs.get(key) or shape_aggs.setdefault(key, _Agg(kind)))
-        for agg in targets:
-            agg.calls += 1
-            agg.cpu_total += dur
-            agg.self_cpu += dur - child if dur > child else 0.0
-            agg.self_dev += self_dev
-            agg.dev_total += dev_total
-            if mem is not None:
-                agg.self_cpu_mem += mem[0]
-                agg.cpu_mem += mem[1]
-                agg.self_dev_mem += mem[2]
-                agg.dev_mem += mem[3]
+        agg.calls += 1  # _Agg.add, inlined in this the longest loop
+        agg.cpu_total += dur
+        agg.self_cpu += dur - child if dur > child else 0.0
+        agg.self_dev += self_dev
+        agg.dev_total += dev_total
+        if mem is not None:
+            agg.add_memory(mem)
+    by_shape = _by_shape(records, scale) if shapes else []
 
-    ops = [_to_op(name, a, scale) for (name, _), a in aggs.items()]
-    ops += [_to_op(name, a, scale) for (name, _), a in kernel_aggs.items()]
-    by_shape = []
-    for (name, _, dims), a in shape_aggs.items():
-        op = _to_op(name, a, scale)
-        op.input_shapes = dims
-        by_shape.append(op)
+    ops = [_to_op(a, scale) for a in aggs.values() if a.calls]
+    ops += [_to_op(a, scale) for a in kernel_aggs.values()]
     self_cpu = sum(a.self_cpu for a in aggs.values()) * scale
     self_dev = sum(a.self_dev for (_, kind), a in kernel_aggs.items()
                    if kind == KIND_KERNEL) * scale
     props = meta.get("deviceProperties") or []
-    has_kernels = any(d[4] == KIND_KERNEL for d in device)
-    comm = _communication(comm_work or comm_calls, threads, comm_of, device, has_kernels)
-    return Profile(device_type="cuda" if has_kernels else None,
+    comm = _communication(comm_work or comm_calls, threads, comm_of, device)
+    return Profile(device_type="cuda" if device else None,
                    comm_us=comm[0] * scale if comm else None,
                    comm_overlap_us=comm[1] * scale if comm else None,
                    self_cpu_us=self_cpu, self_device_us=self_dev, steps=steps, ops=ops,
@@ -361,8 +474,63 @@ def _aggregate(chunks: Iterable[list[Any]], meta: dict[str, Any], shapes: bool) 
                                 else None))
 
 
-# Collectives: the work itself (gloo:/nccl: ranges on the host, NCCL kernels on the
-# device), and as a fallback the c10d operators that enqueue it.
+def _facts(name: str, cat: str, aggs: dict, comm_of: dict) -> tuple:
+    """What every event of one (category, name) shares: its row (_Agg), whether it
+    is a collective (1 the work, 2 the call that enqueues it), a step, a runtime call."""
+    c = comm_of[name] = 1 if _COMM_WORK.search(name) else 2 if _COMM_CALL.search(name) else 0
+    is_step = name.startswith("ProfilerStep#")
+    shown = "ProfilerStep*" if is_step else name
+    kind = _kind(name, cat)
+    agg = aggs.get((shown, kind))
+    if agg is None:
+        agg = aggs[(shown, kind)] = _Agg(shown, kind)
+    return agg, c, is_step, cat in RUNTIME_CATS
+
+
+def _attribute(kernel: _Event, dur: float, by_ext: dict, correlation_rt: dict) -> None:
+    """A kernel's time to the operator that launched it (External id), else to the
+    caller of the runtime call with its correlation id; and to that operator's callers."""
+    args = kernel.args
+    if args is None:
+        return
+    ext = args.ext if args.ext is not None else args.ext_old
+    owner = by_ext.get(ext) if ext is not None else None
+    if owner is None and args.corr is not None:
+        runtime = correlation_rt.get(args.corr)
+        owner = runtime[_PARENT] if runtime is not None else None
+    while owner is not None and owner[_MERGED]:
+        owner = owner[_PARENT]  # merged into its parent
+    if owner is not None:
+        owner[_SDEV] += dur
+        node = owner
+        while node is not None:
+            node[_TDEV] += dur
+            node = node[_PARENT]
+
+
+def _by_shape(records: list[list], scale: float) -> list[Op]:
+    """Operators grouped by name and input shapes."""
+    shape_aggs: dict[tuple[str, str, str], _Agg] = {}
+    for agg, _, child, self_dev, dev_total, mem, _, dur, _, merged, e in records:
+        if merged:
+            continue
+        args = e.args
+        dims = None
+        if args is not None:
+            dims = args.dims if args.dims is not None else args.dims_old
+        key = (agg.name, agg.kind, _shape_key(dims))
+        into = shape_aggs.get(key)
+        if into is None:
+            into = shape_aggs[key] = _Agg(agg.name, agg.kind)
+        into.add(dur, child, self_dev, dev_total, mem)
+    ops = []
+    for (_, _, dims), a in shape_aggs.items():
+        op = _to_op(a, scale)
+        op.input_shapes = dims
+        ops.append(op)
+    return ops
+
+
 _COMM_WORK = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):|^nccl\w*Kernel|^ncclDevKernel|^rccl", re.I)
 _COMM_CALL = re.compile(r"^c10d::|^c10d_functional::|^_c10d_functional::|record_param_comms")
 
@@ -393,7 +561,7 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> floa
 
 
 def _communication(host_comm: list[tuple[float, float]], threads: dict, comm_of: dict,
-                   device: list, on_device: bool) -> tuple[float, float] | None:
+                   device: list[_Event]) -> tuple[float, float] | None:
     """(time in collectives, the part of it that overlaps computation), or None without any.
 
     Communication is the union of the collectives' intervals (``host_comm``: the
@@ -402,15 +570,14 @@ def _communication(host_comm: list[tuple[float, float]], threads: dict, comm_of:
     other operators on a CPU profile's threads.
     """
     comm, compute = list(host_comm), []
-    if on_device:
-        for name, dur, _, _, kind, ts in device:
-            if kind == KIND_KERNEL:
-                (comm if _COMM_WORK.search(name) else compute).append((ts, ts + dur))
+    for e in device:
+        span = (e.ts, e.ts + max(e.dur, 0))
+        (comm if _COMM_WORK.search(e.name) else compute).append(span)
     if not comm:
         return None
-    if not on_device:
-        compute = [(ts, end) for evs in threads.values() for ts, end, name, cat, *_ in evs
-                   if cat in ("cpu_op", "Operator") and not comm_of.get(name)]
+    if not device:
+        compute = [(e.ts, e.ts + max(e.dur, 0)) for evs in threads.values() for e in evs
+                   if e.cat in ("cpu_op", "Operator") and not comm_of.get(e.name)]
     comm_u, compute_u = _union(comm), _union(compute)
     return sum(b - a for a, b in comm_u), _overlap(comm_u, compute_u)
 
@@ -444,7 +611,7 @@ def _merge_self_calls(records: list, start: int) -> None:
         while up is not None and up[_MERGED]:
             up = up[_PARENT]
         rec[_PARENT] = up
-        if up is None or up[_NAME] != rec[_NAME] or up[_NCHILD] != 1:
+        if up is None or up[_NCHILD] != 1 or up[_AGG].name != rec[_AGG].name:
             continue
         rec[_MERGED] = True
         up[_CHILD] = rec[_CHILD]  # the parent's children are now the child's children
@@ -474,17 +641,23 @@ def _charge_memory(stack: list[list], mem: tuple) -> None:
 
 
 def _pop(stack: list[list]) -> None:
-    """Close the innermost event: its total memory counts in its parent's total."""
+    """Close the innermost event."""
     rec = stack.pop()
-    mem, parent = rec[_MEM], rec[_PARENT]
-    if mem is not None and parent is not None:
-        up = _mem(parent)
+    if rec[_MEM] is not None:
+        _closed(rec)
+
+
+def _closed(rec: list) -> None:
+    """A closed event's total memory counts in its parent's total."""
+    parent = rec[_PARENT]
+    if parent is not None:
+        up, mem = _mem(parent), rec[_MEM]
         up[1] += mem[1]
         up[3] += mem[3]
 
 
-def _to_op(name: str, a: _Agg, scale: float) -> Op:
-    return Op(name=name, calls=a.calls, self_cpu_us=a.self_cpu * scale,
+def _to_op(a: _Agg, scale: float) -> Op:
+    return Op(name=a.name, calls=a.calls, self_cpu_us=a.self_cpu * scale,
               cpu_total_us=a.cpu_total * scale, self_device_us=a.self_dev * scale,
               device_total_us=a.dev_total * scale, cpu_mem_b=a.cpu_mem,
               self_cpu_mem_b=a.self_cpu_mem, device_mem_b=a.dev_mem,
@@ -502,13 +675,17 @@ def is_trace(path: Path) -> bool:
 
 def read_trace(path: Path, shapes: bool = False) -> Profile:
     """The Profile of one trace file; ``shapes`` also groups by input shape."""
-    raw = _open(path)
+    source = [_load(path)]  # the only reference: the fast path lets go of it once read
     meta: dict[str, Any] = {}
     try:
-        profile = profile_from_events(_chunked_events(raw, meta), meta, shapes)
+        profile = profile_from_events(_chunked_events(source, meta, shapes), meta, shapes)
     except _NotChunkable:
         meta = {}
+        raw = bytes(source[0])
+        _release(source)
         profile = profile_from_events(_whole_events(path, raw, meta), meta, shapes)
+    finally:
+        _release(source)
     info = meta.get("distributedInfo")
     rank = info.get("rank") if isinstance(info, dict) else None
     profile.label = f"rank {rank}" if rank is not None else path.name
@@ -516,6 +693,15 @@ def read_trace(path: Path, shapes: bool = False) -> Profile:
         raise BadInput(f"{path}: a Chrome trace without profiler events (no cpu_op, "
                        "runtime or kernel events)", error_id="bad-trace")
     return profile
+
+
+def _release(source: list) -> None:
+    if source and isinstance(source[0], mmap.mmap):
+        try:
+            source[0].close()
+        except BufferError:  # a chunk reader that an error interrupted still holds a view
+            pass
+    source.clear()
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")

@@ -15,6 +15,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from reporter.runner import _Stepper
 from reporter.target import build, resolve
+from reporter import traces
 from reporter.traces import read_trace, read_trace_folder
 from conftest import SHARED, cli
 
@@ -87,6 +88,63 @@ def test_a_trace_the_fast_path_cannot_cut_still_reads(tmp_path):
     expected = {o.name: o.calls for o in read_trace(path).ops}
     assert {o.name: o.calls for o in read_trace(compact).ops} == expected
     assert {o.name: o.calls for o in read_trace(listed).ops} == expected
+
+
+def _ops(profile) -> dict:
+    return {(o.name, o.kind): (o.calls, round(o.self_cpu_us, 3), o.self_cpu_mem_b)
+            for o in profile.ops}
+
+
+def test_odd_events_in_a_chunk_are_read_one_by_one(tmp_path, monkeypatch):
+    """Events of unexpected shapes (not objects, a string time, a list for args) in
+    the middle of a trace: the chunk holding them is read event by event, and
+    the numbers are those of the same trace without them, plus what they add."""
+    _, path = _live_trace(tmp_path, "transformer-bloat")
+    monkeypatch.setattr(traces, "_MMAP_MIN", 1)  # mapped, as a large trace is
+    doc = json.loads(path.read_text())
+    events = doc["traceEvents"]
+    thread = next(e for e in events if e.get("cat") == "cpu_op")
+    odd = [5, "x", None, [1, 2], {"ph": "X", "cat": "cpu_op", "name": 7, "ts": 1, "dur": 1},
+           {"ph": "X", "cat": "cpu_op", "name": "odd::op", "pid": thread["pid"],
+            "tid": thread["tid"], "ts": "1.5", "dur": "0.25", "args": [1]},
+           {"ph": "X", "cat": "cpu_op", "name": "odd::bool", "ts": True, "dur": 1}]
+    middle = len(events) // 2
+    doc["traceEvents"] = events[:middle] + odd + events[middle:]
+    odd_path = tmp_path / "odd.json"
+    odd_path.write_text(json.dumps(doc, indent=1))
+    assert odd_path.stat().st_size > 8 * traces._TAIL  # the odd events are in a chunk
+    expected = _ops(read_trace(path))
+    expected[("odd::op", "op")] = (1, 0.25, 0)
+    assert _ops(read_trace(odd_path)) == expected
+
+
+def test_a_cut_inside_a_name_falls_back_to_the_plain_parser(tmp_path, monkeypatch):
+    """Names holding "}, {" look like the place between two events. A chunk cut
+    there cannot decode; the whole file is then read by the plain parser, from
+    bytes that the chunked reader left as they were."""
+    _, path = _live_trace(tmp_path, "transformer-bloat")
+    monkeypatch.setattr(traces, "_MMAP_MIN", 1)
+    doc = json.loads(path.read_text())
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cpu_op":
+            e["name"] = e.pop("name") + "}, {x"  # last: the first "}, {" after most places
+    odd_path = tmp_path / "braces.json"
+    odd_path.write_text(json.dumps(doc, indent=1))
+    plain = []
+    real = traces._whole_events
+    monkeypatch.setattr(traces, "_whole_events", lambda *a: plain.append(1) or real(*a))
+    expected = {(n if k != "op" or n == "ProfilerStep*" else n + "}, {x", k): v
+                for (n, k), v in _ops(read_trace(path)).items()}
+    assert _ops(read_trace(odd_path)) == expected
+    assert plain, "no chunk was cut inside a name: the test did not test the fallback"
+
+
+def test_gzip_of_several_members_reads_like_the_plain_file(tmp_path):
+    _, path = _live_trace(tmp_path, "transformer-bloat")
+    data = path.read_bytes()
+    gz = tmp_path / "members.json.gz"
+    gz.write_bytes(gzip.compress(data[:1000]) + gzip.compress(data[1000:]))
+    assert _ops(read_trace(gz)) == _ops(read_trace(path))
 
 
 @needs_corpus
