@@ -290,13 +290,10 @@ class _Agg:
         self.self_dev += self_dev
         self.dev_total += dev_total
         if mem is not None:
-            self.add_memory(mem)
-
-    def add_memory(self, mem: list) -> None:
-        self.self_cpu_mem += mem[0]
-        self.cpu_mem += mem[1]
-        self.self_dev_mem += mem[2]
-        self.dev_mem += mem[3]
+            self.self_cpu_mem += mem[0]
+            self.cpu_mem += mem[1]
+            self.self_dev_mem += mem[2]
+            self.dev_mem += mem[3]
 
 
 def profile_from_events(chunks: Iterable[list[_Event]], meta: dict[str, Any],
@@ -447,15 +444,8 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                 _attribute(e, dur, by_ext, correlation_rt)
 
     for agg, _, child, self_dev, dev_total, mem, _, dur, _, merged, _ in records:
-        if merged:
-            continue
-        agg.calls += 1  # _Agg.add, inlined in this the longest loop
-        agg.cpu_total += dur
-        agg.self_cpu += dur - child if dur > child else 0.0
-        agg.self_dev += self_dev
-        agg.dev_total += dev_total
-        if mem is not None:
-            agg.add_memory(mem)
+        if not merged:
+            agg.add(dur, child, self_dev, dev_total, mem)
     by_shape = _by_shape(records, scale) if shapes else []
 
     ops = [_to_op(a, scale) for a in aggs.values() if a.calls]
