@@ -386,7 +386,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                 _charge_memory(stack, mems[mi])
                 mi += 1
                 next_mem = mems[mi][0] if mi < n_mems else None
-            while stack and stack[-1][_END] <= ts + eps:
+            while stack and stack[-1][_END] <= ts + eps:  # _pop, inlined in the hot loop
                 top = stack.pop()
                 if top[_MEM] is not None:
                     _closed(top)
