@@ -162,6 +162,7 @@ def _gunzip(path: Path, f: BinaryIO) -> bytearray:
 _EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _OBJECT_START = re.compile(rb"\s*\{")
+_LIST_START = re.compile(rb"\s*\[")
 _CHUNK = 8 << 20
 _TAIL = 64 << 10  # what is left for the plain parser at the end of the events
 
@@ -182,12 +183,13 @@ def _chunked_events(source: list, meta: dict[str, Any], shapes: bool) -> Iterato
     """
     buf = source[0]
     decoder = _DECODERS[shapes]
-    start = _EVENTS_START.search(buf)
-    if start is None or not _OBJECT_START.match(buf):
+    bare = _LIST_START.match(buf)  # the legacy form: a bare list of events
+    start = bare or _EVENTS_START.search(buf)
+    if start is None or not (bare or _OBJECT_START.match(buf)):
         raise _NotChunkable
     head = bytes(buf[:start.start()]).rstrip().rstrip(b",")
     try:
-        if head.strip() != b"{":
+        if not bare and head.strip() != b"{":
             meta.update(msgspec.json.decode(head + b"}"))
         pos, step = start.end(), _CHUNK  # pos: just after the "[" or "," before an event
         with memoryview(buf) as view:
@@ -204,7 +206,10 @@ def _chunked_events(source: list, meta: dict[str, Any], shapes: bool) -> Iterato
         text = "[" + buf[pos:].decode("utf-8")
         last, end = json.JSONDecoder().raw_decode(text)
         tail = text[end:].strip()
-        if tail.startswith(","):
+        if bare:
+            if tail:
+                raise _NotChunkable
+        elif tail.startswith(","):
             meta.update(msgspec.json.decode("{" + tail[1:]))
         elif tail != "}":
             raise _NotChunkable
