@@ -134,7 +134,10 @@ def _load(path: Path) -> bytearray | mmap.mmap:
             if magic == b"\x1f\x8b":
                 return _gunzip(path, f)
             if os.fstat(f.fileno()).st_size >= _MMAP_MIN:
-                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+                try:
+                    return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+                except (OSError, ValueError):
+                    pass  # a file system that cannot map it: read it
             return bytearray(f.read())
     except OSError as exc:
         raise BadInput(f"{path}: cannot read: {exc.strerror or exc}",
