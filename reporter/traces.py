@@ -78,15 +78,16 @@ _DECODERS = {False: msgspec.json.Decoder(list[_Event]),
 
 
 def _number(value: Any) -> int | float | None:
-    if type(value) in (int, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            return None
-        return value if math.isfinite(value) else None
-    return None
+    """A finite time; integers stay integers (nanosecond traces are told by them)."""
+    if type(value) not in (int, float, str):
+        return None  # bools, lists, None
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    if not math.isfinite(number):
+        return None
+    return value if type(value) is int else number
 
 
 def _coerce(events: list[Any]) -> list[_Event]:

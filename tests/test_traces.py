@@ -107,7 +107,8 @@ def test_odd_events_in_a_chunk_are_read_one_by_one(tmp_path, monkeypatch):
     odd = [5, "x", None, [1, 2], {"ph": "X", "cat": "cpu_op", "name": 7, "ts": 1, "dur": 1},
            {"ph": "X", "cat": "cpu_op", "name": "odd::op", "pid": thread["pid"],
             "tid": thread["tid"], "ts": "1.5", "dur": "0.25", "args": [1]},
-           {"ph": "X", "cat": "cpu_op", "name": "odd::bool", "ts": True, "dur": 1}]
+           {"ph": "X", "cat": "cpu_op", "name": "odd::bool", "ts": True, "dur": 1},
+           {"ph": "X", "cat": "cpu_op", "name": "odd::huge", "ts": 10**400, "dur": 1}]
     middle = len(events) // 2
     doc["traceEvents"] = events[:middle] + odd + events[middle:]
     odd_path = tmp_path / "odd.json"
