@@ -45,10 +45,14 @@ _EPS = 1e-3  # microseconds of slack when deciding whether one event encloses an
 # rest of each event (most of its bytes: input types, strides, concrete inputs)
 # without building Python objects for it, which is most of the cost of reading
 # a trace with a general JSON parser.
+# Ids and thread keys index dicts: anything but a scalar sends the chunk to _coerce.
+_Id = Union[int, float, str, None]
+
+
 class _Args(msgspec.Struct, gc=False):
-    ext: Any = msgspec.field(name="External id", default=None)
-    ext_old: Any = msgspec.field(name="external id", default=None)  # torch 1.8
-    corr: Any = msgspec.field(name="correlation", default=None)
+    ext: _Id = msgspec.field(name="External id", default=None)
+    ext_old: _Id = msgspec.field(name="external id", default=None)  # torch 1.8
+    corr: _Id = msgspec.field(name="correlation", default=None)
     nbytes: Any = msgspec.field(name="Bytes", default=None)  # [memory] events
     device_type: Any = msgspec.field(name="Device Type", default=None)
 
@@ -62,8 +66,8 @@ class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
-    pid: Any = None
-    tid: Any = None
+    pid: _Id = None
+    tid: _Id = None
     ts: Union[int, float] = 0
     dur: Union[int, float] = 0
     args: Optional[_Args] = None
@@ -104,15 +108,20 @@ def _coerce(events: list[Any]) -> list[_Event]:
             continue
         args = e.get("args")
         if isinstance(args, dict):
-            args = _ShapeArgs(ext=args.get("External id"), ext_old=args.get("external id"),
-                              corr=args.get("correlation"), nbytes=args.get("Bytes"),
+            args = _ShapeArgs(ext=_id(args.get("External id")),
+                              ext_old=_id(args.get("external id")),
+                              corr=_id(args.get("correlation")), nbytes=args.get("Bytes"),
                               device_type=args.get("Device Type"), dims=args.get("Input Dims"),
                               dims_old=args.get("Input dims"))
         else:
             args = None
-        out.append(_ShapeEvent(ph=ph, cat=cat, name=name, pid=e.get("pid"), tid=e.get("tid"),
-                               ts=ts, dur=dur, args=args))
+        out.append(_ShapeEvent(ph=ph, cat=cat, name=name, pid=_id(e.get("pid")),
+                               tid=_id(e.get("tid")), ts=ts, dur=dur, args=args))
     return out
+
+
+def _id(value: Any) -> int | float | str | None:
+    return value if type(value) in (int, float, str) else None
 
 
 _MMAP_MIN = 1 << 20

@@ -16,6 +16,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from reporter.runner import _Stepper
 from reporter.target import build, resolve
 from reporter import traces
+from reporter.errors import BadInput
 from reporter.traces import read_trace, read_trace_folder
 from conftest import SHARED, cli
 
@@ -108,7 +109,9 @@ def test_odd_events_in_a_chunk_are_read_one_by_one(tmp_path, monkeypatch):
            {"ph": "X", "cat": "cpu_op", "name": "odd::op", "pid": thread["pid"],
             "tid": thread["tid"], "ts": "1.5", "dur": "0.25", "args": [1]},
            {"ph": "X", "cat": "cpu_op", "name": "odd::bool", "ts": True, "dur": 1},
-           {"ph": "X", "cat": "cpu_op", "name": "odd::huge", "ts": 10**400, "dur": 1}]
+           {"ph": "X", "cat": "cpu_op", "name": "odd::huge", "ts": 10**400, "dur": 1},
+           {"ph": "X", "cat": "cpu_op", "name": "odd::ids", "pid": [1], "tid": {"a": 1},
+            "ts": 2, "dur": 1, "args": {"External id": [1], "correlation": {"a": 1}}}]
     middle = len(events) // 2
     doc["traceEvents"] = events[:middle] + odd + events[middle:]
     odd_path = tmp_path / "odd.json"
@@ -116,6 +119,7 @@ def test_odd_events_in_a_chunk_are_read_one_by_one(tmp_path, monkeypatch):
     assert odd_path.stat().st_size > 8 * traces._TAIL  # the odd events are in a chunk
     expected = _ops(read_trace(path))
     expected[("odd::op", "op")] = (1, 0.25, 0)
+    expected[("odd::ids", "op")] = (1, 1.0, 0)
     assert _ops(read_trace(odd_path)) == expected
 
 
@@ -249,6 +253,36 @@ def test_bad_traces_give_one_line_and_exit_2(tmp_path, content, words):
     lines = res.err.strip().splitlines()
     assert len(lines) == 1 and all(w in lines[0] for w in words), res.err
     assert "Traceback" not in res.err
+
+
+_EVENTS = [
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+     "args": {"External id": 1, "Input Dims": [[2, 2]]}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+     "ts": 11, "dur": 1, "args": {"correlation": 7, "External id": 1}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 3,
+     "args": {"correlation": 7, "External id": 1}},
+    {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 12,
+     "args": {"Bytes": 16, "Device Type": 0}},
+]
+
+
+def test_a_field_of_the_wrong_type_never_crashes(tmp_path):
+    """Every field of each kind of event (ids, threads, times, args) replaced by a
+    value of another type: a result or one clear line, never an internal error."""
+    path = tmp_path / "typed.json"
+    for i, event in enumerate(_EVENTS):
+        for key in [k for k in event if k != "args"] + [f"args.{k}" for k in event["args"]]:
+            for value in ([1], {"a": 1}, True, None, "x", 1.5, -1, 10**30, [[1, [2]]]):
+                events = json.loads(json.dumps(_EVENTS))
+                holder = events[i]["args"] if key.startswith("args.") else events[i]
+                holder[key.removeprefix("args.")] = value
+                path.write_text(json.dumps({"traceEvents": events}))
+                for shapes in (False, True):
+                    try:
+                        read_trace(path, shapes=shapes)
+                    except BadInput:
+                        pass
 
 
 def test_fuzzed_inputs_never_crash(tmp_path):
