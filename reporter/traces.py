@@ -133,8 +133,8 @@ def _load(path: Path) -> bytearray | mmap.mmap:
 
     A plain file of a MiB or more is mapped copy-on-write rather than read: the
     kernel then maps its pages many at a time, where reading it into fresh
-    memory takes a page fault per 4 KiB, which on a small VM cost as much as
-    decoding. A gzipped file is inflated piece by piece into one buffer, so
+    memory takes a page fault per 4 KiB: on a 2-core VM, a third of the time
+    of reading a 280 MB trace. A gzipped file is inflated piece by piece into one buffer, so
     that the compressed and the whole inflated bytes are never held at once.
     """
     try:
