@@ -138,6 +138,13 @@ def step_wall_us(profile: Profile) -> float:
     return wall if wall > 0 else profile.self_cpu_us
 
 
+def step_share(profile: Profile, time_us: float) -> tuple[float, float]:
+    """A time's share of the profiled steps' wall time, and that wall time
+    (0 and 0 when the profile has no time at all)."""
+    wall = step_wall_us(profile)
+    return (time_us / wall, wall) if wall > 0 else (0.0, 0.0)
+
+
 def dataloader_rows(profile: Profile) -> list[Op]:
     return [o for o in profile.ops if o.kind == KIND_DATALOADER]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from .analyzer import (Finding, basis, dataloader_rows, op_evidence, operators, rule, share,
-                       step_wall_us)
+                       step_share)
 from .profile import Profile
 
 ELEMENTWISE = {
@@ -78,11 +78,8 @@ def copy_heavy(profile: Profile, limits: dict[str, float]) -> Finding | None:
 def dataloader_bound(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """The step waits for its input: enumerate(DataLoader) takes a share of the step."""
     rows = dataloader_rows(profile)
-    wall = step_wall_us(profile)
-    if not rows or wall <= 0:
-        return None
     waited = sum(o.cpu_total_us for o in rows)
-    frac = waited / wall
+    frac, wall = step_share(profile, waited)
     if frac <= limits["share"]:
         return None
     top = max(rows, key=lambda o: o.cpu_total_us)
@@ -226,11 +223,8 @@ def low_device_utilization(profile: Profile, limits: dict[str, float]) -> Findin
     """The device is busy for less than half of the profiled window."""
     if not profile.has_device:
         return None
-    wall = step_wall_us(profile)
-    if wall <= 0:
-        return None
-    busy = profile.self_device_us / wall
-    if busy >= limits["busy"]:
+    busy, wall = step_share(profile, profile.self_device_us)
+    if wall <= 0 or busy >= limits["busy"]:
         return None
     return Finding("low-device-utilization", "high" if busy < limits["busy"] / 2 else "medium",
                    {"basis": "step", "share": busy, "threshold": limits["busy"],
@@ -264,12 +258,11 @@ _PADDING = ("aten::pad_sequence", "aten::_pad_packed_sequence", "aten::pad",
 @rule("cpu-side-padding", share=0.10)
 def cpu_side_padding(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Padding or collation on the CPU takes a large share of the step."""
-    wall = step_wall_us(profile)
     rows = [o for o in profile.ops if o.name in _PADDING or "collate" in o.name.lower()]
-    if not rows or wall <= 0:
+    if not rows:
         return None
     top = max(rows, key=lambda o: o.cpu_total_us)
-    s = top.cpu_total_us / wall
+    s, wall = step_share(profile, top.cpu_total_us)
     if s <= limits["share"]:
         return None
     return Finding("cpu-side-padding", "medium",
@@ -295,8 +288,7 @@ def single_tensor_optimizer(profile: Profile, limits: dict[str, float]) -> Findi
         return None
     step_calls = sum(o.calls for o in steps) or 1
     updates = sum(o.calls for o in profile.ops if o.name in _PER_TENSOR_UPDATES)
-    wall = step_wall_us(profile)
-    s = max(o.cpu_total_us for o in steps) / wall if wall else 0.0
+    s, _ = step_share(profile, max(o.cpu_total_us for o in steps))
     if updates < limits["per_step"] * step_calls or s <= limits["share"]:
         return None
     return Finding("single-tensor-optimizer", "medium",
@@ -311,10 +303,7 @@ def communication_bound(profile: Profile, limits: dict[str, float]) -> Finding |
     """Collectives (all-reduce, all-gather, ...) take a large share of the step."""
     if not profile.comm_us:
         return None
-    wall = step_wall_us(profile)
-    if wall <= 0:
-        return None
-    s = profile.comm_us / wall
+    s, wall = step_share(profile, profile.comm_us)
     if s <= limits["share"]:
         return None
     overlap = (profile.comm_overlap_us or 0.0) / profile.comm_us
