@@ -18,7 +18,6 @@ from . import __version__
 from .errors import BadInput, ReporterError, WorkFailed
 
 DEFAULT_RUNS = Path(os.environ.get("REPORTER_RUNS", "runs"))
-GITHUB_LIMIT = 65_536  # characters in a GitHub comment (reporter.render.GITHUB_COMMENT_LIMIT)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,6 +39,7 @@ class Progress:
 
 
 def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:
+    from .render import GITHUB_COMMENT_LIMIT
     from .view import LANGUAGES, default_language
 
     p.add_argument("--lang", default=None, metavar="|".join(LANGUAGES),
@@ -48,9 +48,10 @@ def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:
     if formats:
         p.add_argument("--format", default="md", metavar="md,pdf",
                        help="comma-separated output formats: md, pdf (default: md)")
-        p.add_argument("--max-chars", type=int, default=GITHUB_LIMIT, metavar="N",
+        p.add_argument("--max-chars", type=int, default=GITHUB_COMMENT_LIMIT, metavar="N",
                        help="keep the Markdown under N characters, shortening the folded logs "
-                            f"first (default: {GITHUB_LIMIT}, a GitHub comment; 0: no limit)")
+                            f"first (default: {GITHUB_COMMENT_LIMIT}, a GitHub comment; "
+                            "0: no limit)")
         p.add_argument("--github", action="store_true",
                        help="for pull requests: charts as Mermaid; when $GITHUB_STEP_SUMMARY is "
                             "set, append the report to the job summary")
@@ -153,6 +154,15 @@ def _publish(path: Path, args) -> None:
                              f"{exc.strerror}", error_id="github") from exc
 
 
+def _write_reports(view: dict, folder: Path, formats: list[str], args,
+                   stem: str = "report") -> None:
+    """Write the view in each format into ``folder`` and publish each file."""
+    from .render import write_report
+
+    for fmt in formats:
+        _publish(write_report(view, folder, fmt, stem=stem), args)
+
+
 def _lang(args) -> str:
     from .view import check_language, default_language
 
@@ -220,8 +230,8 @@ def cmd_run(args) -> int:
              f"{view['n_findings']} finding(s)")
     if args.compare:
         if len(done) < 2:
-            print("reporter: error [usage]: --compare needs two runs that succeeded",
-                  file=sys.stderr)
+            print(BadInput("--compare needs two runs that succeeded",
+                           error_id="usage").one_line(), file=sys.stderr)
             return 1 if failed else 2
         from .compare import Step, compare
 
@@ -296,13 +306,11 @@ def _write_comparison(comparison, lang: str, formats: list[str], runs: Path,
                       out: Path | None, args) -> None:
     from datetime import datetime, timezone
 
-    from .render import write_report
     from .view import compare_view
 
     out = out or runs / f"compare-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
-    view = _for_output(compare_view(comparison, lang), args)
-    for fmt in formats:
-        _publish(write_report(view, out, fmt, stem="compare"), args)
+    _write_reports(_for_output(compare_view(comparison, lang), args), out, formats, args,
+                   stem="compare")
 
 
 def cmd_compare(args) -> int:
@@ -330,16 +338,13 @@ def cmd_compare(args) -> int:
 
 
 def cmd_render(args) -> int:
-    from .render import parse_formats, write_report
+    from .render import parse_formats
     from .store import find, load
     from .view import run_view
 
     lang, formats = _lang(args), parse_formats(args.format)
     folder = find(args.run, args.runs)
-    run = load(folder)
-    view = _for_output(run_view(run, lang), args)
-    for fmt in formats:
-        _publish(write_report(view, folder, fmt), args)
+    _write_reports(_for_output(run_view(load(folder), lang), args), folder, formats, args)
     return 0
 
 
@@ -348,7 +353,7 @@ def cmd_analyze(args) -> int:
 
     from .analyzer import profiles_json
     from .inputs import read_profiles, run_folder as find_run
-    from .render import parse_formats, write_report
+    from .render import parse_formats
     from .store import load
     from .view import import_view, run_view
 
@@ -361,17 +366,14 @@ def cmd_analyze(args) -> int:
         if args.json:
             print(json.dumps(profiles_json([s.profile for s in run.sections]), ensure_ascii=False))
             return 0
-        view = _for_output(run_view(run, lang), args)
-        for fmt in formats:
-            _publish(write_report(view, run_folder, fmt), args)
+        _write_reports(_for_output(run_view(run, lang), args), run_folder, formats, args)
         return 0
     profiles = read_profiles(path)
     if args.json:
         print(json.dumps(profiles_json(profiles), ensure_ascii=False))
         return 0
-    view = _for_output(import_view(profiles, path.name, lang), args)
-    for fmt in formats:
-        _publish(write_report(view, args.out, fmt, stem=f"{path.stem}.report"), args)
+    _write_reports(_for_output(import_view(profiles, path.name, lang), args), args.out,
+                   formats, args, stem=f"{path.stem}.report")
     return 0
 
 
