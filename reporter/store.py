@@ -152,7 +152,8 @@ def load(folder: Path) -> Run:
 
 
 def list_runs(root: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """Stored runs, oldest first, with a few facts each (without loading whole runs)."""
+    """Stored runs, oldest first, with a few facts each. Each run.json is loaded whole
+    (and checked): a few milliseconds a run."""
     root = Path(root)
     if not root.is_dir():
         return []
