@@ -60,6 +60,8 @@ def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .target import PRESETS
+
     parser = _Parser(prog="reporter", description="Profile PyTorch models and write "
                      "performance reports in English, Russian or Chinese.")
     parser.add_argument("--version", action="version", version=f"reporter {__version__}")
@@ -71,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="target to profile; repeat for several (default: every built-in target)")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
                    help="auto takes CUDA when present (default: auto)")
-    p.add_argument("--preset", default="default", choices=("tiny", "default", "large"),
+    p.add_argument("--preset", default="default", choices=PRESETS,
                    help="size of the built-in targets: default is quick on a CPU, "
                         "large fills a GPU (default: default)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",

@@ -1,7 +1,7 @@
 """Renderers: a view model in, a report out; one function writes the files.
 
-Each output format is one entry in ``RENDERERS`` (name, file extension,
-whether the output is binary, and a render function). Templates come from
+Each output format is one entry in ``RENDERERS`` (name, file extension and a
+render function returning text or bytes). Templates come from
 ``templates/<lang>/``; they only loop and print what ``reporter.view`` built.
 """
 
@@ -88,7 +88,6 @@ def _render_markdown(view: dict[str, Any], template: str | None = None) -> str:
 class Renderer:
     name: str
     extension: str
-    binary: bool
     render: Callable[[dict[str, Any]], str | bytes]
 
 
@@ -99,8 +98,8 @@ def _render_pdf(view: dict[str, Any]) -> bytes:
 
 
 RENDERERS: dict[str, Renderer] = {
-    "md": Renderer("md", "md", False, render_markdown),
-    "pdf": Renderer("pdf", "pdf", True, _render_pdf),
+    "md": Renderer("md", "md", render_markdown),
+    "pdf": Renderer("pdf", "pdf", _render_pdf),
 }
 
 

@@ -12,7 +12,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -46,7 +46,6 @@ class Target:
     tf32: bool = False  # allow TF32 matmuls and convolutions while this target runs
     # Optional side benchmark: device -> [(operation key, milliseconds)].
     benchmark: Callable[[str], list[tuple[str, float]]] | None = None
-    notes: dict[str, Any] = field(default_factory=dict)
 
     def check(self, spec: str) -> None:
         if not isinstance(self.batch_size, int) or self.batch_size <= 0:

@@ -72,5 +72,4 @@ def build(device: str = "cpu", preset: str = "default") -> Target:
         model=TensorOps().to(device), batches=[batch], batch_size=1,
         forward=lambda m, b: m(b[0], b[1]), modes=("inference",),
         benchmark=lambda dev: time_operations(dev, s["batch"], s["n"], s["repeats"]),
-        notes={"shape": [s["batch"], s["n"], s["n"]], "dtype": "float32"},
     )
