@@ -375,8 +375,18 @@ def cmd_analyze(args) -> int:
         print(json.dumps(profiles_json(profiles), ensure_ascii=False))
         return 0
     _write_reports(_for_output(import_view(profiles, path.name, lang), args), args.out,
-                   formats, args, stem=f"{path.stem}.report")
+                   formats, args, stem=_report_stem(path))
     return 0
+
+
+def _report_stem(path: Path) -> str:
+    """x.txt -> x.report, and a trace's x.json or x.json.gz -> x.report too."""
+    from .traces import TRACE_SUFFIXES
+
+    for suffix in sorted(TRACE_SUFFIXES, key=len, reverse=True):
+        if path.name.endswith(suffix) and len(path.name) > len(suffix):
+            return path.name[:-len(suffix)] + ".report"
+    return f"{path.stem}.report"
 
 
 def cmd_list(args) -> int:

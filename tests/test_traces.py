@@ -144,6 +144,17 @@ def test_a_cut_inside_a_name_falls_back_to_the_plain_parser(tmp_path, monkeypatc
     assert plain, "no chunk was cut inside a name: the test did not test the fallback"
 
 
+def test_a_trace_report_is_named_after_the_trace(tmp_path):
+    _, path = _live_trace(tmp_path, "cnn", memory=False)
+    gz = tmp_path / "step.pt.trace.json.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    res = cli("analyze", gz, "--lang", "ru", "--out", tmp_path / "out")
+    assert res.code == 0, res.err
+    report = tmp_path / "out" / "step.pt.trace.report.ru.md"
+    top = max(read_trace(path).ops, key=lambda o: o.self_cpu_us)
+    assert res.out.strip() == str(report) and f"`{top.name}`" in report.read_text()
+
+
 def test_gzip_of_several_members_reads_like_the_plain_file(tmp_path):
     _, path = _live_trace(tmp_path, "transformer-bloat")
     data = path.read_bytes()
