@@ -259,9 +259,10 @@ def _whole_events(path: Path, raw: bytes, meta: dict[str, Any]) -> Iterator[list
     """The plain parser: the whole document at once, with clear errors."""
     try:
         doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        where = f" at byte {exc.pos}" if isinstance(exc, json.JSONDecodeError) else ""
-        raise BadInput(f"{path} is not valid JSON{where}: {getattr(exc, 'msg', exc)}",
+    except json.JSONDecodeError as exc:  # "Expecting value: line 1 column 18 (char 17)"
+        raise BadInput(f"{path} is not valid JSON: {exc}", error_id="bad-trace") from exc
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path} is not valid JSON: not UTF-8 at byte {exc.start}",
                        error_id="bad-trace") from exc
     except RecursionError as exc:
         raise BadInput(f"{path}: JSON nested too deeply", error_id="bad-trace") from exc
