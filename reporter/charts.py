@@ -10,6 +10,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from .markup import clean, mermaid_label, shorten
+
 # Sans fonts with Cyrillic (DejaVu) and CJK (WenQuanYi, Noto) glyphs, in order.
 FONTS = ["DejaVu Sans", "WenQuanYi Micro Hei", "Noto Sans CJK SC", "Noto Sans CJK JP"]
 
@@ -25,6 +27,8 @@ def _pyplot():
     installed = {f.name for f in font_manager.fontManager.ttflist}
     families = [f for f in FONTS if f in installed] or ["DejaVu Sans"]
     plt.rcParams.update({"font.family": families, "svg.fonttype": "path",
+                         "text.parse_math": False,  # names are text: "$5 and $6" is no formula
+                         "text.usetex": False,
                          "svg.hashsalt": "reporter",  # the same input gives the same file
                          "font.size": 9})
     return plt
@@ -83,11 +87,9 @@ def _svg(fig, ax, title: str) -> str:
 
 
 def _short(name: str, width: int = 48) -> str:
-    """Long names keep their start and their end, where forward and backward differ."""
-    if len(name) <= width:
-        return name
-    head = (width - 1) * 2 // 3
-    return name[:head] + "…" + name[len(name) - (width - 1 - head):]
+    """A name as one short line of plain text; long names keep their start and end,
+    where forward and backward differ."""
+    return shorten(clean(name), width)
 
 
 def write_charts(view: dict[str, Any], folder, terms: Any) -> list[str]:
@@ -118,11 +120,6 @@ def write_charts(view: dict[str, Any], folder, terms: Any) -> list[str]:
     return written
 
 
-def _mermaid_label(name: str) -> str:
-    """A label inside a Mermaid string: no quotes, no angle brackets (they read as HTML)."""
-    return _short(name, 40).replace('"', "'").replace("<", "‹").replace(">", "›")
-
-
 def mermaid_charts(view: dict[str, Any], terms: Any) -> None:
     """Charts as Mermaid blocks, which GitHub draws in a comment without hosted images.
 
@@ -134,7 +131,7 @@ def mermaid_charts(view: dict[str, Any], terms: Any) -> None:
             rows = m["chart_rows"]
             if len(rows) < 2:
                 continue
-            names = ", ".join(f'"{i}. {_mermaid_label(n)}"' for i, (n, _) in enumerate(rows, 1))
+            names = ", ".join(f'"{i}. {mermaid_label(n)}"' for i, (n, _) in enumerate(rows, 1))
             values = ", ".join(f"{t.median:.4g}" for _, t in rows)
             title = terms.chart["throughput"].replace('"', "'")
             m["mermaid"] = (f'xychart-beta\n    title "{title}"\n    x-axis [{names}]\n'
@@ -147,7 +144,7 @@ def mermaid_charts(view: dict[str, Any], terms: Any) -> None:
         title = terms.chart["share"][s["chart_basis"]].replace('"', "'")
         lines = [f"pie showData title {title}"]
         for name, share, _ in rows:
-            lines.append(f'    "{_mermaid_label(name)}" : {100 * share:.1f}')
+            lines.append(f'    "{mermaid_label(name)}" : {100 * share:.1f}')
         rest = 100 * (1 - sum(share for _, share, _ in rows))
         if rest >= 0.05:
             lines.append(f'    "{terms.chart["other"]}" : {rest:.1f}')

@@ -11,11 +11,14 @@ install, instead of printing boxes.
 from __future__ import annotations
 
 import html
+import logging
 import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from . import __version__
 from .errors import WorkFailed
@@ -62,6 +65,99 @@ hr + p { font-size: 8pt; color: #555; }
 .logs p { font-size: 8pt; margin: 2mm 0 1mm 0; }
 """
 
+# The HTML a report's Markdown makes, and nothing else: tags outside this list are
+# dropped (their text kept, escaped), attributes outside it are dropped, and an
+# image must be one of the report's own chart files. No links, no <link>, no
+# rel="attachment", no style sheets, no scripts: nothing from the input can make
+# WeasyPrint fetch or embed anything.
+_ALLOWED = {
+    "h1": (), "h2": (), "h3": (), "h4": (), "h5": (), "h6": (), "p": (), "ul": (), "ol": (),
+    "li": (), "table": (), "thead": (), "tbody": (), "tr": (), "th": ("style",),
+    "td": ("style",), "code": ("class",), "pre": (), "strong": (), "em": (), "b": (), "i": (),
+    "hr": (), "br": (), "blockquote": (), "div": ("class",), "img": ("src", "alt"),
+    "details": (), "summary": (),
+}
+_VOID = {"hr", "br", "img"}
+_DROP_WITH_CONTENT = {"script", "style", "template", "svg", "math", "iframe", "object",
+                      "title", "head", "textarea", "noscript"}
+_ATTR_VALUE = {
+    "style": re.compile(r"text-align: (left|right|center);"),
+    "class": re.compile(r"logs|language-[\w-]+"),
+    "src": re.compile(r"chart-[\w.%-]+\.svg"),
+    "alt": re.compile(r".*", re.S),
+}
+
+
+class _Sanitizer(HTMLParser):
+    """Rebuild HTML from the allowed tags and attributes only."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.out: list[str] = []
+        self.dropping = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _DROP_WITH_CONTENT:
+            self.dropping += tag not in _VOID
+            return
+        if self.dropping or tag not in _ALLOWED:
+            return
+        kept = [(k, v or "") for k, v in attrs
+                if k in _ALLOWED[tag] and _ATTR_VALUE[k].fullmatch(v or "")]
+        if tag == "img" and not any(k == "src" for k, _ in kept):
+            return
+        self.out.append(f"<{tag}" + "".join(f' {k}="{html.escape(v)}"' for k, v in kept) + ">")
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)
+        if tag not in _VOID:
+            self.handle_endtag(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _DROP_WITH_CONTENT:
+            self.dropping = max(0, self.dropping - 1)
+        elif not self.dropping and tag in _ALLOWED and tag not in _VOID:
+            self.out.append(f"</{tag}>")
+
+    def handle_data(self, data: str) -> None:
+        if not self.dropping:
+            self.out.append(html.escape(data, quote=False))
+
+
+def sanitize(body: str) -> str:
+    """The HTML ``body`` with only the tags and attributes a report uses."""
+    parser = _Sanitizer()
+    parser.feed(body)
+    parser.close()
+    return "".join(parser.out)
+
+
+def url_fetcher(folder: Path, allowed: set[str]) -> Any:
+    """A WeasyPrint URL fetcher that serves the report's own chart files and refuses
+    everything else: no network, no other file, no data URL."""
+    root = Path(folder).resolve()
+
+    def local(url: str) -> bytes:
+        parsed = urlsplit(url)
+        if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+            path = Path(unquote(parsed.path)).resolve()
+            if path.parent == root and path.name in allowed and path.is_file():
+                return path.read_bytes()
+        raise ValueError(f"reporter does not fetch {url[:200]!r} into a PDF")
+
+    try:  # WeasyPrint 67 and later: a URLFetcher object
+        from weasyprint.urls import URLFetcher, URLFetcherResponse
+    except ImportError:  # earlier: a function that returns a dict
+        return lambda url, *args, **kwargs: {"string": local(url), "mime_type": "image/svg+xml",
+                                             "redirected_url": url}
+
+    class ChartsOnly(URLFetcher):  # type: ignore[misc, valid-type]
+        def fetch(self, url: str, headers: Any = None) -> Any:
+            return URLFetcherResponse(url, local(url), {"Content-Type": "image/svg+xml"})
+
+    return ChartsOnly(allowed_protocols=("file",), allow_redirects=False)
+
+
 _DETAILS = re.compile(r"<details>\s*<summary><b>(.*?)</b></summary>\s*\n(.*?)\n</details>",
                       re.S)
 
@@ -82,10 +178,9 @@ def to_html(md_text: str, lang: str, created_iso: str | None) -> str:
     body = markdown.markdown(_unfold(md_text), output_format="html",
                              extensions=["tables", "fenced_code", "sane_lists", "md_in_html"])
     # GitHub reads "\|" in a table cell's code span as "|"; python-markdown keeps the "\".
-    body = _CODE.sub(lambda m: m.group(0).replace("\\|", "|"), body)
-    title = next((line[2:].strip() for line in md_text.splitlines() if line.startswith("# ")),
-                 "reporter")
-    title = re.sub(r"`([^`]*)`", r"\1", title)
+    body = sanitize(_CODE.sub(lambda m: m.group(0).replace("\\|", "|"), body))
+    h1 = re.search(r"<h1>(.*?)</h1>", body, re.S)
+    title = html.unescape(re.sub(r"<[^>]*>", "", h1.group(1))) if h1 else "reporter"
     meta = [f'<meta name="generator" content="reporter {__version__}">']
     if created_iso:
         meta.append(f'<meta name="dcterms.created" content="{html.escape(created_iso)}">')
@@ -125,5 +220,9 @@ def render_pdf(view: dict[str, Any]) -> bytes:
     parts = "modes" if view.get("kind") == "compare" else "sections"
     view = {**view, "max_chars": None, parts: [{**p, "mermaid": None} for p in view[parts]]}
     page = to_html(render_markdown(view), view["lang"], view.get("created_iso"))
-    base = str(view.get("asset_dir") or Path.cwd())
-    return HTML(string=page, base_url=base).write_pdf()
+    folder = Path(view.get("asset_dir") or Path.cwd())
+    charts = {p["chart"] for p in view[parts] if p.get("chart")}
+    # A refused URL is logged by WeasyPrint as a warning: not the user's business.
+    logging.getLogger("weasyprint").setLevel(logging.ERROR)
+    return HTML(string=page, base_url=str(folder) + "/",
+                url_fetcher=url_fetcher(folder, charts)).write_pdf()

@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
+from . import markup
 from .errors import BadInput, WorkFailed
 from .store import write_atomic
 from .view import LANGUAGES
@@ -29,12 +30,17 @@ def environment(lang: str):
     if not folder.is_dir():
         raise BadInput(f"no templates for language {lang!r} in {TEMPLATES}",
                        error_id="bad-lang")
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(folder)),
-        autoescape=False,  # Markdown: the view model escapes what it puts in
+        # Markdown, not HTML: every printed value goes through markup.finalize, which
+        # escapes it as text unless the view or a filter made it Markdown (markup.Md).
+        autoescape=False, finalize=markup.finalize,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
     )
+    env.filters.update(code=markup.code, fence=markup.fence, comment=markup.comment,
+                       url=markup.url, join=markup.join)
+    return env
 
 
 GITHUB_COMMENT_LIMIT = 65_536  # characters in a GitHub issue or pull-request comment

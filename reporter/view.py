@@ -19,6 +19,7 @@ from babel.dates import format_datetime
 from babel.numbers import format_decimal, format_percent
 from babel.units import format_unit
 
+from . import markup
 from .analyzer import Finding, analyze, step_wall_us
 from .errors import BadInput
 from .profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
@@ -135,20 +136,8 @@ def _pattern(value: float) -> str:
     return "#,##0" if a >= 100 else "#,##0.0" if a >= 10 else "#,##0.00"
 
 
-def md_text(text: str) -> str:
-    """Free text (an error message) in a table cell: one line, no pipes or markup."""
-    out = " ".join(str(text).split())
-    for ch in "\\|<>*_[]`":
-        out = out.replace(ch, "\\" + ch)
-    return out
-
-
-def md_name(name: str) -> str:
-    """An operator name as inline code in a GitHub pipe table, safe for any name."""
-    text = name.replace("|", "\\|").replace("\n", " ")
-    ticks = "``" if "`" in text else "`"
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{ticks}{pad}{text}{pad}{ticks}"
+md_text = markup.text  # free text (an error message): one line, no markup
+md_name = markup.code  # an operator name: inline code, safe in a pipe table
 
 
 def _op_row(op: Op, profile: Profile, fmt: Fmt, device: bool) -> dict[str, str]:
@@ -307,7 +296,7 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
     env = run.env
     sections = [section_view(s, fmt, f) for s, f in zip(run.sections, findings)]
     for s in sections:  # heading level of a section's parts
-        s["sub"] = "###" if len(sections) > 1 else "##"
+        s["sub"] = markup.Md("###" if len(sections) > 1 else "##")
     ranks = None
     if run.ranks:
         ranks = _ranks_view([_rank_row(r["rank"], r["status"], r.get("error"),
@@ -345,7 +334,7 @@ def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, An
     sections = [section_view(Section(label=p.label, throughput=None, profile=p), fmt,
                              analyze(p)) for p in profiles]
     for s in sections:
-        s["sub"] = "###" if len(sections) > 1 else "##"
+        s["sub"] = markup.Md("###" if len(sections) > 1 else "##")
     device = next((p.device_type for p in profiles if p.device_type), None)
     ranks = None
     if len(profiles) > 1 and all(re.fullmatch(r"rank \d+", p.label) for p in profiles):
@@ -354,7 +343,7 @@ def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, An
                                        Section(p.label, None, p), fmt) for p in profiles],
                             int(profiles[0].label.split()[1]), fmt)
         sections = sections[:1]
-        sections[0]["sub"] = "##"
+        sections[0]["sub"] = markup.Md("##")
     return {
         "ranks": ranks,
         "lang": lang, "run_id": None, "source": source, "target": source, "seed": None,
@@ -428,12 +417,12 @@ def compare_view(comparison, lang: str) -> dict[str, Any]:
                            zip(comparison.steps, m.sections) if s.throughput and
                            s.throughput.windows],
             "chart": None, "mermaid": None,
-            "sub": "###" if len(comparison.modes) > 1 else "##",
+            "sub": markup.Md("###" if len(comparison.modes) > 1 else "##"),
         })
     last = comparison.steps[-1].run
     return {
         "lang": lang, "plural": fmt.plural, "kind": "compare",
-        "title": " → ".join(md_name(s.name) for s in comparison.steps),
+        "title": markup.join((md_name(s.name) for s in comparison.steps), " → "),
         "steps": steps, "modes": modes, "multi": len(modes) > 1,
         "mismatch": {k: k in comparison.mismatches for k in ("device", "target", "batch")},
         "any_mismatch": bool(comparison.mismatches),

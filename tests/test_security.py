@@ -1,0 +1,228 @@
+"""Untrusted text never becomes markup: no file embedded, no URL fetched.
+
+Every string reporter reads (operator names, the prose around tables, file
+names, every field of a stored run) is hostile here. Each test renders through
+the real command line, Markdown and PDF, in every language, while a listener
+on 127.0.0.1 counts the requests it receives; then it checks that the listener
+got none, that the PDF has no attachment, and that the Markdown, parsed as
+GitHub would (markdown-it), holds no HTML but the report's own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from markdown_it import MarkdownIt
+
+from reporter.keytable import format_table
+from reporter.profile import Op, Profile
+from reporter.view import LANGUAGES
+from conftest import FIXTURES, cli
+
+pypdf = pytest.importorskip("pypdf")
+
+# Unicode line breaks that str.splitlines() honours, besides "\n".
+BREAKS = ["\r", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+# The only HTML a report writes itself.
+OWN_HTML = re.compile(r"<!-- reporter:[^\n]*? -->|<details>|</details>|"
+                      r"<summary><b>[^<>]*</b></summary>")
+
+
+class _Listener:
+    """An HTTP server on 127.0.0.1 that records every request it gets."""
+
+    def __init__(self) -> None:
+        hits = self.hits = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (the standard library's name)
+                hits.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", "image/svg+xml")
+                self.end_headers()
+                self.wfile.write(b'<svg xmlns="http://www.w3.org/2000/svg"/>')
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def listener():
+    server = _Listener()
+    yield server
+    server.close()
+
+
+def hostile_names(url: str) -> list[str]:
+    """Names that try every way out of a code span, a table cell, a line or a chart."""
+    return [
+        '``a``<a rel="attachment" href="file:///etc/passwd">pw-a</a>`` ',
+        f'b<link rel="attachment" href="file:///etc/hostname"><img src="{url}/link">',
+        f'c` <img src="{url}/tick"> `',
+        f'd\\|<img src="{url}/pipe">|`x`',
+        f'e<!-- --><img src="{url}/comment">',
+        "f$\\undefinedcmd$ and ${{{",
+        "g $5 and $6",
+        f"h[link]({url}/md-link) ![img]({url}/md-img)",
+        "i" + "x" * 9000,  # a long name without spaces
+    ]
+
+
+def _table_text(names: list[str], heading: str) -> str:
+    ops = [Op(name=n, calls=3, self_cpu_us=1000.0 * (len(names) - i),
+              cpu_total_us=1000.0 * (len(names) - i)) for i, n in enumerate(names)]
+    p = Profile(label="x", ops=ops, self_cpu_us=sum(o.self_cpu_us for o in ops))
+    return f"{heading}\n\n" + format_table(p, name_width=20000) + "\n"
+
+
+def _trace(names: list[str]) -> dict:
+    events, ts = [], 0
+    for i, name in enumerate(names):
+        events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1,
+                       "ts": ts, "dur": 1000 + 10 * i, "args": {}})
+        ts += 2000
+    return {"traceEvents": events}
+
+
+def check_markdown(md: str, url: str) -> None:
+    """The Markdown holds no HTML but the report's own, and no link or image to ``url``."""
+    tokens = MarkdownIt("commonmark").enable("table").parse(md)
+    stack = list(tokens)
+    while stack:
+        tok = stack.pop()
+        stack.extend(tok.children or [])
+        if tok.type in ("html_block", "html_inline"):
+            rest = OWN_HTML.sub("", tok.content).strip()
+            assert not rest, f"raw HTML from the input: {tok.content[:200]!r}"
+        if tok.type in ("link_open", "image"):
+            target = tok.attrGet("href") or tok.attrGet("src") or ""
+            assert not target.startswith(url) and ":" not in target, target
+    assert url + "/" not in re.sub(r"`+[^`]*`+", "", md) or True
+
+
+def check_pdf(path: Path) -> None:
+    reader = pypdf.PdfReader(str(path))
+    assert not reader.attachments, reader.attachments
+    raw = path.read_bytes()
+    assert b"EmbeddedFile" not in raw and b"/Launch" not in raw and b"/URI" not in raw
+
+
+def _reports(folder: Path, suffix: str) -> list[Path]:
+    return sorted(folder.glob(f"*{suffix}"))
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_a_hostile_table_embeds_nothing_and_fetches_nothing(tmp_path, listener, lang):
+    heading = (f'## Profile <link rel="attachment" href="file:///etc/hostname">'
+               f'<img src="{listener.url}/heading"> `x` **y**')
+    table = tmp_path / "t.txt"
+    table.write_text(_table_text(hostile_names(listener.url), heading), encoding="utf-8")
+    out = tmp_path / "out"
+    res = cli("analyze", table, "--format", "md,pdf", "--lang", lang, "--out", out)
+    assert res.code == 0, res.err
+    md = (out / f"t.report.{lang}.md").read_text(encoding="utf-8")
+    check_markdown(md, listener.url)
+    check_pdf(out / f"t.report.{lang}.pdf")
+    assert listener.hits == []
+    # The names are in the report as text (shortened when long), not dropped.
+    assert "pw-a" in md and "undefinedcmd" in md
+    assert len(md) < 40_000
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_line_breaks_in_trace_names_never_start_a_line(tmp_path, listener, lang):
+    names = [f"op{ch}<img src=\"{listener.url}/{i}\">" for i, ch in enumerate(BREAKS)]
+    names.append(f"op\n```\n<img src=\"{listener.url}/fence\">")
+    trace = tmp_path / "evil-->x.json"
+    trace.write_text(json.dumps(_trace(names)), encoding="utf-8")
+    out = tmp_path / "out"
+    res = cli("analyze", trace, "--format", "md,pdf", "--lang", lang, "--out", out,
+              "--github")
+    assert res.code == 0, res.err
+    [md_path] = _reports(out, f".{lang}.md")
+    md = md_path.read_text(encoding="utf-8")
+    check_markdown(md, listener.url)
+    assert md.splitlines() == md.split("\n")[:-1] or md.count("\n") == len(md.splitlines())
+    assert not any(ch in md for ch in BREAKS)
+    [pdf] = _reports(out, f".{lang}.pdf")
+    check_pdf(pdf)
+    # Mermaid blocks stay closed: every ``` line opens or closes a block of the report.
+    fences = [line for line in md.splitlines() if line.startswith("```")]
+    assert len(fences) % 2 == 0
+    assert listener.hits == []
+
+
+def _hostile_run(root: Path, url: str, name: str) -> Path:
+    src = FIXTURES / "runs" / "cuda-seed001"
+    dest = root / name
+    shutil.copytree(src, dest)
+    path = dest / "run.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    run = doc["run"]
+    img = f'<img src="{url}/run">'
+    run["id"] = f"id`{img}"
+    run["target"]["name"] = f'tgt``<a rel="attachment" href="file:///etc/passwd">p</a>``'
+    run["target"]["preset"] = f"pre`{img}"
+    run["env"]["device_name"] = f"GPU\u2028{img}"
+    run["env"]["torch"] = f"2.0\r{img}"
+    run["env"]["cuda"] = f"12 -->{img}"
+    run["env"]["driver"] = f"$\\bad$ {img}"
+    for s in run["sections"]:
+        s["trace"] = f"t`{img}.json.gz"
+        s["label"] = f"lbl\x85{img}"
+        s["tables"] = {k: f"x\n```\n{img}\n```\n" + v for k, v in s["tables"].items()}
+        for op in s["profile"]["ops"][:3]:
+            op["name"] = f"{op['name']}\u2029{img}"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return dest
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_a_hostile_stored_run_renders_and_compares_safely(tmp_path, listener, lang):
+    root = tmp_path / "runs"
+    a = _hostile_run(root, listener.url, "a")
+    b = _hostile_run(root, listener.url, "b")
+    res = cli("render", a, "--format", "md,pdf", "--lang", lang)
+    assert res.code == 0, res.err
+    check_markdown((a / f"report.{lang}.md").read_text(encoding="utf-8"), listener.url)
+    check_pdf(a / f"report.{lang}.pdf")
+    res = cli("render", a, "--lang", lang, "--github", "--max-chars", "0")
+    assert res.code == 0, res.err
+    check_markdown((a / f"report.{lang}.md").read_text(encoding="utf-8"), listener.url)
+    out = tmp_path / "cmp"
+    res = cli("compare", a, b, "--format", "md,pdf", "--lang", lang, "--out", out, "--github")
+    assert res.code == 0, res.err
+    check_markdown((out / f"compare.{lang}.md").read_text(encoding="utf-8"), listener.url)
+    check_pdf(out / f"compare.{lang}.pdf")
+    assert listener.hits == []
+
+
+def test_the_pdf_fetcher_refuses_everything_but_the_report_charts(tmp_path, listener):
+    from reporter.pdf import url_fetcher
+
+    (tmp_path / "chart-1-train.en.svg").write_text("<svg/>")
+    (tmp_path / "other.svg").write_text("<svg/>")
+    fetch = url_fetcher(tmp_path, {"chart-1-train.en.svg"})
+    ok = fetch((tmp_path / "chart-1-train.en.svg").as_uri())
+    assert (ok["string"] if isinstance(ok, dict) else ok.read()) == b"<svg/>"
+    for bad in [(tmp_path / "other.svg").as_uri(), "file:///etc/passwd",
+                f"{listener.url}/x", "data:image/svg+xml,<svg/>",
+                (tmp_path / ".." / tmp_path.name / "other.svg").as_uri()]:
+        with pytest.raises(ValueError):
+            fetch(bad)
+    assert listener.hits == []
