@@ -74,8 +74,12 @@ _ORDERED = re.compile(r"(\d{1,9})([.)])(?= |$)")
 
 
 def text(value: Any, width: int | None = TEXT_WIDTH) -> Md:
-    """Plain text in Markdown prose: shows as the same characters, never as markup."""
-    out = clean(value)
+    """Plain text in Markdown prose: shows as the same characters, never as markup.
+
+    Leading and trailing spaces are dropped (at the start of a line, four of them
+    would make a code block).
+    """
+    out = clean(value).strip(" ")
     if width:
         out = shorten(out, width)
     out = out.translate(_TEXT_TABLE)
@@ -106,7 +110,9 @@ def code(value: Any, width: int | None = NAME_WIDTH) -> Md:
         out = out + " " if out else " "
     longest = max((len(run) for run in _TICKS.findall(out)), default=0)
     ticks = "`" * (longest + 1)
-    pad = " " if out.startswith("`") or out.endswith("`") else ""
+    # CommonMark drops one space at each end when both ends have one: pad to keep them.
+    pad = " " if (out[0] == "`" or out[-1] == "`"
+                  or (out[0] == " " and out[-1] == " " and out.strip())) else ""
     return Md(f"{ticks}{pad}{out}{pad}{ticks}")
 
 
