@@ -1,21 +1,23 @@
 """The command line. Each subcommand parses its options and calls the library.
 
 Exit codes: 0 success, 1 failure while working, 2 bad usage or bad input,
-3 a throughput regression (compare --fail-if-slower), 130 interrupted. Errors
+3 a throughput regression (compare --fail-if-slower), 130 interrupted (Ctrl-C),
+143 terminated (SIGTERM). Errors
 are one line on stderr; ``--debug`` adds the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from . import __version__
-from .errors import BadInput, ReporterError, WorkFailed
+from .errors import BadInput, ReporterError, Terminated, WorkFailed, install_signal_handlers
 
 DEFAULT_RUNS = Path(os.environ.get("REPORTER_RUNS", "runs"))
 
@@ -177,7 +179,7 @@ def cmd_run(args) -> int:
     from .target import DEFAULT_SUITE, resolve
 
     lang, formats = _lang(args), parse_formats(args.format)
-    root = args.out or args.runs
+    root = (args.out or args.runs).resolve()  # a target that changes folder keeps it
     specs = args.target or list(DEFAULT_SUITE)
     builders = [resolve(spec) for spec in specs]  # bad specs fail before any work
     world = world_from_env()
@@ -204,6 +206,8 @@ def cmd_run(args) -> int:
                                args.rank_timeout)
         if world.rank != 0:
             return _run_other_rank(world, kv, specs, builders, opts, args)
+    if world is None or world.rank == 0:
+        _remove_stale(root)
     progress(f"profiling {len(specs)} target(s) on {opts.device}, preset {opts.preset}"
              + (f", {world.size} ranks" if world else ""))
     failed = 0
@@ -240,6 +244,15 @@ def cmd_run(args) -> int:
         steps = [Step(run.target["name"], run.id, run.sections, run) for run in done]
         _write_comparison(compare(steps), lang, formats, root, None, args)
     return 1 if failed else 0
+
+
+def _remove_stale(root: Path) -> None:
+    from .store import remove_stale
+
+    removed = remove_stale(root)
+    if removed:
+        print(f"reporter: removed {removed} unfinished run folder(s) under {root}/ left by "
+              "processes that are gone", file=sys.stderr)
 
 
 def _without_nproc(argv: list[str]) -> list[str]:
@@ -310,14 +323,26 @@ def _write_comparison(comparison, lang: str, formats: list[str], runs: Path,
 
     from .view import compare_view
 
-    out = out or runs / f"compare-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    out = out or _new_folder(runs, f"compare-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}")
     _write_reports(_for_output(compare_view(comparison, lang), args), out, formats, args,
                    stem="compare")
 
 
-def cmd_compare(args) -> int:
-    import json
+def _new_folder(root: Path, name: str) -> Path:
+    """A folder created here and now, never one another command made: name, name-2, ..."""
+    root.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        path = root / (name if n == 1 else f"{name}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise WorkFailed(f"{root}: 999 folders named {name}*: clean up old comparisons",
+                     error_id="io")
 
+
+def cmd_compare(args) -> int:
     from .compare import compare, compare_json, load_step, regression
     from .render import parse_formats
 
@@ -328,7 +353,7 @@ def cmd_compare(args) -> int:
         raise BadInput("compare needs at least two inputs: BASE NEW", error_id="usage")
     comparison = compare([load_step(arg, args.runs) for arg in args.inputs])
     if args.json:
-        print(json.dumps(compare_json(comparison), ensure_ascii=False))
+        _print_json(compare_json(comparison))
     else:
         _write_comparison(comparison, lang, formats, args.runs, args.out, args)
     if args.fail_if_slower is not None:
@@ -351,8 +376,6 @@ def cmd_render(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    import json
-
     from .analyzer import profiles_json
     from .inputs import read_profiles, run_folder as find_run
     from .render import parse_formats
@@ -366,17 +389,34 @@ def cmd_analyze(args) -> int:
     if run_folder is not None:
         run = load(run_folder)
         if args.json:
-            print(json.dumps(profiles_json([s.profile for s in run.sections]), ensure_ascii=False))
+            _print_json(profiles_json([s.profile for s in run.sections]))
             return 0
         _write_reports(_for_output(run_view(run, lang), args), run_folder, formats, args)
         return 0
     profiles = read_profiles(path)
     if args.json:
-        print(json.dumps(profiles_json(profiles), ensure_ascii=False))
+        _print_json(profiles_json(profiles))
         return 0
     _write_reports(_for_output(import_view(profiles, path.name, lang), args), args.out,
                    formats, args, stem=_report_stem(path))
     return 0
+
+
+def _print_json(data: Any) -> None:
+    """Strict JSON on stdout: a number that is not finite is printed as null."""
+    import json
+
+    print(json.dumps(_finite(data), ensure_ascii=False, allow_nan=False))
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return data
 
 
 def _report_stem(path: Path) -> str:
@@ -394,6 +434,7 @@ def cmd_list(args) -> int:
     from .view import Fmt
 
     fmt = Fmt(_lang(args))
+    _remove_stale(args.runs)
     rows = list_runs(args.runs)
     if not rows:
         print(f"no stored runs under {args.runs}/ (make one with: reporter run)",
@@ -424,6 +465,7 @@ def cmd_targets(args) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    restore_signals = install_signal_handlers()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -439,9 +481,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(exc.one_line(), file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("reporter: interrupted; nothing half-written was kept", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print(f"reporter: {'terminated' if terminated else 'interrupted'}; nothing "
+              "half-written was kept", file=sys.stderr)
+        return 143 if terminated else 130
     except BrokenPipeError:
         return 0
     except OSError as exc:  # a folder that cannot be written, a full disk: the user's to fix
@@ -457,6 +501,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{' '.join(str(exc).split())[:300]} (run with --debug for the traceback)",
               file=sys.stderr)
         return 1
+    finally:
+        restore_signals()
 
 
 if __name__ == "__main__":

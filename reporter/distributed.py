@@ -164,7 +164,8 @@ def launch(argv: list[str], nproc: int, grace_s: float = 10.0) -> int:
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "reporter", *argv],
                 env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-                stdout=None if rank == 0 else subprocess.DEVNULL, start_new_session=True))
+                stdout=None if rank == 0 else subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=_die_with_parent))
         code = procs[0].wait()
         deadline = time.monotonic() + grace_s
         for p in procs[1:]:
@@ -179,6 +180,16 @@ def launch(argv: list[str], nproc: int, grace_s: float = 10.0) -> int:
         for p in procs:
             if p.poll() is None:
                 _stop(p)
+
+
+def _die_with_parent() -> None:
+    """In a rank, before it runs: SIGTERM when the launcher dies, even by SIGKILL (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: a launcher killed with SIGKILL leaves its ranks running
 
 
 def _stop(p: subprocess.Popen) -> None:

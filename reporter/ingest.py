@@ -13,18 +13,47 @@ import re
 from pathlib import Path
 from dataclasses import dataclass, field
 
-from .errors import BadInput
+from .errors import BadInput, read_error
 from .profile import Op, Profile, classify
 
-_SEP = re.compile(r"^(?P<prefix>.*?)(?P<body>-{3,}(?: {1,}-{3,})+) *$")
 _TOKEN = re.compile(r"\S+(?: \S+)*")  # cells are separated by two or more spaces
-_FOOTER = re.compile(r"(?P<self>Self )?(?P<dev>[A-Za-z]+) time total:\s*(?P<val>-?[\d.]+\s*[num]?s)\b")
-_TIME = re.compile(r"^(-?[\d.]+)\s*(ns|us|ms|s)$")
-_MEM = re.compile(r"^(-?[\d.]+)\s*(b|B|Kb|KB|Mb|MB|Gb|GB|Tb|TB)$")
+# Bounded repetitions and a word boundary keep every search linear in the line's length.
+_FOOTER = re.compile(r"(?P<self>\bSelf )?\b(?P<dev>[A-Za-z]{1,16}) time total:[ \t]{0,64}"
+                     r"(?P<val>-?\d{1,24}(?:\.\d{1,24})?[ \t]{0,8}[num]?s)\b")
+_NUMBER = r"(-?\d{1,24}(?:\.\d{1,24})?)"  # bounded: a cell of 5,000 digits is no time
+_TIME = re.compile(rf"^{_NUMBER}\s*(ns|us|ms|s)$")
+_MEM = re.compile(rf"^{_NUMBER}\s*(b|B|Kb|KB|Mb|MB|Gb|GB|Tb|TB)$")
 _OPERATOR_NAME = re.compile(r"^[a-z_][a-z0-9_]*::")
-_PCT = re.compile(r"^(-?[\d.]+)%$")
+_PCT = re.compile(rf"^{_NUMBER}%$")
+MAX_LINE = 1 << 20  # bytes in one line of a table file
 _TIME_UNITS = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 _MEM_UNITS = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _separator(line: str) -> str | None:
+    """The prefix before a table's separator (``----  ----``), or None if not one.
+
+    Linear in the line's length: the separator is the trailing run of at least two
+    groups of three or more dashes, separated by spaces.
+    """
+    line = line.rstrip(" ")
+    if not line.endswith("---"):
+        return None
+    pos, groups, first = len(line), 0, 0
+    while True:
+        end = pos
+        while pos > 0 and line[pos - 1] == "-":
+            pos -= 1
+        if end - pos < 3:  # a short run of dashes is not part of the separator
+            break
+        groups, first = groups + 1, pos
+        gap = pos
+        while gap > 0 and line[gap - 1] == " ":
+            gap -= 1
+        if gap == pos:  # the group starts the line or follows something else
+            break
+        pos = gap
+    return line[:first] if groups >= 2 else None
 
 
 def parse_time_us(text: str) -> float | None:
@@ -112,11 +141,10 @@ def _strip_prefix(line: str, prefix: str) -> str:
 def _fixed_tables(lines: list[str]) -> list[Table]:
     tables, i = [], 0
     while i < len(lines):
-        m = _SEP.match(lines[i])
-        if not m or i + 2 >= len(lines) or not _SEP.match(lines[i + 2]):
+        prefix = _separator(lines[i])
+        if prefix is None or i + 2 >= len(lines) or _separator(lines[i + 2]) is None:
             i += 1
             continue
-        prefix = m.group("prefix")
         header_line = _strip_prefix(lines[i + 1], prefix).rstrip()
         header = _cells(header_line)
         if not any(c[2] == "Name" for c in header):
@@ -129,7 +157,7 @@ def _fixed_tables(lines: list[str]) -> list[Table]:
         j = i + 3
         while j < len(lines):
             raw = _strip_prefix(lines[j], prefix).rstrip()
-            if _SEP.match(raw) or _FOOTER.search(raw) or raw.lstrip().startswith(("```", "#", "<")):
+            if _separator(raw) is not None or _FOOTER.search(raw) or raw.lstrip().startswith(("```", "#", "<")):
                 break
             if raw.strip() in ("", "..."):
                 j += 1
@@ -142,7 +170,7 @@ def _fixed_tables(lines: list[str]) -> list[Table]:
             table.rows.append({fields[k]: v for k, v in values.items()
                                if k < len(fields) and fields[k]})
             j += 1
-        if j < len(lines) and _SEP.match(_strip_prefix(lines[j], prefix).rstrip()):
+        if j < len(lines) and _separator(_strip_prefix(lines[j], prefix)) is not None:
             j += 1
         for k in range(j, min(j + 3, len(lines))):  # footers follow the closing separator
             for fm in _FOOTER.finditer(lines[k]):
@@ -203,7 +231,7 @@ def _op(row: dict[str, str]) -> Op | None:
             continue
         if key == "calls":
             try:
-                op.calls = int(text.replace(",", ""))
+                op.calls = int(text.replace(",", "")[:24])
             except ValueError:
                 pass
         elif key == "input_shapes":
@@ -239,7 +267,7 @@ def _label(lines: list[str], line: int, default: str) -> str:
         seen += 1
         if re.match(r"#{1,6} \S", raw):
             return (prose if prose and prose[1] <= 3 else (raw.lstrip("#").strip(), 0))[0][:100]
-        if raw.startswith("|") or _FOOTER.match(raw) or _SEP.match(lines[k]):
+        if raw.startswith("|") or _FOOTER.match(raw) or _separator(lines[k]) is not None:
             break  # the previous table: what is above belongs to it
         if (prose is None and not raw.startswith(("=", "[W", "```", "<", "- [", "- Self"))
                 and not set(raw) <= set("-`|:")):
@@ -317,11 +345,15 @@ def read_text(path: Path) -> str:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise BadInput(f"{path}: cannot read: {exc.strerror}", error_id="bad-input") from exc
+        raise read_error(path, exc) from exc
     if not data.strip():
         raise BadInput(f"{path} is empty", error_id="no-table")
     if b"\x00" in data[:65536]:
         raise BadInput(f"{path} is binary, not a profiler table", error_id="no-table")
+    longest = max(map(len, data.split(b"\n")))
+    if longest > MAX_LINE:
+        raise BadInput(f"{path} has a line of {longest:,} bytes, over the limit of "
+                       f"{MAX_LINE:,}: not a profiler table", error_id="too-long")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

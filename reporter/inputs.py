@@ -12,6 +12,10 @@ from pathlib import Path
 from .errors import BadInput
 from .profile import Profile
 
+# Longer names are refused rather than carried through every table and chart: the
+# longest real operator and kernel names (templated CUDA kernels) are a few KB.
+MAX_NAME = 65_536
+
 
 def run_folder(arg: str, runs: Path) -> Path | None:
     """The stored run that ``arg`` names, or None when it names a file or a trace folder."""
@@ -33,7 +37,20 @@ def read_profiles(path: Path) -> list[Profile]:
     from .traces import is_trace, read_trace, read_trace_folder
 
     if path.is_dir():
-        return read_trace_folder(path)
-    if is_trace(path):
-        return [read_trace(path)]
-    return parse_tables(read_text(path), source=str(path))
+        profiles = read_trace_folder(path)
+    elif is_trace(path):
+        profiles = [read_trace(path)]
+    else:
+        profiles = parse_tables(read_text(path), source=str(path))
+    check_names(profiles, str(path))
+    return profiles
+
+
+def check_names(profiles: list[Profile], source: str) -> None:
+    """Refuse, in one line, an operator name over ``MAX_NAME`` characters."""
+    for p in profiles:
+        for op in p.ops + p.ops_by_shape:
+            if len(op.name) > MAX_NAME or len(op.input_shapes or "") > MAX_NAME:
+                raise BadInput(f"{source}: an operator name of {len(op.name):,} characters, "
+                               f"over the limit of {MAX_NAME:,}: not a profiler's output",
+                               error_id="too-long")

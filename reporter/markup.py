@@ -69,6 +69,7 @@ _TEXT_ESCAPES.update({"<": "&lt;", ">": "&gt;", "&": "&amp;", "|": "&#124;", "$"
 _TEXT_TABLE = str.maketrans(_TEXT_ESCAPES)
 
 
+_LEADING_SPACES = re.compile(r"^ {2,}")
 _BULLET = re.compile(r"[-+](?= |-|\+|$)")
 _ORDERED = re.compile(r"(\d{1,9})([.)])(?= |$)")
 
@@ -76,10 +77,9 @@ _ORDERED = re.compile(r"(\d{1,9})([.)])(?= |$)")
 def text(value: Any, width: int | None = TEXT_WIDTH) -> Md:
     """Plain text in Markdown prose: shows as the same characters, never as markup.
 
-    Leading and trailing spaces are dropped (at the start of a line, four of them
-    would make a code block).
+    Leading spaces become one (at the start of a line, four would make a code block).
     """
-    out = clean(value).strip(" ")
+    out = _LEADING_SPACES.sub(" ", clean(value))
     if width:
         out = shorten(out, width)
     out = out.translate(_TEXT_TABLE)

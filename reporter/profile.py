@@ -114,9 +114,9 @@ class Profile:
         return cls(
             label=data.get("label", ""),
             device_type=data.get("device_type"),
-            self_cpu_us=float(data.get("self_cpu_us", 0.0)),
-            self_device_us=float(data.get("self_device_us", 0.0)),
-            steps=int(data.get("steps", 0)),
+            self_cpu_us=data.get("self_cpu_us", 0.0),  # types: checked by reporter.validate
+            self_device_us=data.get("self_device_us", 0.0),
+            steps=data.get("steps", 0),
             comm_us=data.get("comm_us"),
             comm_overlap_us=data.get("comm_overlap_us"),
             peak_device_mem_b=data.get("peak_device_mem_b"),

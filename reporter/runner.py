@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from .errors import BadInput, ReporterError, WorkFailed
+from .errors import BadInput, ReporterError, WorkFailed, user_code
 from .keytable import format_table
 from .profile import Profile
 from .run import Run, Section, Throughput
@@ -324,29 +324,19 @@ def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
     device = resolve_device(opts.device)
     name = spec
     now = datetime.now(timezone.utc)
-    try:
-        progress("building")
+    progress("building")
+    with user_code(f"target {spec} failed while building"):
         target = build(spec, builder, device, opts.preset)
-    except ReporterError:
-        raise
-    except Exception as exc:
-        raise WorkFailed(f"target {spec} failed while building: {type(exc).__name__}: {exc}",
-                         error_id="target-raised") from exc
     sections = []
     batch_size = target.batch_size
     try:
-        with _tf32(target.tf32):
+        with user_code(f"target {spec} raised while profiled"), _tf32(target.tf32):
             for mode in target.modes:
                 step = _Stepper(target, mode, device)
                 sections.append(_profile_section(
                     step, mode, device, opts, scratch,
                     lambda msg, mode=mode: progress(f"{mode}: {msg}")))
             benchmark = _benchmark(target, device, progress)
-    except ReporterError:
-        raise
-    except Exception as exc:
-        raise WorkFailed(f"target {spec} raised while profiled: {type(exc).__name__}: {exc}",
-                         error_id="target-raised") from exc
     finally:
         del target
         gc.collect()

@@ -7,17 +7,19 @@ Files written later (reports rendered again) go through ``write_atomic``.
 
 from __future__ import annotations
 
+import glob
 import gzip
 import json
 import os
 import shutil
 import tempfile
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import __version__
-from .errors import BadInput
+from . import __version__, validate
+from .errors import BadInput, read_error
 from .run import Run
 
 # Format history of run.json (meta.format):
@@ -27,6 +29,7 @@ from .run import Run
 #      peak_device_mem_b, device_mem_capacity_b, device_name. Reads format 1.
 FORMAT = 2
 RUN_FILE = "run.json"
+MAX_RUN_FILE = 256 << 20  # bytes: a run.json holds numbers and a few tables
 STAGING_SUFFIX = ".partial"
 
 
@@ -74,12 +77,37 @@ def staging(root: Path) -> Iterator[Path]:
     """A hidden folder to assemble a run in; removed if the block fails."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=".", suffix=STAGING_SUFFIX, dir=root))
+    path = Path(tempfile.mkdtemp(prefix=f".{os.getpid()}-", suffix=STAGING_SUFFIX, dir=root))
     os.chmod(path, 0o777 & ~_umask())  # mkdtemp makes 0700
     try:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_stale(root: Path) -> int:
+    """Remove staging folders whose process is gone (killed with SIGKILL, say); how many."""
+    removed = 0
+    root = Path(root)
+    if not root.is_dir():
+        return 0
+    for path in root.glob(f".*{STAGING_SUFFIX}"):
+        pid = path.name[1:].split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed += not path.exists()
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return pid < 1 << 22  # another user's process (or a number no process has)
+    return True
 
 
 def commit(run: Run, stage: Path, root: Path) -> Path:
@@ -106,17 +134,21 @@ def find(ref: str | Path, root: Path) -> Path:
     root = Path(root)
     candidates = [Path(ref)]
     if str(ref) == "latest":
-        runs = list_runs(root)
+        runs = [folder for folder, info in list_runs(root) if "error" not in info]
         if not runs:
-            raise BadInput(f"no stored runs under {root}", error_id="no-run")
-        return runs[-1][0]
+            raise BadInput(f"no readable stored runs under {root}", error_id="no-run")
+        return runs[-1]
     candidates.append(root / str(ref))
     for path in candidates:
         if path.is_file() and path.name == RUN_FILE:
             return path.parent
         if (path / RUN_FILE).is_file():
             return path
-    matches = sorted(p.parent for p in root.glob(f"*{ref}*/{RUN_FILE}")) if root.is_dir() else []
+    pattern = f"*{glob.escape(str(ref))}*/{RUN_FILE}"
+    try:
+        matches = sorted(p.parent for p in root.glob(pattern)) if root.is_dir() else []
+    except ValueError:  # a reference that is no folder name (a separator of its own, say)
+        matches = []
     if len(matches) == 1:
         return matches[0]
     if len(matches) > 1:
@@ -130,25 +162,65 @@ def load(folder: Path) -> Run:
     """Read and check run.json; refuse what is corrupt or from a newer reporter."""
     path = Path(folder) / RUN_FILE
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        size = path.stat().st_size
+        if size > MAX_RUN_FILE:
+            raise BadInput(f"{path} is {size:,} bytes, over the limit of {MAX_RUN_FILE:,} for "
+                           "a run.json; the run is corrupted", error_id="bad-run")
+        doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}", error_id="bad-run") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise read_error(path, exc, "bad-run") from exc
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
         raise BadInput(f"{path} is not valid JSON ({exc}); the run is corrupted",
+                       error_id="bad-run") from exc
+    except RecursionError as exc:
+        raise BadInput(f"{path} is nested too deeply to be a run; the run is corrupted",
                        error_id="bad-run") from exc
     meta = doc.get("meta") if isinstance(doc, dict) else None
     fmt = meta.get("format") if isinstance(meta, dict) else None
-    if not isinstance(fmt, int):
-        raise BadInput(f"{path} has no meta.format: not a reporter run", error_id="bad-run")
+    if type(fmt) is not int or fmt < 1:
+        raise BadInput(f"{path} has no meta.format (a positive integer): not a reporter run",
+                       error_id="bad-run")
     if fmt > FORMAT:
         raise BadInput(f"{path} has format {fmt}, newer than this reporter reads ({FORMAT}); "
                        f"upgrade reporter (written by reporter {meta.get('reporter')})",
                        error_id="newer-format")
     try:
-        return Run.from_dict(doc["run"])
+        run = Run.from_dict(doc["run"])
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BadInput(f"{path} is corrupted: missing or malformed field {exc}",
                        error_id="bad-run") from exc
+    try:
+        _check_run(run)
+    except ValueError as exc:
+        raise BadInput(f"{path} is corrupted: {exc}", error_id="bad-run") from exc
+    return run
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_run(run: Run) -> None:
+    """Every field of a loaded run has its type; the free-form ones the fields we read."""
+    validate.check(run, "run")
+    validate.check_fields(run.target, {"name": str, "spec": str, "preset": str | None,
+                                       "batch_size": int | None, "seed": str | None,
+                                       "builtin": bool}, "run.target")
+    validate.check_fields(run.env, {k: str | None for k in (
+        "torch", "cuda", "driver", "device_name", "cpu", "python")}
+        | {"device_memory_b": int | None, "cpu_count": int | None, "threads": int | None},
+        "run.env")
+    try:
+        datetime.fromisoformat(run.created)
+    except ValueError:
+        raise ValueError(f"run.created: not a date: {run.created[:40]!r}") from None
+    for i, rank in enumerate(run.ranks or []):
+        validate.check_fields(rank, {"rank": int, "error": str | None, "main": bool},
+                              f"run.ranks[{i}]")
+        if rank.get("status") not in ("ok", "failed", "missing") or "rank" not in rank:
+            raise ValueError(f"run.ranks[{i}]: no rank number or an unknown status")
+        for j, section in enumerate(rank.get("sections") or []):
+            validate.check(section, f"run.ranks[{i}].sections[{j}]")
 
 
 def list_runs(root: Path) -> list[tuple[Path, dict[str, Any]]]:

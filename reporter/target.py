@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .errors import BadInput
+from .errors import BadInput, user_code
 
 PRESETS = ("tiny", "default", "large")
 
@@ -174,27 +174,26 @@ def resolve(spec: str) -> tuple[str, Callable[..., Target]]:
 
 
 def _import_user_module(spec: str, where: str):
-    try:
-        if where.endswith(".py") or "/" in where or "\\" in where:
-            path = Path(where)
-            if not path.is_file():
-                raise BadInput(f"target {spec!r}: no such file {where}", error_id="bad-target")
-            name = f"reporter_user_target_{abs(hash(str(path.resolve())))}"
-            loader_spec = importlib.util.spec_from_file_location(name, path)
-            if loader_spec is None or loader_spec.loader is None:
-                raise BadInput(f"target {spec!r}: cannot import {where}", error_id="bad-target")
-            module = importlib.util.module_from_spec(loader_spec)
-            sys.modules[name] = module  # dataclasses and pickling need it registered
-            loader_spec.loader.exec_module(module)
-            return module
-        if str(Path.cwd()) not in sys.path:
-            sys.path.insert(0, str(Path.cwd()))
-        return importlib.import_module(where)
-    except BadInput:
-        raise
-    except Exception as exc:  # the user's module failed to import: say why in one line
-        raise BadInput(f"target {spec!r}: cannot import {where}: "
-                       f"{type(exc).__name__}: {exc}", error_id="bad-target") from exc
+    with user_code(f"target {spec!r}: cannot import {where}", BadInput, "bad-target"):
+        return _import(spec, where)
+
+
+def _import(spec: str, where: str):
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        path = Path(where)
+        if not path.is_file():
+            raise BadInput(f"target {spec!r}: no such file {where}", error_id="bad-target")
+        name = f"reporter_user_target_{abs(hash(str(path.resolve())))}"
+        loader_spec = importlib.util.spec_from_file_location(name, path)
+        if loader_spec is None or loader_spec.loader is None:
+            raise BadInput(f"target {spec!r}: cannot import {where}", error_id="bad-target")
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[name] = module  # dataclasses and pickling need it registered
+        loader_spec.loader.exec_module(module)
+        return module
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    return importlib.import_module(where)
 
 
 def build(spec: str, builder: Callable[..., Target], device: str, preset: str) -> Target:

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
 
 import msgspec
 
-from .errors import BadInput
+from .errors import BadInput, read_error
 from .profile import KIND_ANNOTATION, KIND_KERNEL, KIND_RUNTIME, Op, Profile, classify
 
 # Host events that nest on a thread and count as CPU time, like key_averages' events.
@@ -150,8 +150,7 @@ def _load(path: Path) -> bytearray | mmap.mmap:
                     pass  # a file system that cannot map it: read it
             return bytearray(f.read())
     except OSError as exc:
-        raise BadInput(f"{path}: cannot read: {exc.strerror or exc}",
-                       error_id="bad-input") from exc
+        raise read_error(path, exc) from exc
 
 
 def _gunzip(path: Path, f: BinaryIO) -> bytearray:
@@ -259,11 +258,11 @@ def _whole_events(path: Path, raw: bytes, meta: dict[str, Any]) -> Iterator[list
     """The plain parser: the whole document at once, with clear errors."""
     try:
         doc = json.loads(raw)
-    except json.JSONDecodeError as exc:  # "Expecting value: line 1 column 18 (char 17)"
-        raise BadInput(f"{path} is not valid JSON: {exc}", error_id="bad-trace") from exc
     except UnicodeDecodeError as exc:
         raise BadInput(f"{path} is not valid JSON: not UTF-8 at byte {exc.start}",
                        error_id="bad-trace") from exc
+    except ValueError as exc:  # "Expecting value: line 1 column 18 (char 17)", 5,000 digits
+        raise BadInput(f"{path} is not valid JSON: {exc}", error_id="bad-trace") from exc
     except RecursionError as exc:
         raise BadInput(f"{path}: JSON nested too deeply", error_id="bad-trace") from exc
     if isinstance(doc, list):
@@ -472,15 +471,20 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     self_cpu = sum(a.self_cpu for a in aggs.values()) * scale
     self_dev = sum(a.self_dev for (_, kind), a in kernel_aggs.items()
                    if kind == KIND_KERNEL) * scale
-    props = meta.get("deviceProperties") or []
+    props = meta.get("deviceProperties")
+    props = props if isinstance(props, list) else []
     comm = _communication(comm_work or comm_calls, threads, comm_of, device)
     return Profile(device_type="cuda" if device else None,
                    comm_us=comm[0] * scale if comm else None,
                    comm_overlap_us=comm[1] * scale if comm else None,
                    self_cpu_us=self_cpu, self_device_us=self_dev, steps=steps, ops=ops,
                    ops_by_shape=by_shape,
-                   device_name=(props[0].get("name") if props and isinstance(props[0], dict)
-                                else None))
+                   device_name=_device_name(props))
+
+
+def _device_name(props: list) -> str | None:
+    name = props[0].get("name") if props and isinstance(props[0], dict) else None
+    return name if isinstance(name, str) else None
 
 
 def _facts(name: str, cat: str, aggs: dict, comm_of: dict) -> tuple:
@@ -697,6 +701,9 @@ def read_trace(path: Path, shapes: bool = False) -> Profile:
         _release(source)
     info = meta.get("distributedInfo")
     rank = info.get("rank") if isinstance(info, dict) else None
+    if rank is not None and (type(rank) is not int or not 0 <= rank < 1 << 20):
+        raise BadInput(f"{path}: distributedInfo.rank is {str(rank)[:40]!r}, not a rank number",
+                       error_id="bad-trace")
     profile.label = f"rank {rank}" if rank is not None else path.name
     if not profile.ops:
         raise BadInput(f"{path}: a Chrome trace without profiler events (no cpu_op, "

@@ -1,0 +1,92 @@
+"""Check what was loaded from a file against the dataclasses' own annotations.
+
+A stored run.json is input like any other: it may be corrupted, hand-edited or
+crafted. ``check(obj)`` walks a dataclass tree (Run, Section, Profile, Op, ...)
+and raises ``ValueError`` naming the first field whose value does not have the
+annotated type: strings are strings, integers are not booleans, numbers are
+finite. The store turns that into one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from functools import lru_cache
+from typing import Any
+
+
+@lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check(obj: Any, where: str) -> None:
+    """Raise ValueError when a field of the dataclass tree ``obj`` has the wrong type."""
+    for f in dataclasses.fields(obj):
+        check_value(getattr(obj, f.name), _hints(type(obj))[f.name], f"{where}.{f.name}")
+
+
+def check_value(value: Any, hint: Any, where: str) -> None:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for option in args:
+            try:
+                check_value(value, option, where)
+                return
+            except ValueError as exc:
+                errors.append(exc)
+        raise errors[-1]
+    if hint is type(None):
+        if value is not None:
+            raise ValueError(f"{where}: expected null, got {_describe(value)}")
+        return
+    if hint is float:
+        if type(value) not in (int, float) or not math.isfinite(value):
+            raise ValueError(f"{where}: expected a finite number, got {_describe(value)}")
+        return
+    if hint is int:
+        if type(value) is not int:
+            raise ValueError(f"{where}: expected an integer, got {_describe(value)}")
+        return
+    if hint in (str, bool):
+        if type(value) is not hint:
+            raise ValueError(f"{where}: expected {hint.__name__}, got {_describe(value)}")
+        return
+    if origin is list:
+        if not isinstance(value, list):
+            raise ValueError(f"{where}: expected a list, got {_describe(value)}")
+        for i, item in enumerate(value):
+            check_value(item, args[0], f"{where}[{i}]")
+        return
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: expected an object, got {_describe(value)}")
+        for key, item in value.items():
+            check_value(key, args[0], f"{where} key")
+            check_value(item, args[1], f"{where}.{key}")
+        return
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, hint):
+            raise ValueError(f"{where}: expected an object, got {_describe(value)}")
+        check(value, where)
+        return
+    raise TypeError(f"validate: no check for {hint!r} ({where})")  # a bug, not bad input
+
+
+def check_fields(data: Any, fields: dict[str, Any], where: str) -> None:
+    """Check the named keys of a free-form dict (``Run.target``, ``Run.env``) when present."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object, got {_describe(data)}")
+    for key, hint in fields.items():
+        if key in data:
+            check_value(data[key], hint, f"{where}.{key}")

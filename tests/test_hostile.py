@@ -1,0 +1,338 @@
+"""Hostile inputs and hostile targets: one clear line and the right exit code, in bounded time.
+
+Each case here failed on the reporter of 2026-11-21 (an internal error, exit 0
+without a run, a run lost or a reader that did not finish); the time-bounded
+ones run the real command in a child process with a time limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from reporter.keytable import format_table
+from reporter.profile import Op, Profile
+from conftest import FIXTURES, ROOT, cli
+
+
+def reporter(*argv, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    """The real command in a child process; fails the test if it does not end in time."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "reporter", *map(str, argv)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err and "internal error" not in err, err
+    return lines[0]
+
+
+def _table(names: list[str]) -> str:
+    ops = [Op(name=n, calls=3, self_cpu_us=1000.0 * (len(names) - i),
+              cpu_total_us=1000.0 * (len(names) - i)) for i, n in enumerate(names)]
+    p = Profile(label="x", ops=ops, self_cpu_us=sum(o.self_cpu_us for o in ops))
+    return format_table(p, name_width=200_000)
+
+
+# Item 3: names that break the charts or the clock.
+
+def test_math_text_in_names_is_drawn_as_text(tmp_path):
+    (tmp_path / "m.txt").write_text(_table(["$\\undefinedcmd$", "${{{x", "$5 and $6",
+                                            "aten::mm"]))
+    res = cli("analyze", tmp_path / "m.txt", "--out", tmp_path)
+    assert res.code == 0, res.err
+    [chart] = tmp_path.glob("*.svg")
+    assert chart.read_text().rstrip().endswith("</svg>")  # drawn whole (glyphs are paths)
+
+
+def test_a_100_kb_name_is_refused_in_one_line_and_quickly(tmp_path):
+    (tmp_path / "big.txt").write_text(_table(["a " * 50_000, "aten::mm"]))
+    res = reporter("analyze", "big.txt", cwd=tmp_path, timeout=30)
+    assert res.returncode == 2 and "[too-long]" in one_line(res.stderr)
+
+
+def test_an_8_kb_name_without_spaces_makes_a_pdf(tmp_path):
+    (tmp_path / "long.txt").write_text(_table(["x" * 8192, "aten::mm"]))
+    res = reporter("analyze", "long.txt", "--format", "md,pdf", "--max-chars", "0",
+                   cwd=tmp_path, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "long.report.en.pdf").stat().st_size > 1000
+
+
+# Item 4: readers in linear time.
+
+@pytest.mark.parametrize("text", [
+    "-" * 60_000 + "x\n",
+    "--- " * 20_000 + "--\n",
+    "Self CPU time total: " + "1" * 30_000 + "\n",
+], ids=["dashes", "dash-groups", "footer-digits"])
+def test_pathological_lines_are_read_quickly(tmp_path, text):
+    (tmp_path / "d.txt").write_text(text)
+    res = reporter("analyze", "d.txt", cwd=tmp_path, timeout=20)
+    assert res.returncode == 2 and "[no-table]" in one_line(res.stderr)
+
+
+def test_a_30000_letter_name_in_a_table_is_read_quickly(tmp_path):
+    (tmp_path / "t.txt").write_text(_table(["b" * 30_000, "aten::mm"]))
+    res = reporter("analyze", "t.txt", "--json", cwd=tmp_path, timeout=20)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["profiles"][0]["ops"][0]["name"] == "b" * 30_000
+
+
+# Item 5: a target that exits is a failed target, never a success.
+
+TARGET = """
+import sys, torch
+from torch import nn
+from reporter import Target
+if {where!r} == "import":
+    sys.exit({code!r})
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if {where!r} == "forward":
+            sys.exit({code!r})
+        if {where!r} == "interrupt":
+            raise KeyboardInterrupt
+        return self.l(x)
+
+def build(device="cpu", preset="default"):
+    if {where!r} == "build":
+        sys.exit({code!r})
+    return Target(model=M(), batches=[(torch.randn(2, 4),)], batch_size=2,
+                  modes=("inference",))
+"""
+
+
+@pytest.mark.parametrize("where,code,exit_code,words", [
+    ("import", 0, 2, "sys.exit(0)"),
+    ("build", 0, 1, "sys.exit(0)"),
+    ("forward", "bye", 1, "sys.exit('bye')"),
+    ("interrupt", None, 1, "KeyboardInterrupt"),
+])
+def test_a_target_that_exits_fails_in_one_line(tmp_path, where, code, exit_code, words):
+    (tmp_path / "t.py").write_text(TARGET.format(where=where, code=code))
+    res = cli("run", "--target", tmp_path / "t.py:build", "--out", tmp_path / "runs", "--quiet")
+    assert res.code == exit_code
+    line = one_line(res.err)
+    assert words in line and "bye" not in res.out
+    assert not list(tmp_path.glob("runs/*/run.json"))
+
+
+def test_a_suite_goes_on_after_a_target_that_exits_and_exits_1(tmp_path):
+    (tmp_path / "t.py").write_text(TARGET.format(where="forward", code=0))
+    (tmp_path / "ok.py").write_text(TARGET.format(where="none", code=0))
+    res = cli("run", "--target", tmp_path / "t.py:build", "--target", tmp_path / "ok.py:build",
+              "--out", tmp_path / "runs", "--quiet")
+    assert res.code == 1
+    assert len(list((tmp_path / "runs").glob("*/run.json"))) == 1
+
+
+def test_a_target_that_changes_folder_keeps_a_relative_out(tmp_path):
+    (tmp_path / "t.py").write_text(TARGET.format(where="none", code=0).replace(
+        "def build(", "import os\ndef build(") .replace(
+        '    if "none" == "build":', '    os.chdir("/")\n    if "none" == "build":'))
+    res = reporter("run", "--target", "t.py:build", "--out", "runs", "--quiet", cwd=tmp_path,
+                   timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert len(list((tmp_path / "runs").glob("*/run.json"))) == 1
+
+
+# Item 6: bad input is exit 2, never an internal error.
+
+def _events(dur: str = "500") -> str:
+    return ('{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, '
+            f'"dur": {dur}, "args": {{}}}}')
+
+
+@pytest.mark.parametrize("name,content", [
+    ("cell.txt", "-------------  ------------  ------------\n"
+                 "Name           Self CPU      # of Calls\n"
+                 "-------------  ------------  ------------\n"
+                 "aten::mm       1.2.3us       3\n"
+                 "-------------  ------------  ------------\n"
+                 "Self CPU time total: 1.2.3us\n"),
+    ("digits.json", '{"traceEvents": [' + _events("9" * 5000) + "]}"),
+    ("digits-tid.json", '{"traceEvents": [' + _events().replace('"tid": 1', '"tid": ' + "7" * 5000)
+     + "]}"),
+], ids=["1.2.3us", "5000-digit-dur", "5000-digit-tid"])
+def test_malformed_numbers_are_bad_input_or_skipped(tmp_path, name, content):
+    (tmp_path / name).write_text(content)
+    res = cli("analyze", tmp_path / name, "--json")
+    assert res.code in (0, 2), res.err
+    if res.code == 2:
+        one_line(res.err)
+    else:
+        assert "Infinity" not in res.out and "NaN" not in res.out
+
+
+def test_device_properties_of_the_wrong_type_are_ignored(tmp_path):
+    (tmp_path / "t.json").write_text('{"traceEvents": [' + _events() + '], '
+                                     '"deviceProperties": true}')
+    res = cli("analyze", tmp_path / "t.json", "--json")
+    assert res.code == 0, res.err
+
+
+def test_a_non_numeric_rank_is_bad_input(tmp_path):
+    for rank in ('"abc"', "1"):
+        (tmp_path / f"r{rank[:1]}.json").write_text(
+            '{"traceEvents": [' + _events() + '], "distributedInfo": {"rank": ' + rank + "}}")
+    res = cli("analyze", tmp_path, "--json")
+    assert res.code == 2 and "rank" in one_line(res.err)
+
+
+@pytest.mark.parametrize("ref", ["**", "[", "a/**/b", "../x"])
+def test_glob_characters_in_a_run_reference_are_bad_input(tmp_path, stored, ref):
+    root, _ = stored("cpu-tensor-ops")
+    res = cli("render", ref, "--runs", root)
+    assert res.code == 2 and "[no-run]" in one_line(res.err)
+
+
+def _corrupt(folder: Path, change) -> None:
+    path = folder / "run.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    change(doc)
+    path.write_text(json.dumps(doc), encoding="utf-8")
+
+
+def _set(*keys_value):
+    *keys, value = keys_value
+
+    def change(doc):
+        node = doc
+        for k in keys[:-1]:
+            node = node[k]
+        node[keys[-1]] = value
+    return change
+
+
+WRONG_FIELDS = [
+    _set("run", "target", "batch_size", "abc"),
+    _set("run", "sections", 0, "throughput", "windows", ["a", "b"]),
+    _set("run", "sections", 0, "profile", "self_cpu_us", "nan"),
+    _set("run", "created", 12345),
+    _set("run", "created", "yesterday"),
+    _set("run", "id", ["x"]),
+    _set("run", "device", None),
+    _set("run", "env", "cuda"),
+    _set("run", "env", "device_memory_b", "big"),
+    _set("run", "sections", 0, "label", 3),
+    _set("run", "sections", 0, "profile", "ops", 0, "name", {"a": 1}),
+    _set("run", "sections", 0, "profile", "ops", 0, "calls", True),
+    _set("run", "sections", 0, "profile", "steps", 1.5),
+    _set("run", "sections", 0, "memory", "host_peak_b", "1 GB"),
+    _set("run", "sections", 0, "tables", "cpu", 5),
+    _set("run", "sections", 0, "throughput", "steps_per_window", "2"),
+    _set("run", "sections", 0, "trace", 7),
+    _set("run", "sections", "none"),
+    _set("meta", "format", -1),
+    _set("meta", "format", True),
+]
+
+
+@pytest.mark.parametrize("change", WRONG_FIELDS, ids=range(len(WRONG_FIELDS)))
+def test_a_wrong_typed_run_field_is_bad_input_and_list_goes_on(tmp_path, stored, change):
+    root, folder = stored("cpu-tensor-ops")
+    _, good = stored("cpu-transformer")
+    _corrupt(folder, change)
+    res = cli("render", folder)
+    assert res.code == 2 and "[bad-run]" in one_line(res.err), res.err
+    res = cli("list", "--runs", root)
+    assert res.code == 0 and "unreadable" in res.out
+    assert json.loads((good / "run.json").read_text())["run"]["id"] in res.out
+    res = cli("render", "latest", "--runs", root)
+    assert res.code == 0, res.err
+
+
+def test_a_deeply_nested_run_is_bad_input(tmp_path, stored):
+    root, folder = stored("cpu-tensor-ops")
+    (folder / "run.json").write_text('{"meta": {"format": 2}, "run": ' + "[" * 100_000
+                                     + "]" * 100_000 + "}")
+    res = cli("render", folder)
+    assert res.code == 2 and "[bad-run]" in one_line(res.err)
+    assert cli("list", "--runs", root).code == 0
+
+
+# Item 7: output never lost, never orphaned; strict JSON.
+
+def test_two_comparisons_in_the_same_second_keep_both(tmp_path, stored):
+    root, a = stored("cpu-transformer-bloat")
+    _, b = stored("cpu-transformer-bloat-fixed")
+    for _ in range(3):
+        assert cli("compare", a, b, "--runs", root).code == 0
+    assert len(list(root.glob("compare-*/compare.en.md"))) == 3
+
+
+def test_json_is_strict_even_for_infinite_numbers(tmp_path):
+    (tmp_path / "t.json").write_text('{"traceEvents": [' + _events("1e400") + ", "
+                                     + _events() + "]}")
+    res = cli("analyze", tmp_path / "t.json", "--json")
+    assert res.code == 0, res.err
+    json.loads(res.out, parse_constant=lambda c: pytest.fail(f"{c} in --json"))
+
+
+def test_a_read_error_of_the_system_is_an_io_error():
+    from reporter.errors import read_error
+
+    err = read_error("x.txt", OSError(28, "No space left on device"))
+    assert err.exit_code == 1 and err.error_id == "io"
+    err = read_error("x.txt", OSError(13, "Permission denied"))
+    assert err.exit_code == 2
+
+
+SLOW_TARGET = """
+import time, torch
+from torch import nn
+from reporter import Target
+
+def build(device="cpu", preset="default"):
+    model = nn.Linear(4, 4)
+    def forward(model, batch):
+        time.sleep(0.2)
+        return model(batch[0])
+    return Target(model=model, batches=[(torch.randn(2, 4),)], batch_size=2,
+                  modes=("inference",), forward=forward)
+"""
+
+
+def test_sigterm_ends_a_run_with_143_and_leaves_nothing(tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW_TARGET)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "reporter", "run", "--target", "slow.py:build",
+                             "--out", "runs"], cwd=tmp_path, env=env, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list((tmp_path / "runs").glob(".*.partial")):
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "terminated" in err.strip().splitlines()[-1]
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_partial_folders_of_dead_processes_are_removed(tmp_path, stored):
+    root, _ = stored("cpu-tensor-ops")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = root / f".{dead.pid}-abc.partial"
+    stale.mkdir()
+    (stale / "trace-train.json").write_text("{}")
+    mine = root / f".{os.getpid()}-abc.partial"
+    mine.mkdir()
+    res = cli("list", "--runs", root)
+    assert res.code == 0 and "removed 1" in res.err
+    assert not stale.exists() and mine.exists()
