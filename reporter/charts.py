@@ -92,8 +92,11 @@ def _short(name: str, width: int = 48) -> str:
     return shorten(clean(name), width)
 
 
-def write_charts(view: dict[str, Any], folder, terms: Any) -> list[str]:
-    """Draw each section's chart into ``folder``; set its ``chart`` to the file name."""
+def write_charts(view: dict[str, Any], folder, terms: Any, stem: str) -> list[str]:
+    """Draw each section's chart into ``folder``; set its ``chart`` to the file name.
+
+    Chart files are named after their report (``<stem>-chart-...``): reports that share
+    a folder never show each other's charts."""
     from .store import write_atomic
 
     written = []
@@ -101,7 +104,7 @@ def write_charts(view: dict[str, Any], folder, terms: Any) -> list[str]:
         for i, m in enumerate(view["modes"]):
             if len(m["chart_rows"]) < 2:
                 continue
-            name = f"chart-compare-{i + 1}.{view['lang']}.svg"
+            name = f"{stem}-chart-{i + 1}.{view['lang']}.svg"
             write_atomic(folder / name, throughput_chart(m["chart_rows"],
                                                          terms.chart["throughput"]))
             m["chart"] = name
@@ -113,7 +116,7 @@ def write_charts(view: dict[str, Any], folder, terms: Any) -> list[str]:
             continue
         basis = "device" if s["has_device"] else "cpu"
         title = terms.chart["share"][basis]
-        name = f"chart-{i + 1}-{s['mode'] or 'profile'}.{view['lang']}.svg"
+        name = f"{stem}-chart-{i + 1}-{s['mode'] or 'profile'}.{view['lang']}.svg"
         write_atomic(folder / name, share_chart(rows, title))
         s["chart"] = name
         written.append(name)

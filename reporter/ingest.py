@@ -9,6 +9,7 @@ it. No torch import; nothing from the input is executed.
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -194,9 +195,14 @@ def _pipe_cells(line: str) -> list[str]:
     for c in cells:
         c = c.replace("\\|", "|").replace("<br/>", " ").replace("<br>", " ").strip()
         if len(c) >= 2 and c.startswith("`") and c.endswith("`"):
-            c = c.strip("`").strip()
+            c = c.strip("`").strip()  # a code span: its text is literal
+        else:  # prose: undo what a Markdown renderer undoes ("unsigned int\*", "&lt;")
+            c = html.unescape(_MD_ESCAPE.sub(r"\1", c))
         clean.append(c)
     return clean
+
+
+_MD_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")  # a backslash before ASCII punctuation
 
 
 def _pipe_tables(lines: list[str]) -> list[Table]:

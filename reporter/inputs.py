@@ -22,6 +22,9 @@ def run_folder(arg: str, runs: Path) -> Path | None:
     from .store import RUN_FILE, find
 
     path = Path(arg)
+    if path.exists() and not path.is_file() and not path.is_dir():
+        raise BadInput(f"{path} is not a regular file (a pipe or a device?): give a file "
+                       "that holds a table or a trace", error_id="bad-input")
     if path.is_file():
         return path.parent if path.name == RUN_FILE else None
     if path.is_dir():
@@ -34,16 +37,34 @@ def run_folder(arg: str, runs: Path) -> Path | None:
 def read_profiles(path: Path) -> list[Profile]:
     """Profiles from a table file, a Chrome trace, or a folder of per-rank traces."""
     from .ingest import parse_tables, read_text
-    from .traces import is_trace, read_trace, read_trace_folder
+    from .traces import is_trace, read_trace_folder
 
     if path.is_dir():
         profiles = read_trace_folder(path)
     elif is_trace(path):
-        profiles = [read_trace(path)]
+        profiles = _trace_or_table(path)
     else:
         profiles = parse_tables(read_text(path), source=str(path))
     check_names(profiles, str(path))
     return profiles
+
+
+def _trace_or_table(path: Path) -> list[Profile]:
+    """A file that looks like JSON: a trace if it reads as one, else a table (lines that
+    start with "[0] ", as mpirun -l prints them, look like JSON too)."""
+    from .ingest import parse_tables, read_text
+    from .traces import is_gzip, read_trace
+
+    try:
+        return [read_trace(path)]
+    except BadInput as as_trace:
+        if is_gzip(path):
+            raise
+        try:
+            return parse_tables(read_text(path), source=str(path))
+        except BadInput:
+            raise BadInput(f"{as_trace} (tried as a Chrome trace, then as a profiler table: "
+                           "no table either)", error_id=as_trace.error_id) from as_trace
 
 
 def check_names(profiles: list[Profile], source: str) -> None:

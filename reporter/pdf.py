@@ -83,7 +83,7 @@ _DROP_WITH_CONTENT = {"script", "style", "template", "svg", "math", "iframe", "o
 _ATTR_VALUE = {
     "style": re.compile(r"text-align: (left|right|center);"),
     "class": re.compile(r"logs|language-[\w-]+"),
-    "src": re.compile(r"chart-[\w.%-]+\.svg"),
+    "src": re.compile(r"[^:/?#\\]+-chart-[^:/?#\\]+\.svg"),  # a chart file beside the report
     "alt": re.compile(r".*", re.S),
 }
 
@@ -220,7 +220,7 @@ def render_pdf(view: dict[str, Any]) -> bytes:
     parts = "modes" if view.get("kind") == "compare" else "sections"
     view = {**view, "max_chars": None, parts: [{**p, "mermaid": None} for p in view[parts]]}
     page = to_html(render_markdown(view), view["lang"], view.get("created_iso"))
-    folder = Path(view.get("asset_dir") or Path.cwd())
+    folder = Path(view["asset_dir"][0]) if view.get("asset_dir") else Path.cwd()
     charts = {p["chart"] for p in view[parts] if p.get("chart")}
     # A refused URL is logged by WeasyPrint as a warning: not the user's business.
     logging.getLogger("weasyprint").setLevel(logging.ERROR)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,18 +19,32 @@ from .errors import BadInput, WorkFailed
 from .store import write_atomic
 from .view import LANGUAGES
 
-TEMPLATES = Path(os.environ.get("REPORTER_TEMPLATES")
-                 or Path(__file__).resolve().parent.parent / "templates")
+def _templates() -> Path:
+    """The template folders: $REPORTER_TEMPLATES, else the installed package's templates/,
+    else the checkout's top-level templates/ (an editable install or a clone)."""
+    if os.environ.get("REPORTER_TEMPLATES"):
+        return Path(os.environ["REPORTER_TEMPLATES"])
+    installed = Path(str(resources.files("reporter").joinpath("templates")))
+    if installed.is_dir():
+        return installed
+    return Path(__file__).resolve().parent.parent / "templates"
+
+
+TEMPLATES = _templates()
 
 
 @lru_cache(maxsize=None)
 def environment(lang: str):
     import jinja2
 
-    folder = TEMPLATES / lang
-    if not folder.is_dir():
-        raise BadInput(f"no templates for language {lang!r} in {TEMPLATES}",
+    if lang not in LANGUAGES:
+        raise BadInput(f"unknown language {lang!r}; reports exist in {', '.join(LANGUAGES)}",
                        error_id="bad-lang")
+    folder = TEMPLATES / lang
+    if not (folder / "report.md.j2").is_file():
+        raise WorkFailed(f"reporter's installation is incomplete: no {lang} templates in "
+                         f"{TEMPLATES} (reinstall reporter, or set REPORTER_TEMPLATES to the "
+                         "templates/ folder of a checkout)", error_id="install")
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(folder)),
         # Markdown, not HTML: every printed value goes through markup.finalize, which
@@ -124,13 +139,13 @@ def write_report(view: dict[str, Any], folder: Path, fmt: str, stem: str = "repo
     if view["lang"] not in LANGUAGES:
         raise BadInput(f"unknown language {view['lang']!r}", error_id="bad-lang")
     folder = Path(folder)
-    if view.get("asset_dir") != folder:
+    if view.get("asset_dir") != (folder, stem):  # charts once per report, named after it
         from .charts import mermaid_charts, write_charts
 
         terms = environment(view["lang"]).get_template("terms.j2").module
-        write_charts(view, folder, terms)
+        write_charts(view, folder, terms, stem)
         if view.get("github"):
             mermaid_charts(view, terms)
-        view["asset_dir"] = folder
+        view["asset_dir"] = (folder, stem)
     content = renderer.render(view)
     return write_atomic(folder / f"{stem}.{view['lang']}.{renderer.extension}", content)

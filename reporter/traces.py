@@ -153,16 +153,42 @@ def _load(path: Path) -> bytearray | mmap.mmap:
         raise read_error(path, exc) from exc
 
 
+# A gzipped trace inflates about 10 times (JSON of kernel names and numbers); one that
+# inflates far more is mostly padding, a decompression bomb: refused once it is past
+# _BOMB_MIN bytes, before it fills the memory.
+_BOMB_MIN = 64 << 20
+_MAX_RATIO = 100
+
+
+def _max_ratio() -> float:
+    try:
+        return float(os.environ.get("REPORTER_MAX_INFLATE_RATIO", _MAX_RATIO))
+    except ValueError:
+        return _MAX_RATIO
+
+
 def _gunzip(path: Path, f: BinaryIO) -> bytearray:
     out = bytearray()
     inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    read, limit = 0, _max_ratio()
     try:
         while piece := f.read(_GZIP_PIECE):
+            read += len(piece)
             while piece:
-                out += inflate.decompress(piece)
-                piece = inflate.unused_data if inflate.eof else b""
-                if piece:  # another gzip member follows
+                # A bounded amount of output at a time, so that a bomb is caught early.
+                out += inflate.decompress(piece, 16 * _GZIP_PIECE)
+                if len(out) > _BOMB_MIN and len(out) > limit * read:
+                    raise BadInput(
+                        f"{path}: {read:,} gzipped bytes inflate to over {len(out):,}, more "
+                        f"than {limit:g} times: refused as a decompression bomb (set "
+                        "REPORTER_MAX_INFLATE_RATIO to read it anyway)", error_id="bad-trace")
+                if inflate.unconsumed_tail:
+                    piece = inflate.unconsumed_tail
+                elif inflate.eof and inflate.unused_data:  # another gzip member follows
+                    piece = inflate.unused_data
                     inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                else:
+                    piece = b""
     except zlib.error as exc:
         raise BadInput(f"{path}: the gzip stream is damaged ({exc})",
                        error_id="bad-trace") from exc
@@ -677,12 +703,21 @@ def _to_op(a: _Agg, scale: float) -> Op:
               self_device_mem_b=a.self_dev_mem, kind=a.kind)
 
 
-def is_trace(path: Path) -> bool:
+def _head(path: Path) -> bytes:
     try:
         with open(path, "rb") as f:
-            head = f.read(64)
+            return f.read(64)
     except OSError:
-        return False
+        return b""
+
+
+def is_gzip(path: Path) -> bool:
+    return _head(path)[:2] == b"\x1f\x8b"
+
+
+def is_trace(path: Path) -> bool:
+    """Whether a file may be a trace (gzip, or JSON's first character); the reader decides."""
+    head = _head(path)
     return head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"[")
 
 

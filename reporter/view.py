@@ -67,7 +67,8 @@ class Fmt:
             a = abs(value)
             digits = 0 if a >= 100 else 1 if a >= 10 else 2 if a >= 0.1 else 3
         pattern = "#,##0" + ("." + "0" * digits if digits else "")
-        return format_decimal(value, format=pattern, locale=self.lang)
+        return format_decimal(_no_negative_zero(value, digits), format=pattern,
+                              locale=self.lang)
 
     def int(self, value: int | None) -> str:
         return "—" if value is None else format_decimal(int(value), locale=self.lang)
@@ -91,8 +92,8 @@ class Fmt:
             value, unit = us / 1e3, "duration-millisecond"
         else:
             value, unit = us, "duration-microsecond"
-        return format_unit(_round(value), unit, length="short", locale=self.lang,
-                           format=_pattern(value))
+        return format_unit(_no_negative_zero(_round(value), 2), unit, length="short",
+                           locale=self.lang, format=_pattern(value))
 
     def bytes(self, b: int | float | None) -> str:
         if b is None:
@@ -106,8 +107,8 @@ class Fmt:
                 value = b / size
                 return format_unit(_round(value), unit, length="short", locale=self.lang,
                                    format=_pattern(value))
-        return format_unit(b / 1024, "digital-kilobyte", length="short", locale=self.lang,
-                           format="#,##0.##")
+        return format_unit(_no_negative_zero(b / 1024, 2), "digital-kilobyte", length="short",
+                           locale=self.lang, format="#,##0.##")
 
     def date(self, iso: str) -> str:
         return format_datetime(datetime.fromisoformat(iso), "medium", locale=self.lang,
@@ -124,6 +125,11 @@ def _one_decimal(loc: Locale) -> str:
     pattern = loc.percent_formats[None].pattern
     i = pattern.rfind("0")
     return pattern[:i + 1] + ".0" + pattern[i + 1:]
+
+
+def _no_negative_zero(value: float, digits: int) -> float:
+    """A value that rounds to zero prints as 0, never as -0."""
+    return 0.0 if round(value, digits) == 0 else value
 
 
 def _round(value: float) -> float:
@@ -173,8 +179,8 @@ def _finding_view(f: Finding, fmt: Fmt) -> dict[str, Any]:
     for key, value in f.evidence.items():
         if key.endswith("_us"):
             view[key[:-3]] = fmt.time(value)
-        elif key.endswith("_b"):
-            view[key[:-2]] = fmt.bytes(value) if value else None
+        elif key.endswith("_b"):  # under 1 KiB, or negative (memory freed): not said
+            view[key[:-2]] = fmt.bytes(value) if value and value >= 1024 else None
         elif key in _SHARES:
             view[key] = fmt.pct(value)
         elif isinstance(value, bool) or value is None or isinstance(value, (str, list)):

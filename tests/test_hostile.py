@@ -8,6 +8,7 @@ ones run the real command in a child process with a time limit.
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -336,3 +337,89 @@ def test_partial_folders_of_dead_processes_are_removed(tmp_path, stored):
     res = cli("list", "--runs", root)
     assert res.code == 0 and "removed 1" in res.err
     assert not stale.exists() and mine.exists()
+
+
+# Issue 17: input sniffing, Markdown escapes, shared folders, bombs, prose glitches.
+
+def test_a_table_with_rank_prefixes_is_read_as_a_table(tmp_path):
+    table = "".join(f"[0] {line}\n" for line in _table(["aten::mm", "aten::add"]).splitlines())
+    (tmp_path / "ranked.txt").write_text(table)
+    res = cli("analyze", tmp_path / "ranked.txt", "--json")
+    assert res.code == 0, res.err
+    assert [o["name"] for o in json.loads(res.out)["profiles"][0]["ops"]][:2] == [
+        "aten::mm", "aten::add"]
+
+
+def test_broken_json_says_what_was_tried(tmp_path):
+    (tmp_path / "b.json").write_text("[1, 2")
+    res = cli("analyze", tmp_path / "b.json")
+    line = one_line(res.err)
+    assert res.code == 2 and "Chrome trace" in line and "table" in line
+
+
+def test_markdown_escapes_in_a_pipe_table_are_undone(tmp_path):
+    (tmp_path / "t.md").write_text(
+        "| Name | Self CPU % | Self CPU | # of Calls |\n| --- | --- | --- | --- |\n"
+        "| unsigned int\\* | 60.00% | 6.000ms | 2 |\n"
+        "| \\_allgather\\_base | 30.00% | 3.000ms | 1 |\n"
+        "| `aten::a\\_b` | 10.00% | 1.000ms | 1 |\n")
+    res = cli("analyze", tmp_path / "t.md", "--json")
+    assert res.code == 0, res.err
+    names = [o["name"] for o in json.loads(res.out)["profiles"][0]["ops"]]
+    assert names == ["unsigned int*", "_allgather_base", "aten::a\\_b"]
+
+
+def test_two_reports_in_one_folder_link_their_own_charts(tmp_path):
+    (tmp_path / "a.txt").write_text(_table(["aten::mm", "aten::add"]))
+    (tmp_path / "b.txt").write_text(_table(["aten::conv2d", "aten::relu"]))
+    for name in ("a", "b"):
+        assert cli("analyze", tmp_path / f"{name}.txt", "--out", tmp_path).code == 0
+    for name in ("a", "b"):
+        md = (tmp_path / f"{name}.report.en.md").read_text()
+        links = re.findall(r"\]\(([^)]+\.svg)\)", md)
+        assert links and all(link.startswith(f"{name}.report-") for link in links), links
+        assert all((tmp_path / link).is_file() for link in links)
+
+
+def test_a_gzip_bomb_is_refused_early_and_within_memory(tmp_path):
+    import gzip
+
+    path = tmp_path / "bomb.json.gz"
+    with gzip.open(path, "wb", compresslevel=9) as f:
+        f.write(b'{"traceEvents": [')
+        blank = b" " * (64 << 20)
+        for _ in range(64):  # 4 GiB of white space
+            f.write(blank)
+        f.write(b"]}")
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30));"
+            " from reporter.cli import main; sys.exit(main(sys.argv[1:]))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-c", code, "analyze", str(path), "--json"],
+                         env=env, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2 and "decompression bomb" in one_line(res.stderr)
+
+
+def test_no_per_call_memory_under_1_kb_or_negative_and_no_minus_zero():
+    from reporter.analyzer import Finding
+    from reporter.view import Fmt, _finding_view
+
+    for lang in ("en", "ru", "zh"):
+        fmt = Fmt(lang)
+        for value in (-300, 0, 512):
+            f = Finding("elementwise-blowup", "high", {"op": "aten::mul", "mem_per_call_b": value})
+            assert _finding_view(f, fmt)["mem_per_call"] is None
+        assert "-" not in fmt.num(-0.0001) + fmt.time(-0.0001) + fmt.num(-0.004, 2)
+
+
+def test_missing_templates_are_an_installation_error(tmp_path, monkeypatch):
+    from reporter import render
+
+    monkeypatch.setattr(render, "TEMPLATES", tmp_path)
+    render.environment.cache_clear()
+    try:
+        (tmp_path / "t.txt").write_text(_table(["aten::mm"]))
+        res = cli("analyze", tmp_path / "t.txt", "--lang", "ru", "--out", tmp_path)
+    finally:
+        render.environment.cache_clear()
+    line = one_line(res.err)
+    assert res.code == 1 and "[install]" in line and "incomplete" in line

@@ -100,5 +100,5 @@ def test_run_writes_markdown_and_pdf(runs):
     paths = [Path(p) for p in res.out.split()]
     assert sorted(p.suffix for p in paths) == [".md", ".pdf"]
     md = paths[0].read_text() if paths[0].suffix == ".md" else paths[1].read_text()
-    chart = re.search(r"!\[[^\]]+\]\((chart-[^)]+\.svg)\)", md)
+    chart = re.search(r"!\[[^\]]+\]\(([^)]*-chart-[^)]+\.svg)\)", md)
     assert chart and (paths[0].parent / chart.group(1)).is_file()

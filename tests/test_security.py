@@ -214,10 +214,10 @@ def test_a_hostile_stored_run_renders_and_compares_safely(tmp_path, listener, la
 def test_the_pdf_fetcher_refuses_everything_but_the_report_charts(tmp_path, listener):
     from reporter.pdf import url_fetcher
 
-    (tmp_path / "chart-1-train.en.svg").write_text("<svg/>")
+    (tmp_path / "report-chart-1-train.en.svg").write_text("<svg/>")
     (tmp_path / "other.svg").write_text("<svg/>")
-    fetch = url_fetcher(tmp_path, {"chart-1-train.en.svg"})
-    ok = fetch((tmp_path / "chart-1-train.en.svg").as_uri())
+    fetch = url_fetcher(tmp_path, {"report-chart-1-train.en.svg"})
+    ok = fetch((tmp_path / "report-chart-1-train.en.svg").as_uri())
     assert (ok["string"] if isinstance(ok, dict) else ok.read()) == b"<svg/>"
     for bad in [(tmp_path / "other.svg").as_uri(), "file:///etc/passwd",
                 f"{listener.url}/x", "data:image/svg+xml,<svg/>",
@@ -333,11 +333,19 @@ def test_the_pdf_html_of_any_text_holds_only_a_report_tags(value):
 @given(st.text(max_size=200), ANY)
 def test_the_sanitizer_keeps_only_allowed_tags_and_attributes(html_text, value):
     out = sanitize(html_text + value + '<img src="http://x/y"><a href="file:///etc/passwd">'
-                   '<link rel="attachment" href="file:///e">')
+                   '<link rel="attachment" href="file:///e"><img src="/etc/x-chart-1.svg">'
+                   '<img src="a-chart-1.svg">')
     for tag, attrs in re.findall(r"<([a-z0-9]+)([^>]*)>", out):
         assert tag in {"h1", "h2", "h3", "h4", "h5", "h6", "p", "ul", "ol", "li", "table",
                        "thead", "tbody", "tr", "th", "td", "code", "pre", "strong", "em",
                        "b", "i", "hr", "br", "blockquote", "div", "img", "details",
                        "summary"}
         assert "href" not in attrs and "rel" not in attrs
-        assert tag != "img" or re.fullmatch(r' src="chart-[\w.%-]+\.svg"( alt="[^"]*")?', attrs)
+        assert tag != "img" or re.fullmatch(r' src="[^":/]+-chart-[^":/]+\.svg"( alt="[^"]*")?',
+                                            attrs)
+
+
+def test_the_sanitizer_keeps_a_report_chart_and_drops_other_images():
+    out = sanitize('<p><img alt="c" src="t.report-chart-1-profile.en.svg">'
+                   '<img src="/etc/x-chart-1.svg"><img src="http://h/a-chart-1.svg"></p>')
+    assert out == '<p><img alt="c" src="t.report-chart-1-profile.en.svg"></p>'

@@ -1,0 +1,183 @@
+"""Every reader on hostile input: exit 0, or one line and exit 2; in bounded time and memory.
+
+The odd files run the real command in a child process limited to 2 GiB of
+address space and 10 seconds; the mutated tables run in-process (hundreds of
+them), and a hypothesis test mutates the corpus tables at random.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from reporter.errors import BadInput
+from reporter.ingest import parse_tables
+from conftest import ROOT, SHARED, cli
+
+CORPUS_TABLES = SHARED / "corpus" / "tables"
+LIMITED = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30));"
+           " from reporter.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+def run_limited(*argv) -> subprocess.CompletedProcess:
+    """``reporter ARGV`` in a child process under 2 GiB of memory; 10 s or the test fails."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", LIMITED, *map(str, argv)], env=env,
+                          capture_output=True, text=True, timeout=10)
+
+
+def ok_or_one_line(res) -> None:
+    assert res.returncode in (0, 2), (res.returncode, res.stderr[-2000:])
+    assert "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr
+    if res.returncode == 2:
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+EVENT = ('{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, '
+         '"dur": DUR, "args": {}}')
+
+
+def _write(tmp_path: Path, name: str, data: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def _gz_members() -> bytes:
+    doc = b'{"traceEvents": [' + EVENT.replace("DUR", "5").encode() + b"]}"
+    return gzip.compress(doc[:20]) + gzip.compress(doc[20:])
+
+
+ODD_FILES = {
+    "empty.txt": b"",
+    "empty.json": b"",
+    "garbage.bin": bytes(range(256)) * 400,
+    "garbage.json": b"{" + os.urandom(50_000),
+    "cut.json.gz": gzip.compress(b'{"traceEvents": [' + EVENT.replace("DUR", "5").encode()
+                                 + b"]}")[:-9],
+    "members.json.gz": _gz_members(),
+    "nested.json": b"[" * 100_000 + b"]" * 100_000,
+    "nested-events.json": b'{"traceEvents": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    "nan.json": ('{"traceEvents": [' + ", ".join(EVENT.replace("DUR", d) for d in
+                                                 ("NaN", "Infinity", "-Infinity", "1e400", "5"))
+                 + "]}").encode(),
+    "duplicate-keys.json": ('{"traceEvents": [], "traceEvents": [' + EVENT.replace("DUR", "5")
+                            + '], "displayTimeUnit": "ms", "displayTimeUnit": 3}').encode(),
+    "null-events.json": b'{"traceEvents": [null, 1, "x", [], {}]}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD_FILES))
+def test_odd_files(tmp_path, name):
+    path = _write(tmp_path, name, ODD_FILES[name])
+    ok_or_one_line(run_limited("analyze", path, "--json"))
+
+
+def test_a_bomb(tmp_path):
+    path = tmp_path / "bomb.json.gz"
+    with gzip.open(path, "wb", compresslevel=9) as f:
+        f.write(b'{"traceEvents": [')
+        blank = b" " * (32 << 20)
+        for _ in range(64):  # 2 GiB of white space
+            f.write(blank)
+        f.write(b"]}")
+    res = run_limited("analyze", path, "--json")
+    ok_or_one_line(res)
+    assert res.returncode == 2
+
+
+def test_a_fifo_is_refused_without_waiting(tmp_path):
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    res = run_limited("analyze", fifo, "--json")
+    ok_or_one_line(res)
+    assert res.returncode == 2 and "not a regular file" in res.stderr
+
+
+def test_dev_zero_is_refused_without_reading_forever():
+    res = run_limited("analyze", "/dev/zero", "--json")
+    ok_or_one_line(res)
+    assert res.returncode == 2
+
+
+def test_a_folder_of_1000_empty_traces(tmp_path):
+    for i in range(1000):
+        (tmp_path / f"rank{i}.json").write_bytes(b"")
+    res = run_limited("analyze", tmp_path, "--json")
+    ok_or_one_line(res)
+    assert res.returncode == 2
+
+
+def _corpus_tables() -> list[Path]:
+    return sorted(CORPUS_TABLES.glob("*.txt")) if CORPUS_TABLES.is_dir() else []
+
+
+def _mutations(text: str):
+    """Each line deleted in turn, and each line's columns shifted by one space either way."""
+    lines = text.splitlines()
+    for i in range(len(lines)):
+        yield "\n".join(lines[:i] + lines[i + 1:])
+    for i, line in enumerate(lines):
+        for shifted in (" " + line, line.replace("  ", " ", 1), line[1:]):
+            yield "\n".join(lines[:i] + [shifted] + lines[i + 1:])
+
+
+@pytest.mark.skipif(not _corpus_tables(), reason="../shared/corpus is absent")
+@pytest.mark.parametrize("path", _corpus_tables(), ids=lambda p: p.name[:2])
+def test_a_corpus_table_mutated_line_by_line(tmp_path, path):
+    text = path.read_text(encoding="utf-8")
+    target = tmp_path / "t.txt"
+    for i, mutated in enumerate(_mutations(text)):
+        if i % 7:  # the library, in-process, for most; the command line for every 7th
+            try:
+                parse_tables(mutated, "t")
+            except BadInput:
+                pass
+            continue
+        target.write_text(mutated, encoding="utf-8")
+        res = cli("analyze", target, "--json")
+        assert res.code in (0, 2), res.err
+        if res.code == 0:
+            json.loads(res.out, parse_constant=lambda c: pytest.fail(f"{c} in --json"))
+        else:
+            assert len(res.err.strip().splitlines()) == 1, res.err
+
+
+@pytest.mark.skipif(not _corpus_tables(), reason="../shared/corpus is absent")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_random_mutations_of_corpus_tables(data):
+    tables = _corpus_tables()
+    text = tables[data.draw(st.integers(0, len(tables) - 1))].read_text(encoding="utf-8")
+    for _ in range(data.draw(st.integers(1, 6))):
+        if not text:
+            break
+        at = data.draw(st.integers(0, len(text) - 1))
+        kind = data.draw(st.sampled_from(["delete", "insert", "replace", "cut"]))
+        piece = data.draw(st.text(max_size=8))
+        if kind == "delete":
+            text = text[:at] + text[at + data.draw(st.integers(1, 40)):]
+        elif kind == "insert":
+            text = text[:at] + piece + text[at:]
+        elif kind == "replace":
+            text = text[:at] + piece + text[at + len(piece):]
+        else:
+            text = text[:at]
+    try:
+        profiles = parse_tables(text, "mutated")
+    except BadInput:
+        return
+    for p in profiles:  # whatever was read is numbers that render: finite, named
+        assert math.isfinite(p.self_cpu_us) and math.isfinite(p.self_device_us)
+        for op in p.ops:
+            assert isinstance(op.name, str) and op.name.strip()
+            assert all(math.isfinite(v) for v in (op.self_cpu_us, op.cpu_total_us,
+                                                   op.self_device_us, op.device_total_us))
