@@ -265,7 +265,12 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
     # key_averages() (tests/test_traces.py), in a fraction of its time.
     trace_name = f"trace-{label}.json"
     prof.export_chrome_trace(str(scratch / trace_name))
-    profile_obj = read_trace(scratch / trace_name, shapes=True)
+    try:
+        profile_obj = read_trace(scratch / trace_name, shapes=True)
+    except BadInput as exc:  # torch wrote it: not the user's input
+        raise WorkFailed(f"torch wrote a Chrome trace that cannot be read ({exc}); torch does "
+                         'not escape a double quote (") in a record_function name',
+                         error_id="bad-trace") from exc
     profile_obj.label = label
     if on_gpu:
         profile_obj.device_type = "cuda"

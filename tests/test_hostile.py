@@ -423,3 +423,49 @@ def test_missing_templates_are_an_installation_error(tmp_path, monkeypatch):
         render.environment.cache_clear()
     line = one_line(res.err)
     assert res.code == 1 and "[install]" in line and "incomplete" in line
+
+
+def test_a_double_quote_in_a_record_function_name_fails_the_target_clearly(tmp_path):
+    (tmp_path / "q.py").write_text(TARGET.format(where="none", code=0).replace(
+        "        return self.l(x)",
+        '        with torch.profiler.record_function(\'a"b\'):\n            return self.l(x)'))
+    res = cli("run", "--target", tmp_path / "q.py:build", "--out", tmp_path / "runs", "--quiet")
+    assert res.code == 1 and "double quote" in one_line(res.err)
+
+
+def _marked(mark: str) -> list[int]:
+    """Processes whose environment holds ``mark``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if mark.encode() in (entry / "environ").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
+def test_ranks_stop_when_their_launcher_is_killed(tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW_TARGET)
+    mark = f"reporter-test-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "REPORTER_TEST_MARK": mark}
+    launcher = subprocess.Popen([sys.executable, "-m", "reporter", "run", "--nproc", "2",
+                                 "--target", "slow.py:build", "--out", "runs", "--quiet"],
+                                cwd=tmp_path, env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(_marked(mark)) < 3:
+        time.sleep(0.2)
+    assert len(_marked(mark)) >= 3, "the ranks did not start"
+    time.sleep(2.0)
+    launcher.kill()
+    launcher.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _marked(mark):
+        time.sleep(0.2)
+    left = _marked(mark)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "ranks outlived their launcher"
+    assert not list(tmp_path.glob("runs/*/run.json"))

@@ -349,3 +349,45 @@ def test_the_sanitizer_keeps_a_report_chart_and_drops_other_images():
     out = sanitize('<p><img alt="c" src="t.report-chart-1-profile.en.svg">'
                    '<img src="/etc/x-chart-1.svg"><img src="http://h/a-chart-1.svg"></p>')
     assert out == '<p><img alt="c" src="t.report-chart-1-profile.en.svg"></p>'
+
+
+EVIL_TARGET = """
+import torch
+from torch import nn
+from reporter import Target
+
+NAMES = {names!r}
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(8, 8)
+
+    def forward(self, x):
+        for name in NAMES:
+            with torch.profiler.record_function(name):
+                x = self.l(x)
+        return x
+
+
+def build(device="cpu", preset="default"):
+    return Target(model=M(), batches=[(torch.randn(4, 8),)], batch_size=4,
+                  modes=("inference",))
+"""
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_a_target_with_hostile_names_runs_and_reports_safely(tmp_path, listener, lang):
+    names = [f"rf{ch}<img src='{listener.url}/run{i}'>" for i, ch in enumerate(BREAKS)]
+    # torch writes a name's double quote into its trace unescaped: not in a live run's names
+    names += [n.replace('"', "'") for n in hostile_names(listener.url)[:5]]
+    (tmp_path / "evil.py").write_text(EVIL_TARGET.format(names=names), encoding="utf-8")
+    runs = tmp_path / "runs"
+    res = cli("run", "--target", tmp_path / "evil.py:build", "--out", runs, "--quiet",
+              "--format", "md,pdf", "--lang", lang, "--github")
+    assert res.code == 0, res.err
+    [folder] = [p for p in runs.iterdir() if not p.name.startswith(".")]
+    check_markdown((folder / f"report.{lang}.md").read_text(encoding="utf-8"), listener.url)
+    check_pdf(folder / f"report.{lang}.pdf")
+    assert listener.hits == []
