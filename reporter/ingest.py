@@ -272,13 +272,32 @@ def _label(lines: list[str], line: int, default: str) -> str:
             continue
         seen += 1
         if re.match(r"#{1,6} \S", raw):
-            return (prose if prose and prose[1] <= 3 else (raw.lstrip("#").strip(), 0))[0][:100]
+            return _title((prose if prose and prose[1] <= 3 else (raw.lstrip("#").strip(), 0))[0])
         if raw.startswith("|") or _FOOTER.match(raw) or _separator(lines[k]) is not None:
             break  # the previous table: what is above belongs to it
         if (prose is None and not raw.startswith(("=", "[W", "```", "<", "- [", "- Self"))
                 and not set(raw) <= set("-`|:")):
             prose = (raw, seen)
-    return prose[0][:100] if prose else default
+    return _title(prose[0]) if prose else default
+
+
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[。！？]")
+_WORD = re.compile(r"[A-Za-z0-9_]")
+
+
+def _title(text: str, width: int = 80) -> str:
+    """A profile's name from a line of prose: its first sentence, at most ``width``
+    characters cut between words (or between CJK characters) with "…", no trailing colon."""
+    text = " ".join(text.split())
+    end = _SENTENCE_END.search(text)
+    if end and end.end() < len(text):
+        text = text[:end.end()]
+    if len(text) > width:
+        cut = width - 1
+        while cut > 1 and _WORD.match(text[cut - 1]) and _WORD.match(text[cut]):
+            cut -= 1  # not inside a word
+        text = text[:cut if cut > 1 else width - 1].rstrip(" ,;:，、；：") + "…"
+    return text.rstrip(" :：")
 
 
 def parse_tables(text: str, source: str = "input") -> list[Profile]:

@@ -154,11 +154,14 @@ def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
     if s <= limits["share"]:
         return None
     top = gemms[0]
+    arch = (_TC_ARCH.match(top.name) or [None])[0]
     return Finding("fp32-gemm", _severity(s, limits["high"]),
                    {"basis": "device", "share": s, "threshold": limits["share"],
                     "op": top.name, "op_share": top.self_device_us / profile.self_device_us,
                     "op_time_us": top.self_device_us, "calls": sum(o.calls for o in gemms),
-                    "kernels": len(gemms), "arch": (_TC_ARCH.match(top.name) or [None])[0]},
+                    "kernels": len(gemms), "arch": arch,
+                    # Volta (V100) and Turing (T4) tensor cores do fp16 only: no bf16, no TF32
+                    "fp16_only": arch in ("volta_", "turing_")},
                    ops=[o.name for o in gemms])
 
 

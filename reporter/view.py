@@ -67,17 +67,18 @@ class Fmt:
             a = abs(value)
             digits = 0 if a >= 100 else 1 if a >= 10 else 2 if a >= 0.1 else 3
         pattern = "#,##0" + ("." + "0" * digits if digits else "")
-        return format_decimal(_no_negative_zero(value, digits), format=pattern,
-                              locale=self.lang)
+        return self._minus(format_decimal(_no_negative_zero(value, digits), format=pattern,
+                                          locale=self.lang))
 
     def int(self, value: int | None) -> str:
-        return "—" if value is None else format_decimal(int(value), locale=self.lang)
+        return "—" if value is None else self._minus(format_decimal(int(value), locale=self.lang))
 
     def pct(self, share: float | None) -> str:
         if share is None:
             return "—"
         # The locale's own pattern (ru puts a space before %), with one decimal.
-        return format_percent(share, format=_one_decimal(self.locale), locale=self.lang)
+        return self._minus(format_percent(_no_negative_zero(share, 3),
+                                          format=_one_decimal(self.locale), locale=self.lang))
 
     def signed_pct(self, share: float) -> str:
         return ("+" if share > 0 else "−" if share < 0 else "") + self.pct(abs(share))
@@ -92,8 +93,7 @@ class Fmt:
             value, unit = us / 1e3, "duration-millisecond"
         else:
             value, unit = us, "duration-microsecond"
-        return format_unit(_no_negative_zero(_round(value), 2), unit, length="short",
-                           locale=self.lang, format=_pattern(value))
+        return self._unit(_no_negative_zero(_round(value), 2), unit, _pattern(value))
 
     def bytes(self, b: int | float | None) -> str:
         if b is None:
@@ -105,10 +105,24 @@ class Fmt:
                            (1 << 10, "digital-kilobyte")):
             if a >= size:
                 value = b / size
-                return format_unit(_round(value), unit, length="short", locale=self.lang,
-                                   format=_pattern(value))
-        return format_unit(_no_negative_zero(b / 1024, 2), "digital-kilobyte", length="short",
-                           locale=self.lang, format="#,##0.##")
+                return self._unit(_round(value), unit, _pattern(value))
+        return self._unit(_no_negative_zero(b / 1024, 2), "digital-kilobyte", "#,##0.##")
+
+    def _unit(self, value: float, unit: str, pattern: str) -> str:
+        """A number and its unit as this language's engineers write them: Babel's unit, or
+        the one in _UNITS; a no-break space between them; the language's minus sign."""
+        words = _UNITS.get(self.lang, {})
+        if unit in words:
+            text = format_decimal(value, format=pattern, locale=self.lang) + " " + words[unit]
+        else:
+            text = format_unit(value, unit, length="short", locale=self.lang, format=pattern)
+        for old, new in words.get("replace", ()):
+            text = text.replace(old, new)
+        return self._minus(text.replace(" ", "\u00a0"))
+
+    def _minus(self, text: str) -> str:
+        sign = _MINUS.get(self.lang)
+        return sign + text[1:] if sign and text.startswith("-") else text
 
     def date(self, iso: str) -> str:
         return format_datetime(datetime.fromisoformat(iso), "medium", locale=self.lang,
@@ -118,6 +132,17 @@ class Fmt:
         """The word for n in this language: forms named by CLDR category (one, few, many, other)."""
         category = self.locale.plural_form(n)
         return forms.get(category) or forms.get("other") or next(iter(forms.values()))
+
+
+# What Babel's CLDR data does not settle the way the seeds' authors write: Chinese
+# engineers write times in ASCII units ("704 ms", as seed 004 does), Russian ones write
+# "КБ" and a real minus sign.
+_UNITS: dict[str, dict[str, Any]] = {
+    "zh": {"duration-second": "s", "duration-millisecond": "ms",
+           "duration-microsecond": "μs"},
+    "ru": {"replace": (("кБ", "КБ"),)},
+}
+_MINUS = {"ru": "−"}
 
 
 def _one_decimal(loc: Locale) -> str:
@@ -221,7 +246,8 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
     timed = bool(t and t.windows)
     return {
         "mode": section.label if section.label in ("train", "inference") else None,
-        "title": section.label,
+        # A name taken from the input (the sentence above its table), or None
+        "title": None if re.fullmatch(r"profile \d+", section.label) else section.label,
         "timed": timed,
         "throughput": fmt.num(t.median) if timed else None,
         "throughput_min": fmt.num(min(t.windows)) if timed else None,
@@ -256,6 +282,13 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
         "mermaid": None,  # the chart as a Mermaid block, for GitHub (--github)
         "logs_cut": False,  # set when the logs were shortened to fit --max-chars
     }
+
+
+def _number(sections: list[dict[str, Any]]) -> None:
+    """Number the sections and set the heading level of their parts."""
+    for i, s in enumerate(sections, 1):
+        s["number"] = i
+        s["sub"] = markup.Md("###" if len(sections) > 1 else "##")
 
 
 def _rank_row(rank: int, status: str, error: str | None, section: Section | None,
@@ -301,8 +334,7 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
         findings = [analyze(s.profile) for s in run.sections]
     env = run.env
     sections = [section_view(s, fmt, f) for s, f in zip(run.sections, findings)]
-    for s in sections:  # heading level of a section's parts
-        s["sub"] = markup.Md("###" if len(sections) > 1 else "##")
+    _number(sections)
     ranks = None
     if run.ranks:
         ranks = _ranks_view([_rank_row(r["rank"], r["status"], r.get("error"),
@@ -339,8 +371,7 @@ def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, An
     fmt = Fmt(check_language(lang))
     sections = [section_view(Section(label=p.label, throughput=None, profile=p), fmt,
                              analyze(p)) for p in profiles]
-    for s in sections:
-        s["sub"] = markup.Md("###" if len(sections) > 1 else "##")
+    _number(sections)
     device = next((p.device_type for p in profiles if p.device_type), None)
     ranks = None
     if len(profiles) > 1 and all(re.fullmatch(r"rank \d+", p.label) for p in profiles):
@@ -405,6 +436,7 @@ def compare_view(comparison, lang: str) -> dict[str, Any]:
             "rows": rows, "verdict": verdict,
             "speedup": fmt.num(p.speedup, 2) if p.speedup else "—",
             "change": fmt.signed_pct(p.speedup - 1) if p.speedup else "—",
+            "change_abs": fmt.pct(abs(p.speedup - 1)) if p.speedup else "—",
             "noise": fmt.pct(p.noise) if p.noise is not None else None,
             "basis": p.basis, "time_unit": "CUDA" if p.basis == "device" else "CPU",
             "changed": [{"name": md_name(c.name), "before": fmt.time(c.before_us),
