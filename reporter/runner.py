@@ -220,6 +220,58 @@ def _timed(step: Callable[[], None], device: str, steps: int) -> float:
     return time.perf_counter() - start
 
 
+def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped: int,
+                    active: int) -> float:
+    """Run the profiler's schedule; the seconds the ``active`` (recorded) steps took.
+
+    On a GPU the recorded steps are timed with CUDA events on the stream and the
+    device is synchronised only after the last one: a torch.cuda.synchronize()
+    inside a recorded step would show in the trace as the user's
+    cudaDeviceSynchronize, and hold the CPU the whole of the step's GPU time.
+    """
+    for _ in range(skipped):
+        stepper()
+        prof.step()
+    if not device.startswith("cuda"):
+        total = 0.0
+        for _ in range(active):
+            start = time.perf_counter()
+            stepper()
+            total += time.perf_counter() - start
+            prof.step()  # not timed: the last one stops the recording
+        return total
+    torch.cuda.synchronize()  # still in the profiler's warm-up: not recorded
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for i in range(active):
+        stepper()
+        if i == active - 1:
+            end.record()
+        prof.step()  # after the last active step the recording stops
+    end.synchronize()
+    return begin.elapsed_time(end) / 1e3
+
+
+def _reset_device_memory() -> None:
+    """Start the device's peaks from what this target holds, not from what the targets
+    and modes before it left in the caching allocator."""
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+
+
+def _device_memory(profile_obj: Profile) -> dict[str, int]:
+    """Peak device memory since _reset_device_memory, onto the profile too. Memory
+    pressure is judged on the allocated peak: the reserved one includes the cache."""
+    allocated = int(torch.cuda.max_memory_allocated())
+    reserved = int(torch.cuda.max_memory_reserved())
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    profile_obj.peak_device_mem_b = allocated
+    profile_obj.device_mem_capacity_b = int(props.total_memory)
+    profile_obj.device_name = props.name
+    return {"device_allocated_b": allocated, "device_reserved_b": reserved}
+
+
 def _tables(profile: Profile, row_limit: int) -> dict[str, str]:
     """The raw tables the seeds fold into their reports, in key_averages' layout."""
     tables = {"cpu": format_table(profile, "self_cpu_time_total", row_limit)}
@@ -242,24 +294,19 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
     if opts.agree is not None:
         steps = opts.agree(steps)
     if on_gpu:
-        torch.cuda.reset_peak_memory_stats()
+        _reset_device_memory()
     progress(f"timing {opts.windows} windows x {steps} steps")
     batch = stepper.target.batch_size
     windows = [steps * batch / _timed(stepper, device, steps) for _ in range(opts.windows)]
 
     progress(f"profiling {opts.profile_steps} steps")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    active_times: list[float] = []
     wait, warm = 1, 1
     prof = profile(activities=activities,
                    schedule=schedule(wait=wait, warmup=warm, active=opts.profile_steps, repeat=1),
                    record_shapes=True, profile_memory=True)
     with _filtered_native_stderr(), prof:
-        for i in range(wait + warm + opts.profile_steps):
-            elapsed = _timed(stepper, device, 1)
-            if i >= wait + warm:
-                active_times.append(elapsed)
-            prof.step()
+        active_s = _profiled_steps(stepper, device, prof, wait + warm, opts.profile_steps)
     progress("aggregating")
     # The profile is read back from the exported trace: the same numbers as
     # key_averages() (tests/test_traces.py), in a fraction of its time.
@@ -277,13 +324,8 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
     memory = {"host_peak_b": _host_peak_b(), "device_allocated_b": None,
               "device_reserved_b": None}
     if on_gpu:
-        memory.update(device_allocated_b=int(torch.cuda.max_memory_allocated()),
-                      device_reserved_b=int(torch.cuda.max_memory_reserved()))
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        profile_obj.peak_device_mem_b = memory["device_reserved_b"]
-        profile_obj.device_mem_capacity_b = int(props.total_memory)
-        profile_obj.device_name = props.name
-    profiled = len(active_times) * batch / sum(active_times) if active_times else 0.0
+        memory.update(_device_memory(profile_obj))
+    profiled = opts.profile_steps * batch / active_s if active_s > 0 else 0.0
     return Section(label=label,
                    throughput=Throughput(windows=windows, steps_per_window=steps,
                                          profiled=profiled),

@@ -50,3 +50,78 @@ def test_seq2seq_pads_on_the_cpu_with_pad_sequence():
     src, tgt = seq2seq.collate(items)
     assert src.tolist() == [[1, 2, 3], [5, 0, 0]]
     assert tgt.tolist() == [[4, 0], [6, 7]]
+
+
+class _FakeEvent:
+    log: list = []
+
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self):
+        self.log.append("record")
+        self.t = len(self.log)
+
+    def synchronize(self):
+        self.log.append("event-sync")
+
+    def elapsed_time(self, other):
+        return 1000.0 * (other.t - self.t)
+
+
+def test_profiled_gpu_steps_are_not_synchronised_inside_the_recording(monkeypatch):
+    """The runner's own torch.cuda.synchronize() must not land in the recorded steps,
+    where the trace would show it as the user's cudaDeviceSynchronize (CPU-only test:
+    the device calls are stand-ins that log what the runner does)."""
+    import torch
+
+    from reporter import runner
+
+    log: list = []
+    _FakeEvent.log = log
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: log.append("sync"))
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+
+    class Prof:
+        recording = False
+        steps = 0
+
+        def step(self):
+            self.steps += 1
+            self.recording = 2 <= self.steps < 5  # wait 1, warm-up 1, active 3
+            log.append("step")
+
+    prof = Prof()
+
+    def stepper():
+        log.append("recorded-step" if prof.recording else "step-body")
+
+    seconds = runner._profiled_steps(stepper, "cuda", prof, skipped=2, active=3)
+    assert log.count("recorded-step") == 3 and seconds > 0
+    first, last = log.index("recorded-step"), len(log) - 1 - log[::-1].index("recorded-step")
+    assert "sync" not in log[first:last + 1]
+
+
+def test_device_memory_uses_the_allocated_peak_after_emptying_the_cache(monkeypatch):
+    import torch
+
+    from reporter import runner
+    from reporter.profile import Profile
+
+    calls = []
+    monkeypatch.setattr(runner.gc, "collect", lambda: calls.append("gc"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: calls.append("reset"))
+    runner._reset_device_memory()
+    assert calls == ["gc", "empty", "reset"]
+
+    class Props:
+        total_memory, name = 16 << 30, "Tesla V100-SXM2-16GB"
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 3 << 30)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a: 15 << 30)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: Props())
+    p = Profile(label="x")
+    memory = runner._device_memory(p)
+    assert memory == {"device_allocated_b": 3 << 30, "device_reserved_b": 15 << 30}
+    assert p.peak_device_mem_b == 3 << 30  # memory-pressure reads the allocated peak
