@@ -37,7 +37,7 @@ class Step:
     @property
     def device(self) -> str:
         if self.run is not None:
-            return self.run.device
+            return self.run.device.split(":")[0]  # "cuda:0" of a distributed run is cuda
         return "cuda" if any(s.profile.has_device for s in self.sections) else "cpu"
 
     @property

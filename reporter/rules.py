@@ -133,7 +133,7 @@ def sync_stall(profile: Profile, limits: dict[str, float]) -> Finding | None:
 
 
 # Kernel names of fp32 matrix products without tensor cores (cuBLAS sgemm/gemv).
-_FP32_GEMM = re.compile(r"sgemm|gemv2?N?_kernel<[^>]*float|gemvx|gemmSN_kernel<float|"
+_FP32_GEMM = re.compile(r"sgemm|gemv2?N?_kernel<[^>]*float|gemvx|gemmSN_\w*kernel<float|"
                         r"gemm_f32f32_f32|Cijk_Ailk_Bljk_S|Cijk_Alik_Bljk_S")
 # Architectures whose GEMM kernels name themselves and that have tensor cores.
 _TC_ARCH = re.compile(r"^(volta|turing|ampere|sm[789]\d|hopper|ada|blackwell|sm1\d\d)_")

@@ -359,7 +359,8 @@ def _tf32(enabled: bool):
 
 def new_run_id(name: str, device: str, now: datetime) -> str:
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)[-40:].strip("-.")
-    return f"{now:%Y%m%d-%H%M%S}-{safe or 'target'}-{device}-{os.urandom(2).hex()}"
+    kind = device.split(":")[0]  # "cuda:0" (a rank's device): no colon in a folder name
+    return f"{now:%Y%m%d-%H%M%S}-{safe or 'target'}-{kind}-{os.urandom(2).hex()}"
 
 
 def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,

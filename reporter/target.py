@@ -55,6 +55,9 @@ class Target:
             if mode not in ("train", "inference"):
                 raise BadInput(f"target {spec}: unknown mode {mode!r} "
                                "(use 'train' or 'inference')", error_id="bad-target")
+        if self.autocast not in (None, "bf16", "fp16"):
+            raise BadInput(f"target {spec}: autocast must be 'bf16', 'fp16' or None, got "
+                           f"{self.autocast!r}", error_id="bad-target")
         if "train" in self.modes and (self.loss is None or self.optimizer is None):
             raise BadInput(f"target {spec}: mode 'train' needs a loss and an optimizer",
                            error_id="bad-target")

@@ -125,3 +125,37 @@ def test_device_memory_uses_the_allocated_peak_after_emptying_the_cache(monkeypa
     memory = runner._device_memory(p)
     assert memory == {"device_allocated_b": 3 << 30, "device_reserved_b": 15 << 30}
     assert p.peak_device_mem_b == 3 << 30  # memory-pressure reads the allocated peak
+
+
+@pytest.mark.parametrize("value", ["bfloat16", True, "float16", "fp8"])
+def test_an_unsupported_autocast_is_refused_not_run_in_fp32(value):
+    import torch
+
+    from reporter.errors import BadInput
+    from reporter.target import Target
+
+    target = Target(model=torch.nn.Linear(2, 2), batches=[(torch.randn(1, 2),)], batch_size=1,
+                    modes=("inference",), autocast=value)
+    with pytest.raises(BadInput, match="autocast"):
+        target.check("t.py:build")
+
+
+def test_a_distributed_run_id_has_no_colon_and_compares_as_cuda():
+    from datetime import datetime, timezone
+
+    from reporter.compare import Step
+    from reporter.runner import new_run_id
+
+    run_id = new_run_id("ddp", "cuda:0", datetime(2026, 1, 1, tzinfo=timezone.utc))
+    assert ":" not in run_id and "-cuda-" in run_id
+
+    class R:
+        device = "cuda:0"
+    assert Step("a", "a", [], R()).device == "cuda"
+
+
+def test_the_real_gemmsn_kernel_name_counts_as_fp32_gemm():
+    from reporter.rules import _FP32_GEMM
+
+    assert _FP32_GEMM.search("void gemmSN_TN_kernel<float, 128, 16, 2, 4, 4, 4, true, "
+                             "cublasGemvTensorStridedBatched<float const> >(...)")
