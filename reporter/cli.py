@@ -174,7 +174,7 @@ def _lang(args) -> str:
 
 
 def cmd_run(args) -> int:
-    from .distributed import launch, world_from_env
+    from .distributed import check_devices, launch, world_from_env
     from .render import parse_formats
     from .target import DEFAULT_SUITE, resolve
 
@@ -187,15 +187,12 @@ def cmd_run(args) -> int:
         if world is not None:
             raise BadInput("--nproc inside a distributed run: drop it, torchrun started the ranks",
                            error_id="usage")
+        check_devices(args.nproc, args.device)
         return launch(_without_nproc(args.argv), args.nproc)
     progress = Progress(args.quiet or (world is not None and world.rank != 0))
-    from .runner import RunOptions, profile_target, resolve_device  # imports torch
-    from .render import write_report
-    from .store import commit, staging
-    from .view import run_view
+    from .runner import RunOptions, resolve_device  # imports torch
 
     opts = RunOptions(device=resolve_device(args.device), preset=args.preset)
-    kv = None
     if world is not None:
         from dataclasses import replace
 
@@ -204,10 +201,25 @@ def cmd_run(args) -> int:
         opts = replace(opts, device=distributed.init(world, opts.device, args.rank_timeout))
         kv = distributed.Peers(distributed.store(world, args.rank_timeout), world,
                                args.rank_timeout)
-        if world.rank != 0:
-            return _run_other_rank(world, kv, specs, builders, opts, args)
-    if world is None or world.rank == 0:
-        _remove_stale(root)
+        try:
+            if world.rank != 0:
+                return _run_other_rank(world, kv, specs, builders, opts, args)
+            return _run_targets(specs, builders, opts, root, lang, formats, args, world, kv,
+                                progress)
+        finally:
+            distributed.finish()
+    return _run_targets(specs, builders, opts, root, lang, formats, args, None, None, progress)
+
+
+def _run_targets(specs, builders, opts, root: Path, lang: str, formats: list[str], args,
+                 world, kv, progress: Progress) -> int:
+    """Profile each target (with the other ranks, in a distributed run) and store its run."""
+    from .render import write_report
+    from .runner import profile_target
+    from .store import commit, staging
+    from .view import run_view
+
+    _remove_stale(root)
     progress(f"profiling {len(specs)} target(s) on {opts.device}, preset {opts.preset}"
              + (f", {world.size} ranks" if world else ""))
     failed = 0

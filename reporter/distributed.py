@@ -54,6 +54,9 @@ def init(world: World, device: str, timeout_s: float) -> str:
     import torch.distributed as dist
 
     if device.startswith("cuda"):
+        # A failed or hung collective raises in this rank (so that it is reported as
+        # failed) instead of the NCCL watchdog tearing the whole process down.
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
         torch.cuda.set_device(world.local_rank)
         device, backend = f"cuda:{world.local_rank}", "nccl"
     else:
@@ -74,11 +77,38 @@ def store(world: World, timeout_s: float):
                          timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
 
 
+# The store refuses values over 8 MiB: larger ones travel in parts of this size.
+CHUNK = 4 << 20
+
+
+def put(kv, key: str, data: bytes | str) -> None:
+    """Set ``key`` to ``data`` of any size: its parts first, then ``key`` (their count),
+    so that a reader that sees ``key`` finds every part."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    parts = [payload[i:i + CHUNK] for i in range(0, len(payload), CHUNK)] or [b""]
+    for i, part in enumerate(parts):
+        kv.set(f"{key}#{i}", part)
+    kv.set(key, f"parts:{len(parts)}")
+
+
+def take(kv, key: str) -> bytes:
+    """What ``put`` stored under ``key``."""
+    head = kv.get(key).decode()
+    if not head.startswith("parts:"):
+        raise ValueError(f"store key {key} holds no parts")
+    return b"".join(kv.get(f"{key}#{i}") for i in range(int(head[6:])))
+
+
 def post(kv, key: str, rank: int, result: dict[str, Any], traces: dict[str, bytes]) -> None:
-    """Publish a rank's result: its run (or error) and its gzipped traces."""
-    for name, data in traces.items():
-        kv.set(f"{key}/{rank}/trace/{name}", data)
-    kv.set(f"{key}/{rank}/result", json.dumps({**result, "traces": list(traces)}))
+    """Publish a rank's result: its run (or error) and its gzipped traces. A result the
+    store does not take is replaced by a failure that says why."""
+    try:
+        for name, data in traces.items():
+            put(kv, f"{key}/{rank}/trace/{name}", data)
+        put(kv, f"{key}/{rank}/result", json.dumps({**result, "traces": list(traces)}))
+    except Exception as exc:  # noqa: BLE001 (torch raises its own store errors)
+        why = f"rank {rank} could not send its result: {type(exc).__name__}: {exc}"
+        put(kv, f"{key}/{rank}/result", json.dumps({"status": "failed", "error": why[:500]}))
 
 
 class Peers:
@@ -127,8 +157,8 @@ class Peers:
         while pending and time.monotonic() < deadline:
             for rank in list(pending):
                 if self.kv.check([f"{key}/{rank}/result"]):
-                    result = json.loads(self.kv.get(f"{key}/{rank}/result"))
-                    result["trace_bytes"] = {name: self.kv.get(f"{key}/{rank}/trace/{name}")
+                    result = json.loads(take(self.kv, f"{key}/{rank}/result"))
+                    result["trace_bytes"] = {name: take(self.kv, f"{key}/{rank}/trace/{name}")
                                              for name in result.pop("traces", [])}
                     results[rank] = result
                     pending.remove(rank)
@@ -139,6 +169,29 @@ class Peers:
         for rank, why in self.gone.items():
             results.setdefault(rank, {"status": "missing", "error": why})
         return results
+
+
+def finish() -> None:
+    """Leave the process group at the end of a distributed run."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def check_devices(nproc: int, device: str) -> None:
+    """Refuse --nproc N on a GPU machine with fewer than N GPUs, before starting anything."""
+    if device == "cpu":
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device == "auto" and count == 0:
+        return
+    if count < nproc:
+        raise BadInput(f"--nproc {nproc} needs {nproc} GPUs and this machine has {count}; "
+                       "use --nproc {0} or fewer, or --device cpu (gloo)".format(max(count, 1)),
+                       error_id="usage")
 
 
 def free_port() -> int:

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from .errors import BadInput, ReporterError, WorkFailed, user_code
+from .errors import BadInput, WorkFailed, user_code
 from .keytable import format_table
 from .profile import Profile
 from .run import Run, Section, Throughput
@@ -339,9 +339,9 @@ def _benchmark(target: Target, device: str, progress) -> list[dict[str, Any]] | 
     progress("side benchmark on the CPU")
     cpu = dict(target.benchmark("cpu"))
     gpu: dict[str, float] = {}
-    if torch.cuda.is_available():
+    if device.startswith("cuda"):  # a CPU run on a machine with a GPU times the CPU only
         progress("side benchmark on the GPU")
-        gpu = dict(target.benchmark("cuda"))
+        gpu = dict(target.benchmark(device))
     return [{"op": op, "cpu_ms": ms, "gpu_ms": gpu.get(op)} for op, ms in cpu.items()]
 
 

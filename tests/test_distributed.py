@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -99,3 +100,72 @@ def test_ddp_alone_and_nproc_errors():
     assert res.code == 2 and "--nproc 2" in res.err
     res = cli("run", "--target", "ddp", "--nproc", "1")
     assert res.code == 2 and "2 or more" in res.err
+
+
+def test_a_payload_over_the_store_limit_travels_in_parts():
+    """TCPStore refuses values over 8 MiB; a rank's trace can be larger (gloo, one process)."""
+    import os
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from reporter import distributed
+
+    port = distributed.free_port()
+    kv = dist.TCPStore("127.0.0.1", port, world_size=None, is_master=True,
+                       timeout=timedelta(seconds=30), wait_for_workers=False)
+    big = os.urandom(9 << 20)  # 9 MiB
+    distributed.post(kv, "reporter/1", 1, {"status": "ok", "run": {"id": "x"}},
+                     {"trace-train.json.gz": big})
+    world = distributed.World(rank=0, size=2, local_rank=0)
+    results = distributed.Peers(kv, world, 10).collect("reporter/1")
+    assert results[1]["status"] == "ok" and results[1]["trace_bytes"]["trace-train.json.gz"] == big
+
+
+def test_a_result_the_store_refuses_becomes_a_failure_that_says_why():
+    from reporter import distributed
+
+    class Refusing(dict):
+        def set(self, key, value):
+            if "trace" in key:
+                raise RuntimeError("value too large")
+            self[key] = value.encode() if isinstance(value, str) else value
+
+        def get(self, key):
+            return self[key]
+
+    kv = Refusing()
+    distributed.post(kv, "reporter/1", 3, {"status": "ok"}, {"t.json.gz": b"x"})
+    result = json.loads(distributed.take(kv, "reporter/1/3/result"))
+    assert result["status"] == "failed" and "value too large" in result["error"]
+
+
+def test_nproc_beyond_the_gpus_is_refused_before_starting(monkeypatch):
+    import torch
+
+    from reporter import distributed
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    started = []
+    monkeypatch.setattr(distributed, "launch", lambda *a, **k: started.append(a) or 0)
+    res = cli("run", "--nproc", "2", "--target", "ddp", "--device", "cuda")
+    assert res.code == 2 and "needs 2 GPUs" in res.err and not started
+    res = cli("run", "--nproc", "2", "--target", "ddp")  # auto picks the GPU: same check
+    assert res.code == 2 and not started
+
+
+def test_nccl_errors_raise_in_the_rank(monkeypatch):
+    import torch
+    import torch.distributed as dist
+
+    from reporter import distributed
+
+    monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
+    seen = {}
+    monkeypatch.setattr(torch.cuda, "set_device", lambda *a: None)
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **k: seen.update(
+        backend=backend, handling=os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")))
+    device = distributed.init(distributed.World(1, 2, 1), "cuda", 30)
+    assert device == "cuda:1" and seen == {"backend": "nccl", "handling": "2"}

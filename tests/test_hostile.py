@@ -20,7 +20,7 @@ import pytest
 
 from reporter.keytable import format_table
 from reporter.profile import Op, Profile
-from conftest import FIXTURES, ROOT, cli
+from conftest import ROOT, cli
 
 
 def reporter(*argv, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -175,7 +175,7 @@ def _hostile_run(root: Path, url: str, name: str) -> Path:
     run = doc["run"]
     img = f'<img src="{url}/run">'
     run["id"] = f"id`{img}"
-    run["target"]["name"] = f'tgt``<a rel="attachment" href="file:///etc/passwd">p</a>``'
+    run["target"]["name"] = 'tgt``<a rel="attachment" href="file:///etc/passwd">p</a>``'
     run["target"]["preset"] = f"pre`{img}"
     run["env"]["device_name"] = f"GPU\u2028{img}"
     run["env"]["torch"] = f"2.0\r{img}"

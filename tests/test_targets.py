@@ -159,3 +159,24 @@ def test_the_real_gemmsn_kernel_name_counts_as_fp32_gemm():
 
     assert _FP32_GEMM.search("void gemmSN_TN_kernel<float, 128, 16, 2, 4, 4, 4, true, "
                              "cublasGemvTensorStridedBatched<float const> >(...)")
+
+
+def test_tensor_ops_builds_its_inputs_on_the_device():
+    from reporter.targets.tensor_ops import build
+
+    target = build(device="meta", preset="tiny")  # any device: no copy in the step
+    assert all(t.device.type == "meta" for t in target.batches[0])
+
+
+def test_a_cpu_run_benchmarks_the_cpu_only_even_with_a_gpu(monkeypatch):
+    import torch
+
+    from reporter import runner
+    from reporter.targets.tensor_ops import build
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    asked = []
+    target = build(device="cpu", preset="tiny")
+    target.benchmark = lambda dev: asked.append(dev) or [("matmul", 1.0)]
+    rows = runner._benchmark(target, "cpu", lambda msg: None)
+    assert asked == ["cpu"] and rows == [{"op": "matmul", "cpu_ms": 1.0, "gpu_ms": None}]
