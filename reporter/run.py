@@ -43,6 +43,8 @@ class Section:
     tables: dict[str, str] = field(default_factory=dict)
     benchmark: list[dict[str, Any]] | None = None  # [{op, cpu_ms, gpu_ms}]
     trace: str | None = None  # file name of the gzipped Chrome trace in the run folder
+    # GPU runs: {"tf32": {"matmul", "conv", "override"}, "autocast"}, what was in effect
+    precision: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -59,6 +61,7 @@ class Section:
             tables=dict(data.get("tables") or {}),
             benchmark=data.get("benchmark"),
             trace=data.get("trace"),
+            precision=dict(data.get("precision") or {}),
         )
 
 

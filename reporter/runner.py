@@ -323,13 +323,15 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
         profile_obj.device_type = "cuda"
     memory = {"host_peak_b": _host_peak_b(), "device_allocated_b": None,
               "device_reserved_b": None}
+    precision: dict[str, Any] = {}
     if on_gpu:
         memory.update(_device_memory(profile_obj))
+        precision = {"tf32": tf32_state(), "autocast": stepper.target.autocast}
     profiled = opts.profile_steps * batch / active_s if active_s > 0 else 0.0
     return Section(label=label,
                    throughput=Throughput(windows=windows, steps_per_window=steps,
                                          profiled=profiled),
-                   profile=profile_obj, memory=memory,
+                   profile=profile_obj, memory=memory, precision=precision,
                    tables=_tables(profile_obj, opts.row_limit), trace=trace_name)
 
 
@@ -345,16 +347,57 @@ def _benchmark(target: Target, device: str, progress) -> list[dict[str, Any]] | 
     return [{"op": op, "cpu_ms": ms, "gpu_ms": gpu.get(op)} for op, ms in cpu.items()]
 
 
+def _new_tf32_api() -> bool:
+    """torch >= 2.9 sets TF32 with fp32_precision; reading the legacy allow_tf32 flags
+    then raises once anything used the new API."""
+    return hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(
+        torch.backends.cudnn, "conv")
+
+
 @contextlib.contextmanager
 def _tf32(enabled: bool):
+    """TF32 matmuls and convolutions while a target that asks for them runs; the flags
+    are not touched (not even read) for the others."""
+    if not enabled:
+        yield
+        return
+    if _new_tf32_api():
+        matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+        saved = (matmul.fp32_precision, conv.fp32_precision)
+        matmul.fp32_precision = conv.fp32_precision = "tf32"
+        try:
+            yield
+        finally:
+            matmul.fp32_precision, conv.fp32_precision = saved
+        return
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    if enabled:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     try:
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def tf32_state() -> dict[str, Any]:
+    """Whether fp32 matmuls and convolutions run as TF32 now (None: cannot tell), and
+    whether the environment forces it (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, set by some
+    containers, makes even an "fp32" baseline's GEMMs TF32)."""
+    override = os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1"
+
+    def read(new: Any, legacy: Callable[[], bool]) -> bool | None:
+        value = getattr(new, "fp32_precision", "none") if new is not None else "none"
+        if value in ("tf32", "ieee"):
+            return value == "tf32"
+        try:
+            return bool(legacy())
+        except RuntimeError:  # the legacy flag after the new API was used
+            return None
+
+    matmul = read(torch.backends.cuda.matmul if _new_tf32_api() else None,
+                  lambda: torch.backends.cuda.matmul.allow_tf32)
+    conv = read(torch.backends.cudnn.conv if _new_tf32_api() else None,
+                lambda: torch.backends.cudnn.allow_tf32)
+    return {"matmul": True if override else matmul, "conv": conv, "override": override}
 
 
 def new_run_id(name: str, device: str, now: datetime) -> str:

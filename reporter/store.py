@@ -27,6 +27,8 @@ from .run import Run
 #      throughput, memory, benchmark, trace file name).
 #   2: run.ranks for distributed runs; profile.comm_us, comm_overlap_us,
 #      peak_device_mem_b, device_mem_capacity_b, device_name. Reads format 1.
+#      Since reporter 0.1.0's CUDA fixes, a section may carry ``precision`` (TF32 and
+#      autocast in effect on a GPU); readers without it ignore it, so still format 2.
 FORMAT = 2
 RUN_FILE = "run.json"
 MAX_RUN_FILE = 256 << 20  # bytes: a run.json holds numbers and a few tables

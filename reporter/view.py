@@ -244,7 +244,12 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
                               if r.get("gpu_ms") else "—")}
                  for r in section.benchmark]
     timed = bool(t and t.windows)
+    tf32 = section.precision.get("tf32") or {}
+    state = {True: "on", False: "off", None: "unknown"}
     return {
+        "tf32": ({"matmul": state[tf32.get("matmul")], "conv": state[tf32.get("conv")],
+                  "override": bool(tf32.get("override"))} if tf32 else None),
+        "autocast": section.precision.get("autocast"),
         "mode": section.label if section.label in ("train", "inference") else None,
         # A name taken from the input (the sentence above its table), or None
         "title": None if re.fullmatch(r"profile \d+", section.label) else section.label,

@@ -180,3 +180,46 @@ def test_a_cpu_run_benchmarks_the_cpu_only_even_with_a_gpu(monkeypatch):
     target.benchmark = lambda dev: asked.append(dev) or [("matmul", 1.0)]
     rows = runner._benchmark(target, "cpu", lambda msg: None)
     assert asked == ["cpu"] and rows == [{"op": "matmul", "cpu_ms": 1.0, "gpu_ms": None}]
+
+
+def test_tf32_flags_are_left_alone_unless_the_target_asks(monkeypatch):
+    import torch
+
+    from reporter import runner
+
+    class Untouchable:
+        def __getattr__(self, name):
+            raise AssertionError(f"read {name}")
+
+        def __setattr__(self, name, value):
+            raise AssertionError(f"set {name}")
+
+    with monkeypatch.context() as m:
+        m.setattr(torch.backends.cuda, "matmul", Untouchable())
+        m.setattr(torch.backends, "cudnn", Untouchable())
+        with runner._tf32(False):
+            pass
+    if runner._new_tf32_api():
+        before = torch.backends.cuda.matmul.fp32_precision
+        with runner._tf32(True):
+            assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+            assert runner.tf32_state()["matmul"] is True
+        assert torch.backends.cuda.matmul.fp32_precision == before
+
+
+def test_a_forced_tf32_is_recorded_and_reported(monkeypatch, stored):
+    from reporter import runner
+    from reporter.render import render_markdown
+    from reporter.store import load
+    from reporter.view import LANGUAGES, run_view
+
+    monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1")
+    state = runner.tf32_state()
+    assert state["override"] is True and state["matmul"] is True
+    _, folder = stored("cuda-seed001")
+    run = load(folder)
+    run.sections[0].precision = {"tf32": state, "autocast": None}
+    words = {"en": "forced by", "ru": "принудительно", "zh": "强制开启"}
+    for lang in LANGUAGES:
+        md = render_markdown(run_view(run, lang))
+        assert words[lang] in md and "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1" in md
