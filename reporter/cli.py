@@ -75,9 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="target to profile; repeat for several (default: every built-in target)")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
                    help="auto takes CUDA when present (default: auto)")
-    p.add_argument("--preset", default="default", choices=PRESETS,
+    p.add_argument("--preset", default=None, choices=PRESETS,
                    help="size of the built-in targets: default is quick on a CPU, "
-                        "large fills a GPU (default: default)")
+                        "large fills a GPU (default: large on CUDA, else default)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="same as --runs")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -190,9 +190,10 @@ def cmd_run(args) -> int:
         check_devices(args.nproc, args.device)
         return launch(_without_nproc(args.argv), args.nproc)
     progress = Progress(args.quiet or (world is not None and world.rank != 0))
-    from .runner import RunOptions, resolve_device  # imports torch
+    from .runner import RunOptions, default_preset, resolve_device  # imports torch
 
-    opts = RunOptions(device=resolve_device(args.device), preset=args.preset)
+    device = resolve_device(args.device)
+    opts = RunOptions(device=device, preset=default_preset(device, args.preset))
     if world is not None:
         from dataclasses import replace
 

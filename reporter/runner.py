@@ -48,6 +48,14 @@ class RunOptions:
     agree: Callable[[int], int] | None = None
 
 
+def default_preset(device: str, preset: str | None) -> str:
+    """The preset asked for; without one, sizes that fill a GPU on CUDA (the default
+    preset's models are CPU-sized: on a GPU their kernels are all launch latency)."""
+    if preset:
+        return preset
+    return "large" if device.startswith("cuda") else "default"
+
+
 def resolve_device(requested: str) -> str:
     if requested.startswith("cuda:") and torch.cuda.is_available():
         return requested  # a rank's own GPU in a distributed run

@@ -26,6 +26,7 @@ from .profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Pr
 from .run import Run, Section
 
 LANGUAGES = ("en", "ru", "zh")
+SMALL_KERNEL_US = 10.0  # a GPU profile whose kernels average less is launch-bound
 
 
 def default_language() -> str:
@@ -245,11 +246,17 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
                  for r in section.benchmark]
     timed = bool(t and t.windows)
     tf32 = section.precision.get("tf32") or {}
+    kernels = [o for o in p.ops if o.kind == KIND_KERNEL and o.calls] if device else []
+    calls = sum(o.calls for o in kernels)
+    mean_kernel_us = sum(o.self_device_us for o in kernels) / calls if calls else None
     state = {True: "on", False: "off", None: "unknown"}
     return {
         "tf32": ({"matmul": state[tf32.get("matmul")], "conv": state[tf32.get("conv")],
                   "override": bool(tf32.get("override"))} if tf32 else None),
         "autocast": section.precision.get("autocast"),
+        # Kernels this short are launch latency: the sizes are too small for the device.
+        "small_kernels": (fmt.time(mean_kernel_us) if mean_kernel_us is not None
+                          and mean_kernel_us < SMALL_KERNEL_US else None),
         "mode": section.label if section.label in ("train", "inference") else None,
         # A name taken from the input (the sentence above its table), or None
         "title": None if re.fullmatch(r"profile \d+", section.label) else section.label,
@@ -353,6 +360,7 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
         "target": run.target.get("name"),
         "seed": run.target.get("seed"),
         "preset": run.target.get("preset"),
+        "larger_preset": bool(run.target.get("builtin")) and run.target.get("preset") != "large",
         "batch_size": (fmt.int(run.target["batch_size"])
                        if run.target.get("batch_size") else None),
         "on_gpu": run.device.startswith("cuda"),
@@ -389,7 +397,7 @@ def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, An
     return {
         "ranks": ranks,
         "lang": lang, "run_id": None, "source": source, "target": source, "seed": None,
-        "preset": None, "batch_size": None, "on_gpu": device is not None,
+        "preset": None, "larger_preset": False, "batch_size": None, "on_gpu": device is not None,
         "device_name": device.upper() if device else "CPU", "device_memory": None,
         "created": None, "torch": None, "cuda": None, "driver": None, "cpu": None,
         "created_iso": datetime.now(timezone.utc).isoformat(timespec="seconds"),

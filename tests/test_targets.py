@@ -223,3 +223,30 @@ def test_a_forced_tf32_is_recorded_and_reported(monkeypatch, stored):
     for lang in LANGUAGES:
         md = render_markdown(run_view(run, lang))
         assert words[lang] in md and "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1" in md
+
+
+def test_a_cuda_run_without_a_preset_uses_sizes_that_fill_the_gpu():
+    from reporter.runner import default_preset
+
+    assert default_preset("cuda", None) == "large" and default_preset("cuda:1", None) == "large"
+    assert default_preset("cpu", None) == "default"
+    assert default_preset("cuda", "default") == "default"  # asked for: kept
+
+
+def test_a_report_says_when_kernels_are_too_small_for_the_gpu(stored):
+    from reporter.profile import Op
+    from reporter.render import render_markdown
+    from reporter.store import load
+    from reporter.view import LANGUAGES, run_view
+
+    _, folder = stored("cuda-seed001")
+    run = load(folder)
+    assert "`--preset large`" not in render_markdown(run_view(run, "en"))  # long kernels
+    run.target.update(builtin=True, preset="default")
+    p = run.sections[0].profile
+    p.ops = [o for o in p.ops if o.kind != "kernel"] + [
+        Op("void tiny_kernel<float>()", calls=100_000, self_device_us=300_000.0, kind="kernel")]
+    words = {"en": "too small", "ru": "слишком малы", "zh": "规模太小"}
+    for lang in LANGUAGES:
+        md = render_markdown(run_view(run, lang))
+        assert words[lang] in md and "`--preset large`" in md, lang
