@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .profile import KIND_DATALOADER, KIND_OP, Op, Profile
+from .profile import KIND_ANNOTATION, KIND_DATALOADER, KIND_OP, Op, Profile
 
 SEVERITIES = ("high", "medium", "low")
 MIN_PROFILE_US = 100.0
@@ -133,7 +133,8 @@ def op_evidence(op: Op, b: Basis) -> dict[str, Any]:
 
 def step_wall_us(profile: Profile) -> float:
     """Wall time of the profiled steps: ProfilerStep rows, else the CPU total."""
-    steps = [o for o in profile.ops if o.name.startswith("ProfilerStep")]
+    steps = [o for o in profile.ops
+             if o.kind == KIND_ANNOTATION and o.name.startswith("ProfilerStep")]
     wall = sum(o.cpu_total_us for o in steps)
     return wall if wall > 0 else profile.self_cpu_us
 

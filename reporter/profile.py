@@ -17,6 +17,9 @@ KIND_KERNEL = "kernel"  # device-side work: kernels, memcpy, memset
 KIND_RUNTIME = "runtime"  # cudaLaunchKernel, cudaStreamSynchronize, ...
 KIND_ANNOTATION = "annotation"  # record_function marks, ProfilerStep#N
 KIND_DATALOADER = "dataloader"  # enumerate(DataLoader)#...
+# The device's copy of a record_function mark (gpu_user_annotation): it takes a host
+# mark's name ("forward", "ProfilerStep#3") but is neither a host mark nor a step.
+KIND_DEVICE_ANNOTATION = "device_annotation"
 
 # Marks the runner puts around the phases of a step.
 PHASE_MARKS = ("forward", "loss", "backward", "optimizer_step")

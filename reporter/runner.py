@@ -14,7 +14,7 @@ import platform
 import resource
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -189,29 +189,38 @@ class _Stepper:
 def _filtered_native_stderr():
     """Drop kineto's "USDT: ... profiler_start/stop" lines, which no setting turns off.
 
-    They are written by C++ straight to file descriptor 2, so the descriptor is
-    pointed at a temporary file for the duration, and every other line is
-    written back.
+    They are written by C++ straight to file descriptor 2, so for the duration the
+    descriptor is a pipe, and a thread passes every other line on to the real
+    standard error as it comes: a CUDA or NCCL message written just before the
+    process dies is not lost with it.
     """
     try:
         saved = os.dup(2)
+        read_fd, write_fd = os.pipe()
     except OSError:
         yield
         return
+    out = os.dup(saved)  # the thread's own: it may outlive this block (forked workers)
+
+    def forward() -> None:
+        with os.fdopen(read_fd, "rb", buffering=0) as pipe, \
+                os.fdopen(out, "wb", buffering=0) as dest:
+            for line in pipe:
+                if not line.startswith(b"USDT:"):
+                    dest.write(line)
+
     sys.stderr.flush()
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            kept = [ln for ln in tmp.read().decode("utf-8", "replace").splitlines(True)
-                    if not ln.startswith("USDT:")]
-            if kept:
-                sys.stderr.write("".join(kept))
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    thread = threading.Thread(target=forward, name="reporter-stderr", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # the pipe's last writer here: the thread sees its end
+        os.close(saved)
+        thread.join(timeout=1.0)
 
 
 def _sync(device: str) -> None:
@@ -258,6 +267,14 @@ def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped
         prof.step()  # after the last active step the recording stops
     end.synchronize()
     return begin.elapsed_time(end) / 1e3
+
+
+def _check_kernels(profile_obj: Profile) -> None:
+    """Say so when a GPU run recorded no kernels: its times fall back to CPU time."""
+    if profile_obj.self_device_us <= 0:
+        print(f"reporter: warning: the {profile_obj.label} profile of a CUDA run holds no "
+              "kernels (CUPTI unavailable, or taken by another profiler): the report shows "
+              "CPU times only", file=sys.stderr, flush=True)
 
 
 def _reset_device_memory() -> None:
@@ -329,6 +346,7 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
     profile_obj.label = label
     if on_gpu:
         profile_obj.device_type = "cuda"
+        _check_kernels(profile_obj)
     memory = {"host_peak_b": _host_peak_b(), "device_allocated_b": None,
               "device_reserved_b": None}
     precision: dict[str, Any] = {}

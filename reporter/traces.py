@@ -28,7 +28,8 @@ from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
 import msgspec
 
 from .errors import BadInput, read_error
-from .profile import KIND_ANNOTATION, KIND_KERNEL, KIND_RUNTIME, Op, Profile, classify
+from .profile import (KIND_ANNOTATION, KIND_DEVICE_ANNOTATION, KIND_KERNEL, KIND_RUNTIME, Op,
+                      Profile, classify)
 
 # Host events that nest on a thread and count as CPU time, like key_averages' events.
 HOST_CATS = {"cpu_op", "Operator", "user_annotation", "cuda_runtime", "Runtime",
@@ -475,7 +476,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
 
     # Device time: to the operator that launched each kernel.
     kernel_aggs: dict[tuple[str, str], _Agg] = {}
-    for kind, evs in ((KIND_KERNEL, device), (KIND_ANNOTATION, device_ann)):
+    for kind, evs in ((KIND_KERNEL, device), (KIND_DEVICE_ANNOTATION, device_ann)):
         for e in evs:
             dur = e.dur if e.dur > 0 else 0
             agg = kernel_aggs.get((e.name, kind))

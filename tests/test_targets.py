@@ -250,3 +250,80 @@ def test_a_report_says_when_kernels_are_too_small_for_the_gpu(stored):
     for lang in LANGUAGES:
         md = render_markdown(run_view(run, lang))
         assert words[lang] in md and "`--preset large`" in md, lang
+
+
+def test_a_cuda_run_without_kernels_says_so(stored, capsys):
+    from reporter import runner
+    from reporter.render import render_markdown
+    from reporter.store import load
+    from reporter.view import LANGUAGES, run_view
+
+    _, folder = stored("cuda-seed001")
+    run = load(folder)
+    p = run.sections[0].profile
+    p.ops = [o for o in p.ops if o.kind != "kernel"]
+    for o in p.ops:
+        o.self_device_us = o.device_total_us = 0.0
+    p.self_device_us = 0.0
+    runner._check_kernels(p)
+    assert "holds no kernels" in capsys.readouterr().err
+    words = {"en": "No CUDA kernels were recorded", "ru": "Ядра CUDA не записаны",
+             "zh": "没有记录到 CUDA kernel"}
+    for lang in LANGUAGES:
+        assert words[lang] in render_markdown(run_view(run, lang))
+
+
+def test_device_annotations_are_not_host_marks_or_steps(tmp_path):
+    import json
+
+    from reporter.analyzer import step_wall_us
+    from reporter.traces import read_trace
+
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+         "ts": 0, "dur": 100, "args": {}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10,
+         "dur": 50, "args": {"External id": 1}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": 20, "dur": 5, "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 30, "dur": 40,
+         "args": {"correlation": 7, "External id": 1}},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#1", "pid": 0,
+         "tid": 7, "ts": 30, "dur": 400, "args": {}},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    p = read_trace(path)
+    assert p.steps == 1
+    rows = [o for o in p.ops if o.name.startswith("ProfilerStep")]
+    assert sorted(o.kind for o in rows) == ["annotation", "device_annotation"]
+    assert step_wall_us(p) == 100
+
+
+def test_native_stderr_is_passed_on_as_it_comes_without_kinetos_lines(capfd):
+    import os
+    import time
+
+    from reporter.runner import _filtered_native_stderr
+
+    with _filtered_native_stderr():
+        os.write(2, b"USDT: profiler_start\nNCCL WARN something broke\n")
+        deadline = time.monotonic() + 5
+        seen = ""
+        while "NCCL WARN" not in seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+            seen += capfd.readouterr().err
+        # still inside: a process that died here would have shown the message
+        assert "NCCL WARN something broke" in seen and "USDT" not in seen
+    os.write(2, b"after\n")
+    assert "after" in capfd.readouterr().err
+
+
+def test_cnn_fixed_prefetches_no_more_than_shared_memory_holds():
+    from reporter.targets.cnn import _worker_settings
+
+    batch = 256 * 3 * 128 * 128 * 4  # the large preset: 50 MB a batch
+    assert _worker_settings(batch, 64 << 20) == {"num_workers": 0}  # Docker's default /dev/shm
+    s = _worker_settings(batch, 1 << 30)
+    assert s["num_workers"] * s["prefetch_factor"] * batch <= (1 << 30) // 2
+    assert _worker_settings(1 << 20, 8 << 30)["prefetch_factor"] == 4

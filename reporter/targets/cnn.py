@@ -12,6 +12,8 @@ non_blocking copies. Both feed the model the same images.
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, RandomSampler
@@ -85,6 +87,31 @@ def make_model(channels: int, classes: int = 10) -> nn.Module:
                          nn.Flatten(), nn.Linear(channels * 2, classes))
 
 
+WORKERS, PREFETCH = 2, 4
+
+
+def _shared_memory_free() -> int | None:
+    """Free bytes in /dev/shm, where worker processes hand their batches over."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _worker_settings(batch_bytes: int, shm_free: int | None) -> dict:
+    """DataLoader workers whose prefetched batches fit in shared memory (Docker gives
+    64 MB by default: at the large preset one batch is 50 MB), with half of it to spare;
+    none at all when not even one batch per worker fits."""
+    if shm_free is None:
+        return dict(num_workers=WORKERS, persistent_workers=True, prefetch_factor=PREFETCH)
+    per_worker = shm_free // 2 // WORKERS // max(batch_bytes, 1)
+    if per_worker < 1:
+        return dict(num_workers=0)
+    return dict(num_workers=WORKERS, persistent_workers=True,
+                prefetch_factor=int(min(PREFETCH, per_worker)))
+
+
 def _build(device: str, preset: str, fixed: bool) -> Target:
     s = sizes(SIZES, preset)
     torch.manual_seed(0)
@@ -96,7 +123,8 @@ def _build(device: str, preset: str, fixed: bool) -> Target:
                             generator=torch.Generator().manual_seed(0))
     loader_args = dict(batch_size=s["batch"], sampler=sampler, drop_last=True)
     if fixed:
-        loader_args.update(num_workers=2, persistent_workers=True, prefetch_factor=4,
+        batch_bytes = s["batch"] * 3 * s["image"] ** 2 * 4
+        loader_args.update(_worker_settings(batch_bytes, _shared_memory_free()),
                            pin_memory=device.startswith("cuda"))
     return Target(
         model=model, batches=DataLoader(dataset, **loader_args), batch_size=s["batch"],
