@@ -80,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "large fills a GPU (default: large on CUDA, else default)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="same as --runs")
+    p.add_argument("--time-budget", type=float, default=3.0, metavar="SECONDS",
+                   help="seconds of timed windows per target, shared by its modes; timing "
+                        "stops early once the median's 95%% interval is within +-2%% "
+                        "(default: 3)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="run N ranks on this machine (torch.distributed: gloo on the CPU, NCCL "
@@ -193,7 +197,11 @@ def cmd_run(args) -> int:
     from .runner import RunOptions, default_preset, resolve_device  # imports torch
 
     device = resolve_device(args.device)
-    opts = RunOptions(device=device, preset=default_preset(device, args.preset))
+    if not 0 < args.time_budget <= 3600:
+        raise BadInput("--time-budget takes seconds, more than 0 and at most 3600",
+                       error_id="usage")
+    opts = RunOptions(device=device, preset=default_preset(device, args.preset),
+                      time_budget_s=args.time_budget)
     if world is not None:
         from dataclasses import replace
 

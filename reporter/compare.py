@@ -23,6 +23,7 @@ from .analyzer import Finding, analyze
 from .errors import BadInput
 from .profile import KIND_KERNEL, Profile
 from .run import Run, Section
+from .stats import Interval
 
 
 @dataclass
@@ -68,6 +69,9 @@ class Pair:
     after: Section
     speedup: float | None  # after / before throughput (medians of the timed windows)
     noise: float | None  # half the larger relative spread of the two runs' windows
+    # The speed-up's interval: the after interval over the before one (None without
+    # intervals); its confidence is at least the product of the two.
+    ratio: Interval | None
     basis: str  # "device" or "cpu": which self time the operator changes are of
     changed: list[OpChange]
     appeared: list[OpChange]
@@ -78,8 +82,13 @@ class Pair:
 
     @property
     def within_noise(self) -> bool:
-        return (self.speedup is not None and self.noise is not None
-                and abs(self.speedup - 1.0) <= self.noise)
+        """No change that the measurements can tell: the speed-up's interval holds 1 (or,
+        without intervals, the speed-up is within half the larger spread)."""
+        if self.speedup is None:
+            return False
+        if self.ratio is not None:
+            return self.ratio.low <= 1.0 <= self.ratio.high
+        return self.noise is not None and abs(self.speedup - 1.0) <= self.noise
 
 
 @dataclass
@@ -128,11 +137,19 @@ def _noise(section: Section) -> float | None:
     return t.spread if t is not None and len(t.windows) >= 2 else None
 
 
+def _ratio(before: Interval | None, after: Interval | None) -> Interval | None:
+    if before is None or after is None or before.low <= 0 or before.high <= 0:
+        return None
+    return Interval(after.low / before.high, after.high / before.low,
+                    before.confidence * after.confidence)
+
+
 def compare_pair(before: Section, after: Section, top: int = 10) -> Pair:
     tb, ta = before.throughput, after.throughput
     speedup = ta.median / tb.median if tb and ta and tb.median > 0 and ta.median > 0 else None
     spreads = [n for n in (_noise(before), _noise(after)) if n is not None]
     noise = max(spreads) / 2 if len(spreads) == 2 else None
+    ratio = _ratio(tb.interval if tb else None, ta.interval if ta else None)
     basis = "device" if before.profile.has_device and after.profile.has_device else "cpu"
     b, a = _self_times(before.profile, basis), _self_times(after.profile, basis)
     both = [OpChange(n, b[n], a[n]) for n in b.keys() & a.keys()]
@@ -144,7 +161,7 @@ def compare_pair(before: Section, after: Section, top: int = 10) -> Pair:
                          key=lambda c: c.before_us, reverse=True)[:top]
     fb, fa = analyze(before.profile), analyze(after.profile)
     rules_b, rules_a = {f.rule for f in fb}, {f.rule for f in fa}
-    return Pair(before, after, speedup, noise, basis, changed, appeared, disappeared,
+    return Pair(before, after, speedup, noise, ratio, basis, changed, appeared, disappeared,
                 resolved=[f for f in fb if f.rule not in rules_a],
                 new=[f for f in fa if f.rule not in rules_b],
                 kept=[f for f in fa if f.rule in rules_b])
@@ -191,8 +208,14 @@ def regression(comparison: Comparison, max_slowdown_pct: float) -> tuple[bool, l
             why.append(f"{m.mode}: no throughput to compare")
             continue
         drop = (1.0 - p.speedup) * 100.0
-        beyond_noise = not p.within_noise
-        if drop > max_slowdown_pct and beyond_noise:
+        limit = 1.0 - max_slowdown_pct / 100.0
+        if p.ratio is not None:  # slower than the limit even at the interval's best end
+            if p.ratio.high < limit:
+                failed = True
+                why.append(f"{m.mode}: {drop:.1f}% slower than the base (limit "
+                           f"{max_slowdown_pct:g}%; the speed-up lies in {p.ratio.low:.3f}-"
+                           f"{p.ratio.high:.3f} with {p.ratio.confidence:.0%} confidence)")
+        elif drop > max_slowdown_pct and not p.within_noise:
             failed = True
             why.append(f"{m.mode}: {drop:.1f}% slower than the base (limit {max_slowdown_pct:g}%, "
                        f"noise ±{(p.noise or 0) * 100:.1f}%)")
@@ -207,6 +230,8 @@ def compare_json(comparison: Comparison) -> dict[str, Any]:
             "mode": m.mode,
             "throughput": [s.throughput.median if s.throughput else None for s in m.sections],
             "speedup": p.speedup, "noise": p.noise, "within_noise": p.within_noise,
+            "speedup_interval": ([p.ratio.low, p.ratio.high, p.ratio.confidence]
+                                 if p.ratio else None),
             "basis": p.basis,
             "changed": [{"name": c.name, "before_us": c.before_us, "after_us": c.after_us}
                         for c in p.changed],

@@ -236,11 +236,15 @@ def launch(argv: list[str], nproc: int, grace_s: float = 10.0) -> int:
 
 
 def _die_with_parent() -> None:
-    """In a rank, before it runs: SIGTERM when the launcher dies, even by SIGKILL (Linux)."""
+    """In a rank, before it runs: killed when the launcher dies, even by SIGKILL (Linux).
+
+    SIGKILL, not SIGTERM: a rank blocked in a collective whose peer is gone would
+    not run a Python handler until the collective's timeout. What it leaves (a
+    hidden staging folder) is removed by the next run or list."""
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass  # not Linux: a launcher killed with SIGKILL leaves its ranks running
 

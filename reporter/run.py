@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .profile import Profile
+from .stats import Interval, median_interval, outliers
 
 
 @dataclass
@@ -25,6 +26,18 @@ class Throughput:
     @property
     def median(self) -> float:
         return statistics.median(self.windows) if self.windows else 0.0
+
+    @property
+    def interval(self) -> Interval | None:
+        """The median's confidence interval (order statistics; 95% once there are enough
+        windows, else the real confidence of min-max)."""
+        return median_interval(self.windows)
+
+    @property
+    def outliers(self) -> list[int]:
+        """Windows far from the others (a page-fault storm, a background process): kept
+        in the median, shown in the report."""
+        return outliers(self.windows)
 
     @property
     def spread(self) -> float:

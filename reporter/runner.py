@@ -12,6 +12,7 @@ import gc
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import threading
@@ -28,6 +29,7 @@ from .errors import BadInput, WorkFailed, user_code
 from .keytable import format_table
 from .profile import Profile
 from .run import Run, Section, Throughput
+from .stats import median_interval
 from .target import BUILTINS, Target, build
 from .traces import read_trace
 
@@ -39,8 +41,13 @@ class RunOptions:
     device: str = "auto"  # auto | cuda | cpu
     preset: str = "default"
     warmup_steps: int = 3
-    windows: int = 5  # un-profiled timed windows
-    window_s: float = 0.4  # aim for windows this long
+    windows: int = 5  # un-profiled timed windows: at least these (exactly, with ranks)
+    window_s: float = 0.25  # aim for windows this long (and at least 3 steps)
+    # Seconds of timed windows per target (shared by its modes): windows are added until
+    # the median's 95% interval is within +-precision, or until the budget is spent.
+    time_budget_s: float = 3.0
+    precision: float = 0.02
+    max_windows: int = 200
     profile_steps: int = 3  # active steps of the profiler schedule
     row_limit: int = 30  # rows of the raw tables in the report's logs
     # In a distributed run, how ranks settle on a number they must share (the
@@ -307,22 +314,48 @@ def _tables(profile: Profile, row_limit: int) -> dict[str, str]:
     return tables
 
 
+def _timed_windows(window: Callable[[], float], opts: RunOptions, budget_s: float,
+                   progress: Callable[[str], None], steps: int) -> list[float]:
+    """Samples/s of timed windows: at least ``opts.windows``, then more until the
+    median's 95% interval is within +-``opts.precision`` or ``budget_s`` is spent. In a
+    distributed run exactly ``opts.windows`` (the ranks' collectives pair step by step)."""
+    if opts.agree is not None:
+        progress(f"timing {opts.windows} windows x {steps} steps")
+        return [window() for _ in range(opts.windows)]
+    progress(f"timing windows of {steps} steps (up to {budget_s:g} s, until +-"
+             f"{opts.precision:.0%})")
+    windows: list[float] = []
+    start = time.perf_counter()
+    while len(windows) < opts.max_windows:
+        windows.append(window())
+        if len(windows) < opts.windows:
+            continue
+        interval = median_interval(windows)
+        if interval and interval.confidence >= 0.95 and \
+                interval.half_width(statistics.median(windows)) <= opts.precision:
+            break
+        if time.perf_counter() - start >= budget_s:
+            break
+    return windows
+
+
 def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOptions,
-                     scratch: Path, progress: Callable[[str], None]) -> Section:
+                     scratch: Path, progress: Callable[[str], None],
+                     budget_s: float) -> Section:
     on_gpu = device.startswith("cuda")
     _reset_host_peak()
     progress(f"warm-up ({opts.warmup_steps} steps)")
     for _ in range(opts.warmup_steps):
         stepper()
     one = _timed(stepper, device, 1)
-    steps = max(1, min(200, round(opts.window_s / max(one, 1e-6))))
+    steps = max(3, min(200, round(opts.window_s / max(one, 1e-6))))
     if opts.agree is not None:
         steps = opts.agree(steps)
     if on_gpu:
         _reset_device_memory()
-    progress(f"timing {opts.windows} windows x {steps} steps")
     batch = stepper.target.batch_size
-    windows = [steps * batch / _timed(stepper, device, steps) for _ in range(opts.windows)]
+    windows = _timed_windows(lambda: steps * batch / _timed(stepper, device, steps), opts,
+                             budget_s, progress, steps)
 
     progress(f"profiling {opts.profile_steps} steps")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
@@ -452,7 +485,8 @@ def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
                 step = _Stepper(target, mode, device)
                 sections.append(_profile_section(
                     step, mode, device, opts, scratch,
-                    lambda msg, mode=mode: progress(f"{mode}: {msg}")))
+                    lambda msg, mode=mode: progress(f"{mode}: {msg}"),
+                    opts.time_budget_s / len(target.modes)))
             benchmark = _benchmark(target, device, progress)
     finally:
         del target

@@ -245,6 +245,7 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
                               if r.get("gpu_ms") else "—")}
                  for r in section.benchmark]
     timed = bool(t and t.windows)
+    interval = t.interval if timed else None
     tf32 = section.precision.get("tf32") or {}
     kernels = [o for o in p.ops if o.kind == KIND_KERNEL and o.calls] if device else []
     calls = sum(o.calls for o in kernels)
@@ -265,6 +266,11 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
         "throughput_min": fmt.num(min(t.windows)) if timed else None,
         "throughput_max": fmt.num(max(t.windows)) if timed else None,
         "spread": fmt.pct(t.spread) if timed else None,
+        "ci_low": fmt.num(interval.low) if interval else None,
+        "ci_high": fmt.num(interval.high) if interval else None,
+        "ci_pct": fmt.pct(interval.half_width(t.median)) if interval else None,
+        "ci_confidence": fmt.pct(interval.confidence) if interval else None,
+        "outliers": len(t.outliers) if timed else 0,
         "windows": len(t.windows) if timed else 0,
         "steps_per_window": t.steps_per_window if timed else 0,
         "profiled_throughput": fmt.num(t.profiled) if t and t.profiled else None,
@@ -428,7 +434,8 @@ def compare_view(comparison, lang: str) -> dict[str, Any]:
             rows.append({
                 "n": i, "name": md_name(step.name),
                 "throughput": fmt.num(t.median) if timed else "—",
-                "spread": fmt.pct(t.spread) if timed else "—",
+                "spread": ("±" + fmt.pct(t.interval.half_width(t.median))
+                           if timed and t.interval else "—"),
                 "vs_previous": fmt.num(ratio, 2) if ratio else "—",
                 "self_cpu": fmt.time(s.profile.self_cpu_us),
                 "self_device": (fmt.time(s.profile.self_device_us)
@@ -451,6 +458,9 @@ def compare_view(comparison, lang: str) -> dict[str, Any]:
             "change": fmt.signed_pct(p.speedup - 1) if p.speedup else "—",
             "change_abs": fmt.pct(abs(p.speedup - 1)) if p.speedup else "—",
             "noise": fmt.pct(p.noise) if p.noise is not None else None,
+            "ratio_low": fmt.num(p.ratio.low, 2) if p.ratio else None,
+            "ratio_high": fmt.num(p.ratio.high, 2) if p.ratio else None,
+            "confidence": fmt.pct(p.ratio.confidence) if p.ratio else None,
             "basis": p.basis, "time_unit": "CUDA" if p.basis == "device" else "CPU",
             "changed": [{"name": md_name(c.name), "before": fmt.time(c.before_us),
                          "after": fmt.time(c.after_us),
