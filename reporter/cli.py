@@ -186,6 +186,9 @@ def cmd_run(args) -> int:
     root = (args.out or args.runs).resolve()  # a target that changes folder keeps it
     specs = args.target or list(DEFAULT_SUITE)
     builders = [resolve(spec) for spec in specs]  # bad specs fail before any work
+    if not 0 < args.time_budget <= 3600:
+        raise BadInput("--time-budget takes seconds, more than 0 and at most 3600",
+                       error_id="usage")
     world = world_from_env()
     if args.nproc is not None:
         if world is not None:
@@ -197,9 +200,6 @@ def cmd_run(args) -> int:
     from .runner import RunOptions, default_preset, resolve_device  # imports torch
 
     device = resolve_device(args.device)
-    if not 0 < args.time_budget <= 3600:
-        raise BadInput("--time-budget takes seconds, more than 0 and at most 3600",
-                       error_id="usage")
     opts = RunOptions(device=device, preset=default_preset(device, args.preset),
                       time_budget_s=args.time_budget)
     if world is not None:

@@ -86,8 +86,8 @@ def text(value: Any, width: int | None = TEXT_WIDTH) -> Md:
     # What would start a list or a rule when the text begins a line.
     if _BULLET.match(out):
         out = "\\" + out
-    else:
-        out = _ORDERED.sub(r"\1\\\2", out, count=1) if _ORDERED.match(out) else out
+    elif m := _ORDERED.match(out):
+        out = f"{m.group(1)}\\{m.group(2)}{out[m.end():]}"
     return Md(out)
 
 
@@ -106,8 +106,7 @@ def code(value: Any, width: int | None = NAME_WIDTH) -> Md:
     if width:
         out = shorten(out, width)
     out = _PIPE.sub(lambda m: m.group(1) + ("\\" if len(m.group(1)) % 2 else "") + "\\|", out)
-    if not out.strip():
-        out = out + " " if out else " "
+    out = out or " "  # an empty span is no code span
     longest = max((len(run) for run in _TICKS.findall(out)), default=0)
     ticks = "`" * (longest + 1)
     # CommonMark drops one space at each end when both ends have one: pad to keep them.
