@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch.utils.benchmark import Timer  # noqa: E402
 
-from reporter.runner import RunOptions, _Stepper, _sync, _timed, _timed_windows  # noqa: E402
+from reporter.runner import (RunOptions, _Stepper, _sync, _timed, _timed_windows,  # noqa: E402
+                             window_steps)
 from reporter.stats import median_interval  # noqa: E402
 from reporter.target import build, resolve  # noqa: E402
 
@@ -35,8 +36,7 @@ TARGETS = ("transformer-bloat-fixed", "seq2seq-fixed", "transformer")
 
 
 def reporter_windows(stepper, device: str, batch: int, opts: RunOptions) -> list[float]:
-    one = _timed(stepper, device, 1)
-    steps = max(3, min(200, round(opts.window_s / max(one, 1e-6))))
+    steps = window_steps(stepper, device, opts)
     return _timed_windows(lambda: steps * batch / _timed(stepper, device, steps), opts,
                           opts.time_budget_s, lambda msg: None, steps)
 

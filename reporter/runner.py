@@ -202,11 +202,11 @@ def _filtered_native_stderr():
     process dies is not lost with it.
     """
     try:
-        saved = os.dup(2)
         read_fd, write_fd = os.pipe()
     except OSError:
         yield
         return
+    saved = os.dup(2)
     out = os.dup(saved)  # the thread's own: it may outlive this block (forked workers)
 
     def forward() -> None:
@@ -314,6 +314,12 @@ def _tables(profile: Profile, row_limit: int) -> dict[str, str]:
     return tables
 
 
+def window_steps(stepper: Callable[[], None], device: str, opts: RunOptions) -> int:
+    """Steps in one timed window: about ``opts.window_s`` from one timed step, 3 to 200."""
+    one = _timed(stepper, device, 1)
+    return max(3, min(200, round(opts.window_s / max(one, 1e-6))))
+
+
 def _timed_windows(window: Callable[[], float], opts: RunOptions, budget_s: float,
                    progress: Callable[[str], None], steps: int) -> list[float]:
     """Samples/s of timed windows: at least ``opts.windows``, then more until the
@@ -347,8 +353,7 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
     progress(f"warm-up ({opts.warmup_steps} steps)")
     for _ in range(opts.warmup_steps):
         stepper()
-    one = _timed(stepper, device, 1)
-    steps = max(3, min(200, round(opts.window_s / max(one, 1e-6))))
+    steps = window_steps(stepper, device, opts)
     if opts.agree is not None:
         steps = opts.agree(steps)
     if on_gpu:

@@ -265,7 +265,6 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
         "throughput": fmt.num(t.median) if timed else None,
         "throughput_min": fmt.num(min(t.windows)) if timed else None,
         "throughput_max": fmt.num(max(t.windows)) if timed else None,
-        "spread": fmt.pct(t.spread) if timed else None,
         "ci_low": fmt.num(interval.low) if interval else None,
         "ci_high": fmt.num(interval.high) if interval else None,
         "ci_pct": fmt.pct(interval.half_width(t.median)) if interval else None,
@@ -434,8 +433,8 @@ def compare_view(comparison, lang: str) -> dict[str, Any]:
             rows.append({
                 "n": i, "name": md_name(step.name),
                 "throughput": fmt.num(t.median) if timed else "—",
-                "spread": ("±" + fmt.pct(t.interval.half_width(t.median))
-                           if timed and t.interval else "—"),
+                "interval": ("±" + fmt.pct(t.interval.half_width(t.median))
+                             if timed and t.interval else "—"),
                 "vs_previous": fmt.num(ratio, 2) if ratio else "—",
                 "self_cpu": fmt.time(s.profile.self_cpu_us),
                 "self_device": (fmt.time(s.profile.self_device_us)
