@@ -83,12 +83,15 @@ def text(value: Any, width: int | None = TEXT_WIDTH) -> Md:
     if width:
         out = shorten(out, width)
     out = out.translate(_TEXT_TABLE)
-    # What would start a list or a rule when the text begins a line.
-    if _BULLET.match(out):
-        out = "\\" + out
-    elif m := _ORDERED.match(out):
-        out = f"{m.group(1)}\\{m.group(2)}{out[m.end():]}"
-    return Md(out)
+    # What would start a list or a rule when the text begins a line (after the one
+    # leading space a line may keep).
+    lead = " " if out.startswith(" ") else ""
+    body = out[len(lead):]
+    if _BULLET.match(body):
+        body = "\\" + body
+    elif m := _ORDERED.match(body):
+        body = f"{m.group(1)}\\{m.group(2)}{body[m.end():]}"
+    return Md(lead + body)
 
 
 _TICKS = re.compile(r"`+")
