@@ -75,6 +75,35 @@ def throughput_chart(steps: list[tuple[str, Any]], title: str) -> str:
         plt.close(fig)
 
 
+# Colours of the memory categories, in MEMORY_CATEGORIES order.
+_CATEGORY_COLOURS = ["#4c72b0", "#dd8452", "#8172b3", "#55a868", "#c44e52", "#937860",
+                     "#da8bc3", "#8c8c8c"]
+
+
+def memory_chart(memory: Any, names: dict[str, str], title: str, axis: str) -> str:
+    """Live tensor memory over one step, stacked by category (MiB against ms)."""
+    from .run import MEMORY_CATEGORIES
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 3.4))
+    try:
+        present = [c for c in MEMORY_CATEGORIES if c in memory.timeline_b]
+        ax.stackplot(memory.timeline_ms,
+                     [[b / 2**20 for b in memory.timeline_b[c]] for c in present],
+                     labels=[names.get(c, c) for c in present],
+                     colors=[_CATEGORY_COLOURS[MEMORY_CATEGORIES.index(c)] for c in present],
+                     step="post", linewidth=0)
+        ax.set_xlabel("ms", fontsize=8)
+        ax.set_ylabel(axis, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.set_xlim(memory.timeline_ms[0], memory.timeline_ms[-1])
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=7, frameon=False,
+                  ncol=4)
+        return _svg(fig, ax, title)
+    finally:
+        plt.close(fig)
+
+
 def _svg(fig, ax, title: str) -> str:
     """Title, a light frame, and the figure as SVG text (no date: the same input, the same file)."""
     ax.set_title(title, fontsize=10, loc="left")
@@ -119,6 +148,14 @@ def write_charts(view: dict[str, Any], folder, terms: Any, stem: str) -> list[st
         name = f"{stem}-chart-{i + 1}-{s['mode'] or 'profile'}.{view['lang']}.svg"
         write_atomic(folder / name, share_chart(rows, title))
         s["chart"] = name
+        written.append(name)
+    for i, s in enumerate(view["sections"]):
+        if not s.get("memory_rows"):
+            continue
+        name = f"{stem}-chart-memory-{i + 1}-{s['mode'] or 'profile'}.{view['lang']}.svg"
+        write_atomic(folder / name, memory_chart(s["memory_rows"], terms.category,
+                                                 terms.chart["memory"], terms.chart["mib"]))
+        s["memory_chart"] = name
         written.append(name)
     return written
 

@@ -47,6 +47,22 @@ class Throughput:
         return (max(self.windows) - min(self.windows)) / self.median
 
 
+# The order categories are shown in: what the model is, then what the step makes.
+MEMORY_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations",
+                     "autograd", "temporaries", "inputs", "unknown")
+
+
+@dataclass
+class TensorMemory:
+    """Live tensor memory of one profiled step (torch.profiler's memory profile): the
+    peak, its breakdown by category, and the total over time by category."""
+
+    peak_b: int
+    at_peak_b: dict[str, int]  # category -> bytes at the peak
+    timeline_ms: list[float]  # since the step began
+    timeline_b: dict[str, list[int]]  # category -> bytes at each time
+
+
 @dataclass
 class Section:
     label: str
@@ -58,6 +74,10 @@ class Section:
     trace: str | None = None  # file name of the gzipped Chrome trace in the run folder
     # GPU runs: {"tf32": {"matmul", "conv", "override"}, "autocast"}, what was in effect
     precision: dict[str, Any] = field(default_factory=dict)
+    # The memory profile of one step, or None (imported profiles, runs stored before it
+    # existed); tensor_memory_note says why a new run has none.
+    tensor_memory: TensorMemory | None = None
+    tensor_memory_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -75,6 +95,9 @@ class Section:
             benchmark=data.get("benchmark"),
             trace=data.get("trace"),
             precision=dict(data.get("precision") or {}),
+            tensor_memory=(TensorMemory(**data["tensor_memory"])
+                           if isinstance(data.get("tensor_memory"), dict) else None),
+            tensor_memory_note=data.get("tensor_memory_note"),
         )
 
 

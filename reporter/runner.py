@@ -27,6 +27,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from .errors import BadInput, WorkFailed, user_code
 from .keytable import format_table
+from .memprof import tensor_memory
 from .profile import Profile
 from .run import Run, Section, Throughput
 from .stats import median_interval
@@ -128,6 +129,18 @@ def _reset_host_peak() -> None:
             f.write("5")
     except OSError:
         pass  # elsewhere the peak is the process's since it started
+
+
+def _host_rss_b() -> int | None:
+    """The process's resident memory now (Linux), else None."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _host_peak_b() -> int:
@@ -349,7 +362,9 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
                      scratch: Path, progress: Callable[[str], None],
                      budget_s: float) -> Section:
     on_gpu = device.startswith("cuda")
+    gc.collect()
     _reset_host_peak()
+    held = _host_rss_b()  # what the process held before: earlier targets, torch itself
     progress(f"warm-up ({opts.warmup_steps} steps)")
     for _ in range(opts.warmup_steps):
         stepper()
@@ -385,18 +400,25 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
     if on_gpu:
         profile_obj.device_type = "cuda"
         _check_kernels(profile_obj)
-    memory = {"host_peak_b": _host_peak_b(), "device_allocated_b": None,
-              "device_reserved_b": None}
+    host_peak = _host_peak_b()
+    memory = {"host_peak_b": host_peak, "host_held_b": held,
+              "host_net_peak_b": max(0, host_peak - held) if held is not None else None,
+              "device_allocated_b": None, "device_reserved_b": None}
     precision: dict[str, Any] = {}
     if on_gpu:
         memory.update(_device_memory(profile_obj))
         precision = {"tf32": tf32_state(), "autocast": stepper.target.autocast}
     profiled = opts.profile_steps * batch / active_s if active_s > 0 else 0.0
+    progress("memory profile (1 step)")
+    with _filtered_native_stderr():
+        tensors = tensor_memory(stepper, device)
     return Section(label=label,
                    throughput=Throughput(windows=windows, steps_per_window=steps,
                                          profiled=profiled),
                    profile=profile_obj, memory=memory, precision=precision,
-                   tables=_tables(profile_obj, opts.row_limit), trace=trace_name)
+                   tables=_tables(profile_obj, opts.row_limit), trace=trace_name,
+                   tensor_memory=tensors if not isinstance(tensors, str) else None,
+                   tensor_memory_note=tensors if isinstance(tensors, str) else None)
 
 
 def _benchmark(target: Target, device: str, progress) -> list[dict[str, Any]] | None:

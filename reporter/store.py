@@ -29,6 +29,9 @@ from .run import Run
 #      peak_device_mem_b, device_mem_capacity_b, device_name. Reads format 1.
 #      Since reporter 0.1.0's CUDA fixes, a section may carry ``precision`` (TF32 and
 #      autocast in effect on a GPU); readers without it ignore it, so still format 2.
+#      A section may also carry ``tensor_memory`` (the memory profile of one
+#      step) or ``tensor_memory_note``, and memory.host_held_b/host_net_peak_b:
+#      optional, so still format 2.
 FORMAT = 2
 RUN_FILE = "run.json"
 MAX_RUN_FILE = 256 << 20  # bytes: a run.json holds numbers and a few tables

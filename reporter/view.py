@@ -23,7 +23,7 @@ from . import markup
 from .analyzer import Finding, analyze, step_wall_us
 from .errors import BadInput
 from .profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
-from .run import Run, Section
+from .run import MEMORY_CATEGORIES, Run, Section
 
 LANGUAGES = ("en", "ru", "zh")
 SMALL_KERNEL_US = 10.0  # a GPU profile whose kernels average less is launch-bound
@@ -221,6 +221,38 @@ def _finding_view(f: Finding, fmt: Fmt) -> dict[str, Any]:
     return view
 
 
+# Why a section has no memory profile; worded by terms.j2's memory_note.
+MEMORY_NOTES = ("torch-version", "failed", "no-allocations", "not-recorded")
+
+
+def _tensor_memory_view(section: Section, fmt: Fmt) -> dict[str, Any]:
+    """The memory profile's peak and its categories (largest first), or why there is none:
+    a note id that terms.j2 words (``memory_note``)."""
+    tm = section.tensor_memory
+    if tm is None:
+        note = section.tensor_memory_note
+        if note is not None and note not in MEMORY_NOTES:
+            note = "failed"  # a note this reporter does not know (a hand-edited run)
+        if note is None:
+            # A run made before the memory profile existed; imported profiles say it
+            # in their own line.
+            note = "not-recorded" if section.throughput is not None else None
+        return {"tensor_peak": None, "tensor_categories": [], "tensor_note": note,
+                "memory_rows": None, "memory_chart": None}
+    order = {name: i for i, name in enumerate(MEMORY_CATEGORIES)}
+    cats = sorted(((k, v) for k, v in tm.at_peak_b.items() if v > 0),
+                  key=lambda kv: (-kv[1], order.get(kv[0], len(order))))
+    return {
+        "tensor_peak": fmt.bytes(tm.peak_b),
+        "tensor_categories": [{"name": k if k in order else "unknown", "size": fmt.bytes(v),
+                               "share": fmt.pct(v / tm.peak_b) if tm.peak_b else "—"}
+                              for k, v in cats],
+        "tensor_note": None,
+        "memory_rows": tm if len(tm.timeline_ms) >= 2 else None,  # for the chart
+        "memory_chart": None,  # its file name, once write_report has drawn it
+    }
+
+
 def section_view(section: Section, fmt: Fmt, findings: list[Finding],
                  top: int = 15) -> dict[str, Any]:
     """One profiled mode of a run, or one imported profile (no throughput, no memory)."""
@@ -280,6 +312,9 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
                              if m.get("device_allocated_b") is not None else None),
         "device_reserved": fmt.bytes(m.get("device_reserved_b")),
         "host_peak": fmt.bytes(m["host_peak_b"]) if m.get("host_peak_b") else None,
+        "host_held": fmt.bytes(m["host_held_b"]) if m.get("host_held_b") else None,
+        "host_net_peak": fmt.bytes(m.get("host_net_peak_b")),
+        **_tensor_memory_view(section, fmt),
         "has_device": device,
         "time_column": "Self CUDA" if device else "Self CPU",  # the profiler's own words
         "findings": [_finding_view(f, fmt) for f in findings],
@@ -413,6 +448,17 @@ def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, An
     }
 
 
+def _peak_b(section: Section) -> int | None:
+    """The memory a run's mode needs: the allocated peak on a GPU, else its tensors' peak
+    (the process's resident set when the run has no memory profile)."""
+    m = section.memory or {}
+    if m.get("device_allocated_b") is not None:
+        return m["device_allocated_b"]
+    if section.tensor_memory is not None:
+        return section.tensor_memory.peak_b
+    return m.get("host_peak_b")
+
+
 def compare_view(comparison, lang: str) -> dict[str, Any]:
     """Everything compare.md.j2 prints: steps, throughput with noise, what changed."""
     fmt = Fmt(check_language(lang))
@@ -439,8 +485,7 @@ def compare_view(comparison, lang: str) -> dict[str, Any]:
                 "self_cpu": fmt.time(s.profile.self_cpu_us),
                 "self_device": (fmt.time(s.profile.self_device_us)
                                 if s.profile.has_device else "—"),
-                "peak": fmt.bytes((s.memory or {}).get("device_allocated_b")
-                                  or (s.memory or {}).get("host_peak_b")),
+                "peak": fmt.bytes(_peak_b(s)),
             })
             previous = t.median if timed else None
         p = m.overall
