@@ -150,20 +150,28 @@ def dataloader_rows(profile: Profile) -> list[Op]:
     return [o for o in profile.ops if o.kind == KIND_DATALOADER]
 
 
-def profiles_json(profiles: list[Profile]) -> dict[str, Any]:
-    """The ``--json`` document: times in microseconds, memory in bytes, findings by rule id."""
+def profiles_json(profiles: list[Profile], memory: list[dict[str, Any]] | None = None
+                  ) -> dict[str, Any]:
+    """The ``--json`` document: times in microseconds, memory in bytes, findings by rule id.
+
+    ``breakdown`` is the step breakdown (null for tables); ``memory``, given for a
+    stored run's sections, adds each one's memory figures and memory profile."""
     from dataclasses import asdict
 
     out = []
-    for p in profiles:
+    for i, p in enumerate(profiles):
         ops = []
         for o in p.ops:
             row = asdict(o)
             if row.get("input_shapes") is None:
                 row.pop("input_shapes", None)
             ops.append(row)
-        out.append({"label": p.label, "device_type": p.device_type, "totals": p.totals(),
-                    "ops": ops, "findings": [f.to_dict() for f in analyze(p)]})
+        doc = {"label": p.label, "device_type": p.device_type, "totals": p.totals(),
+               "breakdown": asdict(p.breakdown) if p.breakdown else None,
+               "ops": ops, "findings": [f.to_dict() for f in analyze(p)]}
+        if memory is not None:
+            doc["memory"] = memory[i]
+        out.append(doc)
     return {"profiles": out}
 
 

@@ -104,6 +104,53 @@ def memory_chart(memory: Any, names: dict[str, str], title: str, axis: str) -> s
         plt.close(fig)
 
 
+_PHASE_COLOURS = {"data": "#c44e52", "input_copy": "#dd8452", "forward": "#4c72b0",
+                  "loss": "#8172b3", "backward": "#55a868", "optimizer": "#da8bc3",
+                  "other": "#bbbbbb", "compute": "#4c72b0", "communication": "#8172b3",
+                  "copy_h2d": "#dd8452", "copy_d2h": "#937860", "copy_d2d": "#ccb974",
+                  "memset": "#64b5cd", "idle_data": "#c44e52", "idle_sync": "#e8a0a0",
+                  "idle_host": "#dddddd"}
+
+
+def breakdown_chart(breakdown: Any, names: dict[str, str], titles: dict[str, str],
+                    step_word: str) -> str:
+    """One stacked bar per profiled step (ms): host phases, and device activity on a GPU."""
+    from .breakdown import DEVICE_ACTIVITIES, HOST_PHASES
+
+    plt = _pyplot()
+    parts = [("host", breakdown.host_us, HOST_PHASES)]
+    if breakdown.device_us:
+        parts.append(("device", breakdown.device_us, DEVICE_ACTIVITIES))
+    n = len(breakdown.steps_us)
+    fig, axes = plt.subplots(len(parts), 1, figsize=(7.0, 1.2 + len(parts) * (0.3 * n + 1.0)),
+                             squeeze=False)
+    try:
+        for ax, (which, values, order) in zip(axes[:, 0], parts):
+            left = [0.0] * n
+            for key in order:
+                row = [v / 1e3 for v in values.get(key, [0.0] * n)]
+                if not any(row):
+                    continue
+                ax.barh(range(n), row, left=left, color=_PHASE_COLOURS.get(key, "#999"),
+                        label=names.get(key, key), height=0.7)
+                left = [a + b for a, b in zip(left, row)]
+            ax.set_yticks(range(n), [f"{step_word} {i + 1}" for i in range(n)], fontsize=8)
+            ax.invert_yaxis()
+            ax.set_xlabel("ms", fontsize=8)
+            ax.tick_params(axis="x", labelsize=7)
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35 - 0.02 * n), fontsize=7,
+                      frameon=False, ncol=4)
+            ax.set_title(titles[which], fontsize=9, loc="left")
+            for side in ("top", "right"):
+                ax.spines[side].set_visible(False)
+        fig.tight_layout()
+        out = io.StringIO()
+        fig.savefig(out, format="svg", metadata={"Date": None})
+        return out.getvalue()
+    finally:
+        plt.close(fig)
+
+
 def _svg(fig, ax, title: str) -> str:
     """Title, a light frame, and the figure as SVG text (no date: the same input, the same file)."""
     ax.set_title(title, fontsize=10, loc="left")
@@ -148,6 +195,15 @@ def write_charts(view: dict[str, Any], folder, terms: Any, stem: str) -> list[st
         name = f"{stem}-chart-{i + 1}-{s['mode'] or 'profile'}.{view['lang']}.svg"
         write_atomic(folder / name, share_chart(rows, title))
         s["chart"] = name
+        written.append(name)
+    for i, s in enumerate(view["sections"]):
+        if not s.get("breakdown_rows"):
+            continue
+        name = f"{stem}-chart-steps-{i + 1}-{s['mode'] or 'profile'}.{view['lang']}.svg"
+        write_atomic(folder / name, breakdown_chart(
+            s["breakdown_rows"], {**terms.phase, **terms.activity}, terms.chart["steps"],
+            terms.chart["step"]))
+        s["breakdown_chart"] = name
         written.append(name)
     for i, s in enumerate(view["sections"]):
         if not s.get("memory_rows"):

@@ -397,6 +397,8 @@ def cmd_render(args) -> int:
 
 
 def cmd_analyze(args) -> int:
+    from dataclasses import asdict
+
     from .analyzer import profiles_json
     from .inputs import read_profiles, run_folder as find_run
     from .render import parse_formats
@@ -410,7 +412,10 @@ def cmd_analyze(args) -> int:
     if run_folder is not None:
         run = load(run_folder)
         if args.json:
-            _print_json(profiles_json([s.profile for s in run.sections]))
+            _print_json(profiles_json(
+                [s.profile for s in run.sections],
+                [{**s.memory, "tensors": asdict(s.tensor_memory) if s.tensor_memory else None,
+                  "tensors_note": s.tensor_memory_note} for s in run.sections]))
             return 0
         _write_reports(_for_output(run_view(run, lang), args), run_folder, formats, args)
         return 0

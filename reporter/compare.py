@@ -238,6 +238,10 @@ def compare_json(comparison: Comparison) -> dict[str, Any]:
             "appeared": [c.name for c in p.appeared],
             "disappeared": [c.name for c in p.disappeared],
             "resolved": [f.rule for f in p.resolved], "new": [f.rule for f in p.new],
+            # Mean per step of each host phase and device activity, per step of the
+            # comparison (null where a step has no breakdown: a table, an old run).
+            "breakdown": [s.profile.breakdown.means() if s.profile.breakdown else None
+                          for s in m.sections],
         })
     return {"steps": [{"name": s.name, "source": s.source, "device": s.device}
                       for s in comparison.steps],

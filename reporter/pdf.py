@@ -216,12 +216,15 @@ def render_pdf(view: dict[str, Any]) -> bytes:
     except (ImportError, OSError) as exc:  # OSError: Pango or its friends are missing
         raise WorkFailed(f"PDF needs WeasyPrint and Pango ({exc}); run scripts/setup.sh",
                          error_id="no-weasyprint") from exc
-    # The handout has its own charts and room for whole logs: no Mermaid, no character limit.
+    # The handout has its own charts and room for whole logs: no Mermaid, no character
+    # limit, and the charts a GitHub comment cannot show.
     parts = "modes" if view.get("kind") == "compare" else "sections"
-    view = {**view, "max_chars": None, parts: [{**p, "mermaid": None} for p in view[parts]]}
+    view = {**view, "max_chars": None, "github": False,
+            parts: [{**p, "mermaid": None} for p in view[parts]]}
     page = to_html(render_markdown(view), view["lang"], view.get("created_iso"))
     folder = Path(view["asset_dir"][0]) if view.get("asset_dir") else Path.cwd()
-    charts = {p[key] for p in view[parts] for key in ("chart", "memory_chart") if p.get(key)}
+    charts = {p[key] for p in view[parts]
+              for key in ("chart", "memory_chart", "breakdown_chart") if p.get(key)}
     # A refused URL is logged by WeasyPrint as a warning: not the user's business.
     logging.getLogger("weasyprint").setLevel(logging.ERROR)
     return HTML(string=page, base_url=str(folder) + "/",

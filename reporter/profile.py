@@ -22,7 +22,7 @@ KIND_DATALOADER = "dataloader"  # enumerate(DataLoader)#...
 KIND_DEVICE_ANNOTATION = "device_annotation"
 
 # Marks the runner puts around the phases of a step.
-PHASE_MARKS = ("forward", "loss", "backward", "optimizer_step")
+PHASE_MARKS = ("data_loading", "input_copy", "forward", "loss", "backward", "optimizer_step")
 
 _RUNTIME_RE = re.compile(r"^(cuda|hip|cu|hsa|ze|ur|xpu|mtia)[A-Z]\w*")
 _KERNEL_HINTS = ("void ", "Memcpy", "Memset", "volta_", "ampere_", "sm80_", "sm90_",
@@ -69,6 +69,35 @@ class Op:
 
 
 @dataclass
+class Breakdown:
+    """Where each profiled step's time went (reporter.breakdown), in microseconds.
+
+    ``host_us`` maps each host phase to its time per step; the phases of a step sum
+    to ``steps_us``. ``device_us`` (GPU traces) does the same for device activity,
+    idle time included; ``device_notes_us`` holds parts of it that are not extra time:
+    communication hidden behind compute, copies from pageable host memory.
+    ``marked``: the steps are the profiler's ProfilerStep ranges (else the whole
+    trace is one step); ``phases_found``: some mark named a phase.
+    """
+
+    steps_us: list[float]
+    host_us: dict[str, list[float]]
+    device_us: dict[str, list[float]] = field(default_factory=dict)
+    device_notes_us: dict[str, list[float]] = field(default_factory=dict)
+    marked: bool = True
+    phases_found: bool = True
+
+    def mean(self, values: list[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+    def means(self) -> dict[str, Any]:
+        """Mean per step: of the step, of each host phase, of each device activity."""
+        return {"step_us": self.mean(self.steps_us),
+                "host_us": {k: self.mean(v) for k, v in self.host_us.items()},
+                "device_us": {k: self.mean(v) for k, v in self.device_us.items()}}
+
+
+@dataclass
 class Profile:
     """Aggregated operators of one profiled window, plus its totals.
 
@@ -93,6 +122,8 @@ class Profile:
     device_name: str | None = None
     ops: list[Op] = field(default_factory=list)
     ops_by_shape: list[Op] = field(default_factory=list)
+    # From a trace; None for tables (no timeline) and runs stored before it existed.
+    breakdown: Breakdown | None = None
 
     @property
     def has_device(self) -> bool:
@@ -127,4 +158,6 @@ class Profile:
             device_name=data.get("device_name"),
             ops=[Op.from_dict(o) for o in data.get("ops", [])],
             ops_by_shape=[Op.from_dict(o) for o in data.get("ops_by_shape", [])],
+            breakdown=(Breakdown(**data["breakdown"])
+                       if isinstance(data.get("breakdown"), dict) else None),
         )

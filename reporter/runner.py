@@ -49,7 +49,9 @@ class RunOptions:
     time_budget_s: float = 3.0
     precision: float = 0.02
     max_windows: int = 200
-    profile_steps: int = 3  # active steps of the profiler schedule
+    profile_steps: int = 3  # active steps of the profiler schedule: at least these,
+    max_profile_steps: int = 10  # up to these when steps are short (see below)
+    profile_s: float = 0.1  # aim for a profiled window this long
     row_limit: int = 30  # rows of the raw tables in the report's logs
     # In a distributed run, how ranks settle on a number they must share (the
     # steps per timed window: DDP's collectives pair up step by step).
@@ -178,6 +180,7 @@ class _Stepper:
             else contextlib.nullcontext
         if hasattr(target.model, "train"):
             target.model.train(mode == "train")
+        self._copies = not device.startswith("cpu")  # inputs move to the device
 
     def _next_batch(self) -> Any:
         try:
@@ -188,7 +191,11 @@ class _Stepper:
 
     def __call__(self) -> None:
         t = self.target
-        batch = _to_device(self._next_batch(), self.device, t.non_blocking)
+        with record_function("data_loading"):
+            batch = self._next_batch()
+        if self._copies:
+            with record_function("input_copy"):
+                batch = _to_device(batch, self.device, t.non_blocking)
         if self.mode == "inference":
             with torch.inference_mode(), self._autocast(), record_function("forward"):
                 self._forward(t.model, batch)
@@ -358,6 +365,16 @@ def _timed_windows(window: Callable[[], float], opts: RunOptions, budget_s: floa
     return windows
 
 
+def _profiled_step_count(windows: list[float], batch: int, opts: RunOptions) -> int:
+    """Steps the profiler records: enough for a step breakdown that means something
+    (``profile_s`` worth of steps, ``profile_steps`` to ``max_profile_steps``); exactly
+    ``profile_steps`` in a distributed run, where every rank must record as many."""
+    if opts.agree is not None or not windows or statistics.median(windows) <= 0:
+        return opts.profile_steps
+    step_s = batch / statistics.median(windows)
+    return max(opts.profile_steps, min(opts.max_profile_steps, round(opts.profile_s / step_s)))
+
+
 def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOptions,
                      scratch: Path, progress: Callable[[str], None],
                      budget_s: float) -> Section:
@@ -377,14 +394,15 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
     windows = _timed_windows(lambda: steps * batch / _timed(stepper, device, steps), opts,
                              budget_s, progress, steps)
 
-    progress(f"profiling {opts.profile_steps} steps")
+    active = _profiled_step_count(windows, batch, opts)
+    progress(f"profiling {active} steps")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     wait, warm = 1, 1
     prof = profile(activities=activities,
-                   schedule=schedule(wait=wait, warmup=warm, active=opts.profile_steps, repeat=1),
+                   schedule=schedule(wait=wait, warmup=warm, active=active, repeat=1),
                    record_shapes=True, profile_memory=True)
     with _filtered_native_stderr(), prof:
-        active_s = _profiled_steps(stepper, device, prof, wait + warm, opts.profile_steps)
+        active_s = _profiled_steps(stepper, device, prof, wait + warm, active)
     progress("aggregating")
     # The profile is read back from the exported trace: the same numbers as
     # key_averages() (tests/test_traces.py), in a fraction of its time.
@@ -408,7 +426,7 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
     if on_gpu:
         memory.update(_device_memory(profile_obj))
         precision = {"tf32": tf32_state(), "autocast": stepper.target.autocast}
-    profiled = opts.profile_steps * batch / active_s if active_s > 0 else 0.0
+    profiled = active * batch / active_s if active_s > 0 else 0.0
     progress("memory profile (1 step)")
     with _filtered_native_stderr():
         tensors = tensor_memory(stepper, device)

@@ -27,6 +27,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
 
 import msgspec
 
+from .breakdown import overlap, step_breakdown, union
 from .errors import BadInput, read_error
 from .profile import (KIND_ANNOTATION, KIND_DEVICE_ANNOTATION, KIND_KERNEL, KIND_RUNTIME, Op,
                       Profile, classify)
@@ -405,6 +406,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     correlation_rt: dict[Any, list] = {}  # correlation id -> runtime record
     records: list[list] = []
     steps = 0
+    step_ranges: list[tuple[float, float]] = []
     eps = _EPS / scale
     for key, evs in threads.items():
         # By start, and at equal starts the longer (enclosing) event first. Kineto
@@ -453,6 +455,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                 (comm_work if c == 1 else comm_calls).append((ts, end))
             if is_step:
                 steps += 1
+                step_ranges.append((ts, end))
             rec = [agg, parent, 0.0, 0.0, 0.0, None, end, dur, 0, False, e]
             records.append(rec)
             if parent is not None:
@@ -501,11 +504,12 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     props = meta.get("deviceProperties")
     props = props if isinstance(props, list) else []
     comm = _communication(comm_work or comm_calls, threads, comm_of, device)
+    breakdown = step_breakdown(threads, step_ranges, device, scale)
     return Profile(device_type="cuda" if device else None,
                    comm_us=comm[0] * scale if comm else None,
                    comm_overlap_us=comm[1] * scale if comm else None,
                    self_cpu_us=self_cpu, self_device_us=self_dev, steps=steps, ops=ops,
-                   ops_by_shape=by_shape,
+                   ops_by_shape=by_shape, breakdown=breakdown,
                    device_name=_device_name(props))
 
 
@@ -575,31 +579,6 @@ _COMM_WORK = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):|^nccl\w*Kernel|^ncclDevKern
 _COMM_CALL = re.compile(r"^c10d::|^c10d_functional::|^_c10d_functional::|record_param_comms")
 
 
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[list[float]] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return [(a, b) for a, b in merged]
-
-
-def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """Length of the intersection of two unions of intervals (each sorted, disjoint)."""
-    i = j = 0
-    total = 0.0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if hi > lo:
-            total += hi - lo
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def _communication(host_comm: list[tuple[float, float]], threads: dict, comm_of: dict,
                    device: list[_Event]) -> tuple[float, float] | None:
     """(time in collectives, the part of it that overlaps computation), or None without any.
@@ -618,8 +597,8 @@ def _communication(host_comm: list[tuple[float, float]], threads: dict, comm_of:
     if not device:
         compute = [(e.ts, e.ts + max(e.dur, 0)) for evs in threads.values() for e in evs
                    if e.cat in ("cpu_op", "Operator") and not comm_of.get(e.name)]
-    comm_u, compute_u = _union(comm), _union(compute)
-    return sum(b - a for a, b in comm_u), _overlap(comm_u, compute_u)
+    comm_u, compute_u = union(comm), union(compute)
+    return sum(b - a for a, b in comm_u), overlap(comm_u, compute_u)
 
 
 def _shape_key(dims: Any) -> str:

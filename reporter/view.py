@@ -21,6 +21,7 @@ from babel.units import format_unit
 
 from . import markup
 from .analyzer import Finding, analyze, step_wall_us
+from .breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 from .errors import BadInput
 from .profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from .run import MEMORY_CATEGORIES, Run, Section
@@ -253,6 +254,71 @@ def _tensor_memory_view(section: Section, fmt: Fmt) -> dict[str, Any]:
     }
 
 
+LONG_STEP = 1.5  # a profiled step this many times the median is pointed out
+
+
+def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
+    """The step breakdown's tables (mean per step and share), its one-line reading, and
+    the long steps; or why there is none (``breakdown_note``: "table", "not-recorded")."""
+    b = section.profile.breakdown
+    if b is None or not b.steps_us:
+        return {"breakdown": None, "breakdown_chart": None,
+                "breakdown_note": ("not-recorded" if section.throughput is not None
+                                   else "table")}
+    step = b.mean(b.steps_us)
+
+    def rows(parts: dict[str, list[float]], order: tuple[str, ...]) -> list[dict[str, Any]]:
+        out = []
+        for name in order:
+            mean = b.mean(parts.get(name, []))
+            if mean > 0 and (mean / step >= 0.0005 if step else False):
+                out.append({"name": name, "time": fmt.time(mean),
+                            "share": fmt.pct(mean / step), "value": mean / step})
+        return out
+
+    host = rows(b.host_us, HOST_PHASES)
+    device = rows(b.device_us, DEVICE_ACTIVITIES) if b.device_us else []
+    named = [r for r in host if r["name"] != "other"]
+    lead = max(named, key=lambda r: r["value"]) if named else None
+    reading: dict[str, Any] = {"lead": lead["name"] if lead else None,
+                               "lead_share": lead["share"] if lead else None,
+                               "lead_time": lead["time"] if lead else None,
+                               # Unmarked time larger than any phase: said first.
+                               "other_share": next((r["share"] for r in host
+                                                    if r["name"] == "other" and lead
+                                                    and r["value"] > lead["value"]), None),
+                               "busy_share": None, "idle_share": None, "idle_reason": None,
+                               "comm_hidden": None, "pageable": None}
+    if b.device_us:
+        idle = {k: b.mean(b.device_us.get(k, [])) for k in ("idle_data", "idle_sync",
+                                                            "idle_host")}
+        total = sum(idle.values())
+        reading.update(idle_share=fmt.pct(total / step) if step else "—",
+                       idle_reason=(max(idle, key=idle.get) if total > 0.05 * step
+                                    else None),
+                       busy_share=fmt.pct(1 - total / step) if step else "—")
+        overlapped = b.mean(b.device_notes_us.get("comm_overlapped", []))
+        exposed = b.mean(b.device_us.get("communication", []))
+        reading["comm_hidden"] = (fmt.pct(overlapped / (overlapped + exposed))
+                                  if overlapped + exposed > 0 else None)
+        pageable = b.mean(b.device_notes_us.get("copy_pageable", []))
+        reading["pageable"] = fmt.time(pageable) if pageable > 0 else None
+    median = sorted(b.steps_us)[len(b.steps_us) // 2]
+    long_steps = [{"n": i, "ratio": fmt.num(us / median, 1), "time": fmt.time(us)}
+                  for i, us in enumerate(b.steps_us, 1)
+                  if len(b.steps_us) >= 3 and median > 0 and us >= LONG_STEP * median]
+    return {
+        "breakdown": {
+            "host": host, "device": device, "step": fmt.time(step), "steps": len(b.steps_us),
+            "marked": b.marked, "phases_found": b.phases_found, "long_steps": long_steps,
+            **reading,
+        },
+        "breakdown_rows": b,  # for the chart
+        "breakdown_chart": None,  # its file name, once write_report has drawn it
+        "breakdown_note": None,
+    }
+
+
 def section_view(section: Section, fmt: Fmt, findings: list[Finding],
                  top: int = 15) -> dict[str, Any]:
     """One profiled mode of a run, or one imported profile (no throughput, no memory)."""
@@ -315,6 +381,7 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
         "host_held": fmt.bytes(m["host_held_b"]) if m.get("host_held_b") else None,
         "host_net_peak": fmt.bytes(m.get("host_net_peak_b")),
         **_tensor_memory_view(section, fmt),
+        **_breakdown_view(section, fmt),
         "has_device": device,
         "time_column": "Self CUDA" if device else "Self CPU",  # the profiler's own words
         "findings": [_finding_view(f, fmt) for f in findings],
@@ -459,6 +526,26 @@ def _peak_b(section: Section) -> int | None:
     return m.get("host_peak_b")
 
 
+def _breakdown_side_by_side(sections: list[Section], fmt: Fmt) -> dict[str, Any] | None:
+    """Mean per step of each phase and activity, one column per step of the comparison;
+    None when no step has a breakdown."""
+    means = [s.profile.breakdown.means() if s.profile.breakdown else None for s in sections]
+    if not any(means):
+        return None
+
+    def rows(part: str, order: tuple[str, ...]) -> list[dict[str, Any]]:
+        out = []
+        for name in order:
+            values = [m[part].get(name) if m else None for m in means]
+            if any(v for v in values):
+                out.append({"name": name, "cells": [fmt.time(v) for v in values]})
+        return out
+
+    return {"n": list(range(1, len(sections) + 1)),
+            "step": [fmt.time(m["step_us"]) if m else "—" for m in means],
+            "host": rows("host_us", HOST_PHASES), "device": rows("device_us", DEVICE_ACTIVITIES)}
+
+
 def compare_view(comparison, lang: str) -> dict[str, Any]:
     """Everything compare.md.j2 prints: steps, throughput with noise, what changed."""
     fmt = Fmt(check_language(lang))
@@ -522,6 +609,7 @@ def compare_view(comparison, lang: str) -> dict[str, Any]:
                            zip(comparison.steps, m.sections) if s.throughput and
                            s.throughput.windows],
             "chart": None, "mermaid": None,
+            "breakdown": _breakdown_side_by_side(m.sections, fmt),
             "sub": markup.Md("###" if len(comparison.modes) > 1 else "##"),
         })
     last = comparison.steps[-1].run

@@ -1,0 +1,206 @@
+"""Where the step goes: host phases per profiled step, and device activity on a GPU.
+
+Read from a Chrome trace's events (reporter.traces calls ``step_breakdown`` while
+it aggregates them). Each profiled step is a ``ProfilerStep#N`` range; a trace
+without them is one step, from its first host event to its last.
+
+Host phases come from marks: the runner's own (``data_loading``, ``input_copy``,
+``forward``, ``loss``, ``backward``, ``optimizer_step``) and the standard ones
+torch writes by itself (``enumerate(DataLoader)#...``, ``Optimizer.step#...``,
+``Optimizer.zero_grad#...``, ``autograd::engine::evaluate_function: ...`` on
+whichever thread runs the backward pass). Marks nest and overlap, on one thread
+and across threads; each instant of a step goes to one phase only, the first in
+``PRIORITY`` that covers it (the inner mark of the usual nestings), and what no
+mark covers is ``other``. So the phases of a step sum to the step exactly.
+
+Device activity (GPU traces) is the union over streams of the step's kernels,
+copies and sets: compute kernels first, then the communication they do not
+hide, then copies by direction, then sets, and the rest of the step is idle.
+Idle time is split by what the host was doing meanwhile: loading data, waiting
+in a synchronisation, or anything else (the host had not queued work yet).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+from .profile import Breakdown
+
+Interval = tuple[float, float]
+
+HOST_PHASES = ("data", "input_copy", "forward", "loss", "backward", "optimizer", "other")
+# Which phase an instant belongs to when several marks cover it.
+PRIORITY = ("data", "input_copy", "optimizer", "backward", "loss", "forward")
+DEVICE_ACTIVITIES = ("compute", "communication", "copy_h2d", "copy_d2h", "copy_d2d",
+                     "memset", "idle_data", "idle_sync", "idle_host")
+
+_COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
+_SYNC_CALL = re.compile(r"Synchronize|^(cuda|hip)Memcpy(Async)?$|^(cuda|hip)StreamWaitEvent$")
+
+
+def phase_of(name: str) -> str | None:
+    """The host phase a mark stands for, or None for anything else."""
+    if name.startswith("enumerate(DataLoader)") or name == "data_loading":
+        return "data"
+    if name == "input_copy":
+        return "input_copy"
+    if name.startswith(("Optimizer.step#", "Optimizer.zero_grad#")) or name == "optimizer_step":
+        return "optimizer"
+    if name == "backward" or name.startswith("autograd::engine::evaluate_function"):
+        return "backward"
+    if name == "loss":
+        return "loss"
+    if name == "forward":
+        return "forward"
+    return None
+
+
+def union(intervals: Iterable[Interval]) -> list[Interval]:
+    """Sorted, disjoint intervals covering the same time."""
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def overlap(a: list[Interval], b: list[Interval]) -> float:
+    """Length of the intersection of two unions of intervals (each sorted, disjoint)."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _clip(intervals: list[Interval], lo: float, hi: float) -> list[Interval]:
+    """The part of a sorted, disjoint union inside [lo, hi]."""
+    return [(max(a, lo), min(b, hi)) for a, b in intervals if b > lo and a < hi]
+
+
+def _length(intervals: list[Interval]) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def _minus(a: list[Interval], b: list[Interval]) -> list[Interval]:
+    """a without b (both sorted, disjoint)."""
+    out: list[Interval] = []
+    j = 0
+    for lo, hi in a:
+        while j < len(b) and b[j][1] <= lo:
+            j += 1
+        k, start = j, lo
+        while k < len(b) and b[k][0] < hi:
+            if b[k][0] > start:
+                out.append((start, b[k][0]))
+            start = max(start, b[k][1])
+            k += 1
+        if start < hi:
+            out.append((start, hi))
+    return out
+
+
+def _copy_kind(name: str) -> str:
+    if "HtoD" in name:
+        return "copy_h2d"
+    if "DtoH" in name:
+        return "copy_d2h"
+    return "copy_d2d"  # DtoD, PtoP, and copies the name does not say
+
+
+def step_breakdown(threads: dict[Any, list], steps: list[Interval], device: list,
+                   scale: float) -> Breakdown | None:
+    """The breakdown of a trace: ``threads`` maps a thread to its host events (with
+    name, ts, dur), ``steps`` are the ProfilerStep ranges (may be empty), ``device``
+    the kernels, copies and sets (with cat, name, ts, dur). Times are multiplied by
+    ``scale`` into microseconds."""
+    marks: dict[str, list[Interval]] = {p: [] for p in PRIORITY}
+    sync: list[Interval] = []
+    names: dict[str, str | None] = {}
+    first = last = None
+    for events in threads.values():
+        if not events:
+            continue
+        first = events[0].ts if first is None else min(first, events[0].ts)
+        for e in events:
+            end = e.ts + max(e.dur, 0)
+            last = end if last is None else max(last, end)
+            name = e.name
+            if name not in names:
+                names[name] = phase_of(name) or ("sync" if _SYNC_CALL.search(name) else None)
+            kind = names[name]
+            if kind is None:
+                continue
+            (sync if kind == "sync" else marks[kind]).append((e.ts, end))
+    if first is None:
+        return None
+    marked = bool(steps)
+    windows = sorted(steps) if steps else [(first, last)]
+    phases = {p: union(v) for p, v in marks.items()}
+    sync_u = union(sync)
+
+    device_sets: dict[str, list[Interval]] = {}
+    if device:
+        spans: dict[str, list[Interval]] = {"compute": [], "communication": [], "memset": [],
+                                            "copy_h2d": [], "copy_d2h": [], "copy_d2d": []}
+        pageable: list[Interval] = []
+        for e in device:
+            span = (e.ts, e.ts + max(e.dur, 0))
+            cat = e.cat
+            if cat in ("gpu_memcpy", "Memcpy"):
+                spans[_copy_kind(e.name)].append(span)
+                if "Pageable" in e.name:
+                    pageable.append(span)
+            elif cat in ("gpu_memset", "Memset"):
+                spans["memset"].append(span)
+            elif _COMM_KERNEL.search(e.name):
+                spans["communication"].append(span)
+            else:
+                spans["compute"].append(span)
+        device_sets = {k: union(v) for k, v in spans.items()}
+        device_sets["pageable"] = union(pageable)
+
+    steps_us: list[float] = []
+    host: dict[str, list[float]] = {p: [] for p in HOST_PHASES}
+    dev: dict[str, list[float]] = {k: [] for k in DEVICE_ACTIVITIES} if device else {}
+    notes: dict[str, list[float]] = {"comm_overlapped": [], "copy_pageable": []} \
+        if device else {}
+    for lo, hi in windows:
+        steps_us.append((hi - lo) * scale)
+        covered: list[Interval] = []
+        for p in PRIORITY:
+            part = _clip(phases[p], lo, hi)
+            host[p].append((_length(part) - overlap(part, covered)) * scale)
+            covered = union(covered + part)
+        host["other"].append(((hi - lo) - _length(covered)) * scale)
+        if not device:
+            continue
+        busy: list[Interval] = []
+        compute = _clip(device_sets["compute"], lo, hi)
+        comm = _clip(device_sets["communication"], lo, hi)
+        notes["comm_overlapped"].append(overlap(comm, compute) * scale)
+        notes["copy_pageable"].append(_length(_clip(device_sets["pageable"], lo, hi)) * scale)
+        for key in ("compute", "communication", "copy_h2d", "copy_d2h", "copy_d2d", "memset"):
+            part = _clip(device_sets[key], lo, hi)
+            dev[key].append((_length(part) - overlap(part, busy)) * scale)
+            busy = union(busy + part)
+        idle = _minus([(lo, hi)], busy)
+        data = _clip(phases["data"], lo, hi)
+        waiting = _minus(_clip(sync_u, lo, hi), data)
+        in_data = overlap(idle, data)
+        in_sync = overlap(idle, waiting)
+        dev["idle_data"].append(in_data * scale)
+        dev["idle_sync"].append(in_sync * scale)
+        dev["idle_host"].append((_length(idle) - in_data - in_sync) * scale)
+    return Breakdown(steps_us=steps_us, host_us=host, device_us=dev, device_notes_us=notes,
+                     marked=marked,
+                     phases_found=any(any(v) for p, v in host.items() if p != "other"))

@@ -1,0 +1,173 @@
+"""Where the step goes: host phases and device activity, on traces with known answers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reporter.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
+from reporter.traces import read_trace
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "traces"
+
+
+def _x(name, ts, dur, cat="cpu_op", tid=1, pid=1, **args):
+    event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
+    if args:
+        event["args"] = args
+    return event
+
+
+def _kernel(name, ts, dur, stream=7, cat="kernel"):
+    return _x(name, ts, dur, cat=cat, pid=0, tid=stream)
+
+
+def _read(tmp_path, events, name="t.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps({"traceEvents": events}))
+    return read_trace(path).breakdown
+
+
+def _step(b, i=0):
+    host = {k: v[i] for k, v in b.host_us.items()}
+    device = {k: v[i] for k, v in b.device_us.items()}
+    return host, device
+
+
+def test_nested_and_overlapping_marks_count_once(tmp_path):
+    b = _read(tmp_path, [
+        _x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        _x("forward", 10, 40, cat="user_annotation"),
+        _x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 20, 10),  # nested
+        _x("aten::mm", 12, 5),
+        _x("backward", 50, 30, cat="user_annotation"),
+        # the autograd engine on its own thread, overlapping the mark and past it
+        _x("autograd::engine::evaluate_function: MmBackward0", 70, 20, tid=2),
+        _x("Optimizer.step#SGD.step", 92, 5, cat="user_annotation"),
+    ])
+    assert b.marked and b.phases_found and b.steps_us == [100]
+    host, device = _step(b)
+    assert device == {}
+    # forward 10..50 less the DataLoader inside it; backward 50..90 on two threads
+    assert host == {"data": 10, "input_copy": 0, "forward": 30, "loss": 0, "backward": 40,
+                    "optimizer": 5, "other": 15}
+    assert sum(host.values()) == b.steps_us[0]
+
+
+def test_overlapping_streams_are_one_busy_time(tmp_path):
+    b = _read(tmp_path, [
+        _x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        _kernel("void gemm_a", 0, 50, stream=7),
+        _kernel("void gemm_b", 25, 50, stream=8),
+        _kernel("Memcpy HtoD (Pinned -> Device)", 60, 30, cat="gpu_memcpy"),  # 15 not hidden
+        _kernel("ncclDevKernel_AllReduce_Sum_f32", 70, 20, stream=9),
+    ])
+    host, device = _step(b)
+    assert device["compute"] == 75
+    assert device["communication"] == 15  # 75..90; 70..75 ran under compute
+    assert b.device_notes_us["comm_overlapped"] == [5]
+    assert device["copy_h2d"] == 0  # under compute and communication
+    assert device["idle_host"] == 10
+    assert sum(device.values()) == 100
+
+
+def test_a_long_dataloader_wait_idles_the_gpu_for_data(tmp_path):
+    b = _read(tmp_path, [
+        _x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        _x("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", 0, 80),
+        _x("cudaMemcpyAsync", 80, 4, cat="cuda_runtime"),
+        _kernel("Memcpy HtoD (Pageable -> Device)", 81, 4, cat="gpu_memcpy"),
+        _kernel("void conv", 85, 10),
+    ])
+    host, device = _step(b)
+    assert host["data"] == 80 and max(host, key=host.get) == "data"
+    assert device == {"compute": 10, "communication": 0, "copy_h2d": 4, "copy_d2h": 0,
+                      "copy_d2d": 0, "memset": 0, "idle_data": 80, "idle_sync": 1,
+                      "idle_host": 5}
+    assert b.device_notes_us["copy_pageable"] == [4]
+
+
+def test_a_step_blocked_on_a_sync(tmp_path):
+    b = _read(tmp_path, [
+        _x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        _x("forward", 0, 50, cat="user_annotation"),
+        _kernel("void big_kernel", 5, 55),
+        _x("aten::item", 50, 42),
+        _x("cudaStreamSynchronize", 50, 40, cat="cuda_runtime"),
+    ])
+    host, device = _step(b)
+    assert device["compute"] == 55
+    assert device["idle_sync"] == 30  # 60..90: the queue ran dry while the host waited
+    assert device["idle_host"] == 15  # 0..5 and 90..100
+    assert host["forward"] == 50 and host["other"] == 50
+
+
+def test_several_steps_and_no_step_marks(tmp_path):
+    b = _read(tmp_path, [
+        _x("ProfilerStep#1", 0, 10, cat="user_annotation"),
+        _x("forward", 0, 8, cat="user_annotation"),
+        _x("ProfilerStep#2", 10, 30, cat="user_annotation"),
+        _x("forward", 10, 25, cat="user_annotation"),
+    ])
+    assert b.steps_us == [10, 30] and b.host_us["forward"] == [8, 25]
+    b = _read(tmp_path, [_x("aten::mm", 5, 10), _x("aten::add", 20, 5)], name="u.json")
+    assert not b.marked and not b.phases_found
+    assert b.steps_us == [20] and b.host_us["other"] == [20]
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here")
+@pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.glob("*.json*"))
+                         if CORPUS.is_dir() else [])
+def test_corpus_breakdowns_sum_to_the_step(name):
+    b = read_trace(CORPUS / name).breakdown
+    assert b is not None and b.steps_us
+    for i, step in enumerate(b.steps_us):
+        host = sum(b.host_us[p][i] for p in HOST_PHASES)
+        assert abs(host - step) <= 0.01 * step, (i, host, step)
+        assert all(b.host_us[p][i] >= 0 for p in HOST_PHASES)
+        if b.device_us:
+            device = sum(b.device_us[a][i] for a in DEVICE_ACTIVITIES)
+            assert abs(device - step) <= 0.01 * step, (i, device, step)
+            assert all(b.device_us[a][i] >= -1e-6 for a in DEVICE_ACTIVITIES)
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here")
+def test_the_tb_plugin_resnet_waits_for_its_dataloader():
+    """The kineto sample profiled with num_workers=0: the DataLoader is a large phase, and
+    the GPU idles while the host loads data."""
+    b = read_trace(CORPUS / "01_kineto-tbplugin-resnet50-2021feb.pt.trace.json.gz").breakdown
+    means = b.means()
+    assert means["host_us"]["data"] > 0.2 * means["step_us"]
+    assert means["device_us"]["idle_data"] > 0.05 * means["step_us"]
+
+
+@pytest.mark.parametrize("target, data_largest", [("cnn", True), ("cnn-fixed", False)])
+def test_live_cnn_breakdown(target, data_largest, tmp_path):
+    """seed 002: the baseline's step is mostly data loading; its fix's is not."""
+    from reporter.runner import RunOptions, profile_target
+    from reporter.target import resolve
+
+    spec, builder = resolve(target)
+    run = profile_target(spec, builder, RunOptions(device="cpu", windows=3, time_budget_s=0.5,
+                                                   warmup_steps=2), tmp_path)
+    b = run.sections[0].profile.breakdown
+    means = b.means()["host_us"]
+    largest = max((p for p in HOST_PHASES if p != "other"), key=means.get)
+    assert (largest == "data") is data_largest, means
+    assert len(b.steps_us) >= 3
+
+
+def test_json_carries_the_breakdown_per_profile(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [
+        _x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        _x("forward", 0, 60, cat="user_annotation")]}))
+    out = subprocess.run([sys.executable, "-m", "reporter", "analyze", str(path), "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    b = json.loads(out)["profiles"][0]["breakdown"]
+    assert b["steps_us"] == [100] and b["host_us"]["forward"] == [60]
+    assert b["host_us"]["other"] == [40]
