@@ -3,7 +3,7 @@
 For three built-in targets (training step, default sizes, this machine's device),
 in one process and interleaved round by round to cancel drift, it measures:
 - reporter: the timed windows of a run (reporter.runner._timed_windows with the
-  default options: 5+ windows of ~0.25 s, up to a 3 s budget, early stop at
+  default options: 5+ windows of ~0.25 s, up to the default budget, early stop at
   +-2%), giving the median and its confidence interval;
 - independent: torch.utils.benchmark.Timer.blocked_autorange on the same step
   (its own blocks, its own median), as samples/s.

@@ -80,10 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "large fills a GPU (default: large on CUDA, else default)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="same as --runs")
-    p.add_argument("--time-budget", type=float, default=3.0, metavar="SECONDS",
+    p.add_argument("--time-budget", type=float, default=1.5, metavar="SECONDS",
                    help="seconds of timed windows per target, shared by its modes; timing "
                         "stops early once the median's 95%% interval is within +-2%% "
-                        "(default: 3)")
+                        "(default: 1.5)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="run N ranks on this machine (torch.distributed: gloo on the CPU, NCCL "

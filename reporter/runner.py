@@ -41,12 +41,12 @@ Progress = Callable[[str], None]
 class RunOptions:
     device: str = "auto"  # auto | cuda | cpu
     preset: str = "default"
-    warmup_steps: int = 3
+    warmup_steps: int = 2  # then one more, timed, sizes the windows
     windows: int = 5  # un-profiled timed windows: at least these (exactly, with ranks)
     window_s: float = 0.25  # aim for windows this long (and at least 3 steps)
     # Seconds of timed windows per target (shared by its modes): windows are added until
     # the median's 95% interval is within +-precision, or until the budget is spent.
-    time_budget_s: float = 3.0
+    time_budget_s: float = 1.5
     precision: float = 0.02
     max_windows: int = 200
     profile_steps: int = 3  # active steps of the profiler schedule: at least these,
@@ -190,12 +190,20 @@ class _Stepper:
             return next(self._it)
 
     def __call__(self) -> None:
-        t = self.target
+        self.run(self.load())
+
+    def load(self) -> Any:
+        """The next batch, on the device."""
         with record_function("data_loading"):
             batch = self._next_batch()
         if self._copies:
             with record_function("input_copy"):
-                batch = _to_device(batch, self.device, t.non_blocking)
+                batch = _to_device(batch, self.device, self.target.non_blocking)
+        return batch
+
+    def run(self, batch: Any) -> None:
+        """The model's part of the step on one batch."""
+        t = self.target
         if self.mode == "inference":
             with torch.inference_mode(), self._autocast(), record_function("forward"):
                 self._forward(t.model, batch)
@@ -428,8 +436,10 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
         precision = {"tf32": tf32_state(), "autocast": stepper.target.autocast}
     profiled = active * batch / active_s if active_s > 0 else 0.0
     progress("memory profile (1 step)")
+    batch = stepper.load()  # outside the memory profile: the model's step is what counts
     with _filtered_native_stderr():
-        tensors = tensor_memory(stepper, device)
+        tensors = tensor_memory(lambda: stepper.run(batch), device)
+    del batch
     return Section(label=label,
                    throughput=Throughput(windows=windows, steps_per_window=steps,
                                          profiled=profiled),
