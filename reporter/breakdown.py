@@ -117,12 +117,95 @@ def _copy_kind(name: str) -> str:
     return "copy_d2d"  # DtoD, PtoP, and copies the name does not say
 
 
+MODULE_MARK = "module::"  # the runner's marks around module calls: module::<qualified name>
+MAX_MODULES = 30  # kept per profile, by forward + backward time
+
+
+def _module_name(e: Any) -> str | None:
+    name = e.name
+    if name.startswith(MODULE_MARK):
+        return name[len(MODULE_MARK):]
+    if name.startswith("nn.Module: "):
+        return name[len("nn.Module: "):]
+    return None
+
+
+def modules(threads: dict[Any, list], py_modules: list, windows: list[Interval],
+            scale: float) -> tuple[dict[str, float], dict[str, float], dict[str, int]]:
+    """Forward and backward time per module, mean per step, and each module's depth.
+
+    Forward: the union of the module's calls (the runner's ``module::`` marks, or the
+    ``nn.Module:`` events of a with_stack trace). Backward: the autograd engine's
+    ``evaluate_function`` events, each charged to the modules that were open when the
+    forward operator with its sequence number ran (inclusive, like the forward)."""
+    by_thread: dict[Any, list] = {}
+    for key, events in threads.items():
+        marks = [e for e in events if e.name.startswith(MODULE_MARK)]
+        if marks:
+            by_thread[key] = marks
+    for e in py_modules:
+        by_thread.setdefault((e.pid, e.tid), []).append(e)
+    if not by_thread:
+        return {}, {}, {}
+    n = max(len(windows), 1)
+    spans: dict[str, list[Interval]] = {}
+    depth: dict[str, int] = {}
+    owner: dict[Any, tuple[str, ...]] = {}  # sequence number -> open modules
+    for key, marks in by_thread.items():
+        marks.sort(key=lambda e: (e.ts, -e.dur))
+        ops = [e for e in threads.get(key, ()) if e.args is not None and e.args.seq is not None
+               and not e.name.startswith("autograd::engine")]
+        stack: list[tuple[float, str]] = []
+        mi = 0
+        for op in ops + [None]:
+            ts = op.ts if op is not None else float("inf")
+            while mi < len(marks) and marks[mi].ts <= ts:
+                m = marks[mi]
+                mi += 1
+                name = _module_name(m)
+                if name is None:
+                    continue
+                while stack and stack[-1][0] <= m.ts:
+                    stack.pop()
+                end = m.ts + max(m.dur, 0)
+                spans.setdefault(name, []).append((m.ts, end))
+                depth.setdefault(name, len(stack))
+                stack.append((end, name))
+            if op is None:
+                break
+            while stack and stack[-1][0] <= ts:
+                stack.pop()
+            if stack:
+                owner.setdefault(op.args.seq, tuple(name for _, name in stack))
+    forward = {name: _length(_inside(union(v), windows)) * scale / n
+               for name, v in spans.items()}
+    backward: dict[str, float] = dict.fromkeys(forward, 0.0)
+    for events in threads.values():
+        for e in events:
+            if e.args is None or e.args.seq is None or \
+                    not e.name.startswith("autograd::engine::evaluate_function"):
+                continue
+            for name in owner.get(e.args.seq, ()):
+                backward[name] += max(e.dur, 0) * scale / n
+    kept = sorted(forward, key=lambda k: forward[k] + backward[k], reverse=True)[:MAX_MODULES]
+    return ({k: forward[k] for k in kept}, {k: backward[k] for k in kept},
+            {k: depth[k] for k in kept})
+
+
+def _inside(intervals: list[Interval], windows: list[Interval]) -> list[Interval]:
+    out: list[Interval] = []
+    for lo, hi in windows:
+        out += _clip(intervals, lo, hi)
+    return out
+
+
 def step_breakdown(threads: dict[Any, list], steps: list[Interval], device: list,
-                   scale: float) -> Breakdown | None:
+                   scale: float, py_modules: list | None = None) -> Breakdown | None:
     """The breakdown of a trace: ``threads`` maps a thread to its host events (with
     name, ts, dur), ``steps`` are the ProfilerStep ranges (may be empty), ``device``
-    the kernels, copies and sets (with cat, name, ts, dur). Times are multiplied by
-    ``scale`` into microseconds."""
+    the kernels, copies and sets (with cat, name, ts, dur), ``py_modules`` the
+    ``nn.Module:`` events of a with_stack trace. Times are multiplied by ``scale``
+    into microseconds."""
     marks: dict[str, list[Interval]] = {p: [] for p in PRIORITY}
     sync: list[Interval] = []
     names: dict[str, str | None] = {}
@@ -201,6 +284,8 @@ def step_breakdown(threads: dict[Any, list], steps: list[Interval], device: list
         dev["idle_data"].append(in_data * scale)
         dev["idle_sync"].append(in_sync * scale)
         dev["idle_host"].append((_length(idle) - in_data - in_sync) * scale)
+    forward, backward, depth = modules(threads, py_modules or [], windows, scale)
     return Breakdown(steps_us=steps_us, host_us=host, device_us=dev, device_notes_us=notes,
-                     marked=marked,
+                     module_forward_us=forward, module_backward_us=backward,
+                     module_depth=depth, marked=marked,
                      phases_found=any(any(v) for p, v in host.items() if p != "other"))

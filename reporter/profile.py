@@ -34,7 +34,7 @@ def classify(name: str, device_side: bool = False) -> str:
     if name.startswith("enumerate(DataLoader)"):
         return KIND_DATALOADER
     if (name.startswith("ProfilerStep") or name in PHASE_MARKS
-            or name.startswith(("Optimizer.step#", "Optimizer.zero_grad#", "## "))):
+            or name.startswith(("Optimizer.step#", "Optimizer.zero_grad#", "## ", "module::"))):
         return KIND_ANNOTATION
     if device_side:
         return KIND_KERNEL
@@ -84,6 +84,11 @@ class Breakdown:
     host_us: dict[str, list[float]]
     device_us: dict[str, list[float]] = field(default_factory=dict)
     device_notes_us: dict[str, list[float]] = field(default_factory=dict)
+    # Per module (runner's module:: marks, or nn.Module events): mean per step, inclusive
+    # of the modules inside; depth 0 is the outermost.
+    module_forward_us: dict[str, float] = field(default_factory=dict)
+    module_backward_us: dict[str, float] = field(default_factory=dict)
+    module_depth: dict[str, int] = field(default_factory=dict)
     marked: bool = True
     phases_found: bool = True
 

@@ -26,6 +26,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from .errors import BadInput, WorkFailed, user_code
+from .breakdown import MODULE_MARK
 from .keytable import format_table
 from .memprof import tensor_memory
 from .profile import Profile
@@ -373,6 +374,46 @@ def _timed_windows(window: Callable[[], float], opts: RunOptions, budget_s: floa
     return windows
 
 
+MAX_MODULE_DEPTH = 3  # module marks for the model and modules up to 3 levels inside it
+
+
+@contextlib.contextmanager
+def _module_marks(model: Any):
+    """Mark each call of the model's modules (``module::<qualified name>``, the model
+    itself by its class) for the step breakdown's per-module times. Global forward
+    hooks, installed for the profiled window only: the timed windows run without them."""
+    if not isinstance(model, torch.nn.Module):
+        yield
+        return
+    names = {}
+    for qualified, module in model.named_modules():
+        if qualified.count(".") < MAX_MODULE_DEPTH:
+            names[id(module)] = MODULE_MARK + (qualified or type(model).__name__)
+    open_marks: list[Any] = []
+
+    def before(module, args):
+        name = names.get(id(module))
+        if name is not None:
+            mark = record_function(name)
+            mark.__enter__()
+            open_marks.append(mark)
+
+    def after(module, args, output):
+        if id(module) in names and open_marks:
+            open_marks.pop().__exit__(None, None, None)
+
+    from torch.nn.modules.module import (register_module_forward_hook,
+                                         register_module_forward_pre_hook)
+    handles = [register_module_forward_pre_hook(before), register_module_forward_hook(after)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        while open_marks:  # a forward that raised left its marks open
+            open_marks.pop().__exit__(None, None, None)
+
+
 def _profiled_step_count(windows: list[float], batch: int, opts: RunOptions) -> int:
     """Steps the profiler records: enough for a step breakdown that means something
     (``profile_s`` worth of steps, ``profile_steps`` to ``max_profile_steps``); exactly
@@ -409,7 +450,7 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
     prof = profile(activities=activities,
                    schedule=schedule(wait=wait, warmup=warm, active=active, repeat=1),
                    record_shapes=True, profile_memory=True)
-    with _filtered_native_stderr(), prof:
+    with _filtered_native_stderr(), _module_marks(stepper.target.model), prof:
         active_s = _profiled_steps(stepper, device, prof, wait + warm, active)
     progress("aggregating")
     # The profile is read back from the exported trace: the same numbers as
@@ -436,10 +477,9 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
         precision = {"tf32": tf32_state(), "autocast": stepper.target.autocast}
     profiled = active * batch / active_s if active_s > 0 else 0.0
     progress("memory profile (1 step)")
-    batch = stepper.load()  # outside the memory profile: the model's step is what counts
+    loaded = stepper.load()  # outside the memory profile: the model's step is what counts
     with _filtered_native_stderr():
-        tensors = tensor_memory(lambda: stepper.run(batch), device)
-    del batch
+        tensors = tensor_memory(lambda: stepper.run(loaded), device)
     return Section(label=label,
                    throughput=Throughput(windows=windows, steps_per_window=steps,
                                          profiled=profiled),

@@ -57,6 +57,7 @@ class _Args(msgspec.Struct, gc=False):
     corr: _Id = msgspec.field(name="correlation", default=None)
     nbytes: Any = msgspec.field(name="Bytes", default=None)  # [memory] events
     device_type: Any = msgspec.field(name="Device Type", default=None)
+    seq: Any = msgspec.field(name="Sequence number", default=None)  # autograd's, fwd <-> bwd
 
 
 class _ShapeArgs(_Args, gc=False):
@@ -113,7 +114,8 @@ def _coerce(events: list[Any]) -> list[_Event]:
             args = _ShapeArgs(ext=_id(args.get("External id")),
                               ext_old=_id(args.get("external id")),
                               corr=_id(args.get("correlation")), nbytes=args.get("Bytes"),
-                              device_type=args.get("Device Type"), dims=args.get("Input Dims"),
+                              device_type=args.get("Device Type"),
+                              seq=args.get("Sequence number"), dims=args.get("Input Dims"),
                               dims_old=args.get("Input dims"))
         else:
             args = None
@@ -365,6 +367,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     threads: dict[Any, list[_Event]] = {}  # (pid, tid) -> host events
     device: list[_Event] = []  # kernels, copies, sets
     device_ann: list[_Event] = []  # gpu_user_annotation
+    py_modules: list[_Event] = []  # python_function "nn.Module: ..." events
     memory: dict[Any, list] = defaultdict(list)  # (pid, tid) -> [(ts, bytes, device type)]
     host, dev_cats, dev_ann = HOST_CATS, DEVICE_CATS, DEVICE_ANNOTATION_CATS
     last_pid = last_tid = thread = None
@@ -385,6 +388,8 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                     device.append(e)
                 elif cat in dev_ann:
                     device_ann.append(e)
+                elif cat == "python_function" and e.name.startswith("nn.Module: "):
+                    py_modules.append(e)  # with_stack traces: module calls
             elif ph == "i" and e.name == "[memory]" and e.args is not None:
                 try:
                     memory[(e.pid, e.tid)].append(
@@ -504,7 +509,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     props = meta.get("deviceProperties")
     props = props if isinstance(props, list) else []
     comm = _communication(comm_work or comm_calls, threads, comm_of, device)
-    breakdown = step_breakdown(threads, step_ranges, device, scale)
+    breakdown = step_breakdown(threads, step_ranges, device, scale, py_modules)
     return Profile(device_type="cuda" if device else None,
                    comm_us=comm[0] * scale if comm else None,
                    comm_overlap_us=comm[1] * scale if comm else None,

@@ -255,6 +255,7 @@ def _tensor_memory_view(section: Section, fmt: Fmt) -> dict[str, Any]:
 
 
 LONG_STEP = 1.5  # a profiled step this many times the median is pointed out
+MODULE_ROWS = 8  # modules shown in the step breakdown
 
 
 def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
@@ -307,8 +308,15 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
     long_steps = [{"n": i, "ratio": fmt.num(us / median, 1), "time": fmt.time(us)}
                   for i, us in enumerate(b.steps_us, 1)
                   if len(b.steps_us) >= 3 and median > 0 and us >= LONG_STEP * median]
+    fwd, bwd = b.module_forward_us, b.module_backward_us
+    top = sorted(fwd, key=lambda k: fwd[k] + bwd.get(k, 0.0), reverse=True)[:MODULE_ROWS]
+    module_rows = [{"name": markup.code(k), "forward": fmt.time(fwd[k]),
+                    "backward": fmt.time(bwd.get(k)) if bwd.get(k) else "—",
+                    "share": fmt.pct((fwd[k] + bwd.get(k, 0.0)) / step) if step else "—"}
+                   for k in top]
     return {
         "breakdown": {
+            "modules": module_rows,
             "host": host, "device": device, "step": fmt.time(step), "steps": len(b.steps_us),
             "marked": b.marked, "phases_found": b.phases_found, "long_steps": long_steps,
             **reading,

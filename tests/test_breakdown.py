@@ -106,6 +106,32 @@ def test_a_step_blocked_on_a_sync(tmp_path):
     assert host["forward"] == 50 and host["other"] == 50
 
 
+def test_module_times_forward_and_backward(tmp_path):
+    """Module calls (with_stack's nn.Module events here) get their forward time, and the
+    backward time of the autograd nodes their forward operators created (by sequence
+    number), the outer module including the inner one."""
+    b = _read(tmp_path, [
+        _x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        _x("nn.Module: Net_0", 0, 40, cat="python_function"),
+        _x("nn.Module: Linear_0", 5, 10, cat="python_function"),
+        _x("aten::linear", 6, 8, **{"Sequence number": 7}),
+        _x("nn.Module: Linear_1", 20, 15, cat="python_function"),
+        _x("aten::linear", 21, 12, **{"Sequence number": 8}),
+        _x("aten::relu", 36, 2, **{"Sequence number": 9}),
+        _x("autograd::engine::evaluate_function: ReluBackward0", 50, 3, tid=2,
+           **{"Sequence number": 9}),
+        _x("autograd::engine::evaluate_function: AddmmBackward0", 53, 20, tid=2,
+           **{"Sequence number": 8}),
+        _x("autograd::engine::evaluate_function: AddmmBackward0", 73, 6, tid=2,
+           **{"Sequence number": 7}),
+        _x("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 80, 2,
+           tid=2),
+    ])
+    assert b.module_forward_us == {"Net_0": 40, "Linear_0": 10, "Linear_1": 15}
+    assert b.module_backward_us == {"Net_0": 29, "Linear_0": 6, "Linear_1": 20}
+    assert b.module_depth == {"Net_0": 0, "Linear_0": 1, "Linear_1": 1}
+
+
 def test_several_steps_and_no_step_marks(tmp_path):
     b = _read(tmp_path, [
         _x("ProfilerStep#1", 0, 10, cat="user_annotation"),
@@ -159,6 +185,11 @@ def test_live_cnn_breakdown(target, data_largest, tmp_path):
     largest = max((p for p in HOST_PHASES if p != "other"), key=means.get)
     assert (largest == "data") is data_largest, means
     assert len(b.steps_us) >= 3
+    # the runner's module marks: the model (by its class) and its layers, forward and
+    # backward
+    assert b.module_depth.get("Sequential") == 0, b.module_depth
+    assert b.module_forward_us["Sequential"] > b.module_forward_us["0"] > 0
+    assert b.module_backward_us["Sequential"] > 0
 
 
 def test_json_carries_the_breakdown_per_profile(tmp_path):
