@@ -23,7 +23,7 @@ from . import sizes
 
 SIZES = {
     "tiny": dict(batch=4, image=16, channels=4, images=32, blur=1),
-    "default": dict(batch=64, image=64, channels=16, images=256, blur=6),
+    "default": dict(batch=64, image=64, channels=8, images=256, blur=6),
     "large": dict(batch=256, image=128, channels=64, images=4096, blur=6),
 }
 
