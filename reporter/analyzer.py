@@ -150,13 +150,17 @@ def dataloader_rows(profile: Profile) -> list[Op]:
     return [o for o in profile.ops if o.kind == KIND_DATALOADER]
 
 
-def profiles_json(profiles: list[Profile], memory: list[dict[str, Any]] | None = None
-                  ) -> dict[str, Any]:
+def profiles_json(profiles: list[Profile], memory: list[dict[str, Any]] | None = None,
+                  efficiency: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The ``--json`` document: times in microseconds, memory in bytes, findings by rule id.
 
     ``breakdown`` is the step breakdown (null for tables); ``memory``, given for a
-    stored run's sections, adds each one's memory figures and memory profile."""
+    stored run's sections, adds each one's memory figures and memory profile;
+    ``efficiency`` (reporter.efficiency.to_json) is given for a run's sections, else
+    judged against the datasheet for the profile's device."""
     from dataclasses import asdict
+
+    from .efficiency import assess, peaks_for, to_json
 
     out = []
     for i, p in enumerate(profiles):
@@ -171,6 +175,8 @@ def profiles_json(profiles: list[Profile], memory: list[dict[str, Any]] | None =
                "ops": ops, "findings": [f.to_dict() for f in analyze(p)]}
         if memory is not None:
             doc["memory"] = memory[i]
+        doc["efficiency"] = (efficiency[i] if efficiency is not None
+                             else to_json(assess(p, peaks_for(p))))
         out.append(doc)
     return {"profiles": out}
 

@@ -151,6 +151,40 @@ def breakdown_chart(breakdown: Any, names: dict[str, str], titles: dict[str, str
         plt.close(fig)
 
 
+def roofline_chart(eff: Any, title: str, axes: dict[str, str]) -> str:
+    """Log-log: arithmetic intensity (FLOP/byte) against achieved FLOP/s; the memory roof
+    (bandwidth x intensity) and the compute roofs; operators as points sized by time."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    try:
+        points = [o for o in eff.ops if o.flops > 0 and o.bytes > 0 and o.time_us > 0][:20]
+        peaks, bandwidth = eff.peaks.flops, eff.peaks.bandwidth
+        xs = [o.intensity for o in points]
+        lo = min(xs + [bandwidth and min(peaks.values()) / bandwidth / 10]) / 2
+        hi = max(xs + [max(peaks.values()) / bandwidth * 10]) * 2
+        grid = [lo * (hi / lo) ** (i / 99) for i in range(100)]
+        for key in sorted(peaks, key=peaks.get):
+            ax.plot(grid, [min(peaks[key], bandwidth * x) for x in grid], linewidth=1,
+                    color="#888888" if key == "fp32" else "#4c72b0", alpha=0.8)
+            ax.annotate(key, (hi, peaks[key]), fontsize=7, ha="right", va="bottom")
+        longest = max((o.time_us for o in points), default=1.0)
+        ax.scatter(xs, [o.achieved_flops for o in points],
+                   s=[20 + 280 * o.time_us / longest for o in points],
+                   c=["#c44e52" if o.bound == "memory" else "#55a868" for o in points],
+                   alpha=0.6, edgecolors="none")
+        for o in points[:6]:
+            ax.annotate(_short(o.name, 24), (o.intensity, o.achieved_flops), fontsize=6,
+                        xytext=(3, 3), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(axes["x"], fontsize=8)
+        ax.set_ylabel(axes["y"], fontsize=8)
+        ax.tick_params(labelsize=7)
+        return _svg(fig, ax, title)
+    finally:
+        plt.close(fig)
+
+
 def _svg(fig, ax, title: str) -> str:
     """Title, a light frame, and the figure as SVG text (no date: the same input, the same file)."""
     ax.set_title(title, fontsize=10, loc="left")
@@ -212,6 +246,15 @@ def write_charts(view: dict[str, Any], folder, terms: Any, stem: str) -> list[st
         write_atomic(folder / name, memory_chart(s["memory_rows"], terms.category,
                                                  terms.chart["memory"], terms.chart["mib"]))
         s["memory_chart"] = name
+        written.append(name)
+    for i, s in enumerate(view["sections"]):
+        if not s.get("roofline_points"):
+            continue
+        name = f"{stem}-chart-roofline-{i + 1}-{s['mode'] or 'profile'}.{view['lang']}.svg"
+        write_atomic(folder / name, roofline_chart(s["roofline_points"],
+                                                   terms.chart["roofline"],
+                                                   terms.chart["roofline_axes"]))
+        s["roofline_chart"] = name
         written.append(name)
     return written
 

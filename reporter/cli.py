@@ -399,6 +399,7 @@ def cmd_render(args) -> int:
 def cmd_analyze(args) -> int:
     from dataclasses import asdict
 
+    from . import efficiency
     from .analyzer import profiles_json
     from .inputs import read_profiles, run_folder as find_run
     from .render import parse_formats
@@ -415,7 +416,9 @@ def cmd_analyze(args) -> int:
             _print_json(profiles_json(
                 [s.profile for s in run.sections],
                 [{**s.memory, "tensors": asdict(s.tensor_memory) if s.tensor_memory else None,
-                  "tensors_note": s.tensor_memory_note} for s in run.sections]))
+                  "tensors_note": s.tensor_memory_note} for s in run.sections],
+                [efficiency.to_json(efficiency.of_section(s, run.target.get("batch_size")))
+                 for s in run.sections]))
             return 0
         _write_reports(_for_output(run_view(run, lang), args), run_folder, formats, args)
         return 0

@@ -222,6 +222,14 @@ def regression(comparison: Comparison, max_slowdown_pct: float) -> tuple[bool, l
     return failed, why
 
 
+def _efficiency(section: Any, step: Any) -> dict[str, Any]:
+    from .efficiency import of_section, to_json
+
+    doc = to_json(of_section(section, step.batch_size))
+    doc.pop("ops", None)  # the per-step figures; each report has the operators
+    return doc
+
+
 def compare_json(comparison: Comparison) -> dict[str, Any]:
     modes = []
     for m in comparison.modes:
@@ -242,6 +250,8 @@ def compare_json(comparison: Comparison) -> dict[str, Any]:
             # comparison (null where a step has no breakdown: a table, an old run).
             "breakdown": [s.profile.breakdown.means() if s.profile.breakdown else None
                           for s in m.sections],
+            # MFU and speed of light per step (reporter.efficiency.to_json, or its note).
+            "efficiency": [_efficiency(s, step) for s, step in zip(m.sections, comparison.steps)],
         })
     return {"steps": [{"name": s.name, "source": s.source, "device": s.device}
                       for s in comparison.steps],

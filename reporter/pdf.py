@@ -224,7 +224,8 @@ def render_pdf(view: dict[str, Any]) -> bytes:
     page = to_html(render_markdown(view), view["lang"], view.get("created_iso"))
     folder = Path(view["asset_dir"][0]) if view.get("asset_dir") else Path.cwd()
     charts = {p[key] for p in view[parts]
-              for key in ("chart", "memory_chart", "breakdown_chart") if p.get(key)}
+              for key in ("chart", "memory_chart", "breakdown_chart", "roofline_chart")
+              if p.get(key)}
     # A refused URL is logged by WeasyPrint as a warning: not the user's business.
     logging.getLogger("weasyprint").setLevel(logging.ERROR)
     return HTML(string=page, base_url=str(folder) + "/",

@@ -129,6 +129,14 @@ class Profile:
     ops_by_shape: list[Op] = field(default_factory=list)
     # From a trace; None for tables (no timeline) and runs stored before it existed.
     breakdown: Breakdown | None = None
+    # The FLOPs and bytes of the operators reporter.flops models, summed per (name, dtype,
+    # family, phase) with their time ("device" time on a GPU, inclusive "cpu" time
+    # otherwise: cost_basis); the self time of the operators no formula covers, the
+    # longest first; whether the input recorded shapes and dtypes at all.
+    costs: list[dict[str, Any]] = field(default_factory=list)
+    cost_basis: str | None = None
+    not_modelled_us: dict[str, float] = field(default_factory=dict)
+    shapes_recorded: bool = False
 
     @property
     def has_device(self) -> bool:
@@ -165,4 +173,8 @@ class Profile:
             ops_by_shape=[Op.from_dict(o) for o in data.get("ops_by_shape", [])],
             breakdown=(Breakdown(**data["breakdown"])
                        if isinstance(data.get("breakdown"), dict) else None),
+            costs=list(data.get("costs") or []),
+            cost_basis=data.get("cost_basis"),
+            not_modelled_us=dict(data.get("not_modelled_us") or {}),
+            shapes_recorded=bool(data.get("shapes_recorded", False)),
         )

@@ -78,6 +78,9 @@ class Section:
     # existed); tensor_memory_note says why a new run has none.
     tensor_memory: TensorMemory | None = None
     tensor_memory_note: str | None = None
+    # The machine's peaks (reporter.peaks.Peaks.to_dict): a datasheet's, or measured by
+    # the run; None for imported profiles and runs stored before it existed.
+    peaks: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -98,6 +101,7 @@ class Section:
             tensor_memory=(TensorMemory(**data["tensor_memory"])
                            if isinstance(data.get("tensor_memory"), dict) else None),
             tensor_memory_note=data.get("tensor_memory_note"),
+            peaks=data.get("peaks") if isinstance(data.get("peaks"), dict) else None,
         )
 
 

@@ -33,6 +33,8 @@ from .profile import Profile
 from .run import Run, Section, Throughput
 from .stats import median_interval
 from .target import BUILTINS, Target, build
+from . import peaks as peaks_module
+from .peaks import Peaks
 from .traces import read_trace
 
 Progress = Callable[[str], None]
@@ -489,6 +491,19 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
                    tensor_memory_note=tensors if isinstance(tensors, str) else None)
 
 
+def _peaks(device: str, progress: Progress) -> Peaks:
+    """The datasheet's peaks of a GPU the table knows; else measured here, once per
+    process (the default suite calibrates once), while the target's TF32 setting holds."""
+    name = memory = None
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(torch.device(device))
+        name, memory = props.name, int(props.total_memory)
+    tf32 = bool(tf32_state().get("matmul")) if device.startswith("cuda") else False
+    if peaks_module.lookup(name, memory) is None:
+        progress("measuring the machine's peaks")
+    return peaks_module.for_run(device, name, memory, tf32)
+
+
 def _benchmark(target: Target, device: str, progress) -> list[dict[str, Any]] | None:
     if target.benchmark is None:
         return None
@@ -576,6 +591,7 @@ def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
     batch_size = target.batch_size
     try:
         with user_code(f"target {spec} raised while profiled"), _tf32(target.tf32):
+            peaks = _peaks(device, progress)
             for mode in target.modes:
                 step = _Stepper(target, mode, device)
                 sections.append(_profile_section(
@@ -588,6 +604,8 @@ def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
         gc.collect()
     if benchmark is not None:
         sections[0].benchmark = benchmark
+    for section in sections:
+        section.peaks = peaks.to_dict()
     builtin = BUILTINS.get(name)
     return Run(
         id=new_run_id(name, device, now), created=now.isoformat(timespec="seconds"),

@@ -32,6 +32,9 @@ from .run import Run
 #      A section may also carry ``tensor_memory`` (the memory profile of one
 #      step) or ``tensor_memory_note``, and memory.host_held_b/host_net_peak_b:
 #      optional, so still format 2.
+#    - optional Profile.costs, cost_basis, not_modelled_us, shapes_recorded and
+#      Section.peaks (efficiency: FLOPs and bytes of modelled operators, the machine's
+#      peaks); runs without them say so in their reports, so still format 2.
 FORMAT = 2
 RUN_FILE = "run.json"
 MAX_RUN_FILE = 256 << 20  # bytes: a run.json holds numbers and a few tables
@@ -215,6 +218,8 @@ def _check_run(run: Run) -> None:
         "torch", "cuda", "driver", "device_name", "cpu", "python")}
         | {"device_memory_b": int | None, "cpu_count": int | None, "threads": int | None},
         "run.env")
+    for i, section in enumerate(run.sections):
+        _check_efficiency(section, f"run.sections[{i}]")
     try:
         datetime.fromisoformat(run.created)
     except ValueError:
@@ -226,6 +231,24 @@ def _check_run(run: Run) -> None:
             raise ValueError(f"run.ranks[{i}]: no rank number or an unknown status")
         for j, section in enumerate(rank.get("sections") or []):
             validate.check(section, f"run.ranks[{i}].sections[{j}]")
+            _check_efficiency(section, f"run.ranks[{i}].sections[{j}]")
+
+
+_COST_FIELDS = {"name": str, "dtype": str, "family": str, "phase": str, "calls": int,
+                "flops": float, "bytes": float, "time_us": float}
+_PEAK_FIELDS = {"source": str, "device": str, "flops": dict[str, float], "bandwidth": float,
+                "reference": str, "seconds": float | None, "threads": int | None}
+
+
+def _check_efficiency(section: Any, where: str) -> None:
+    """The free-form rows reporter.efficiency reads: every field there, of its type."""
+    for k, row in enumerate(section.profile.costs):
+        validate.check_fields(row, _COST_FIELDS, f"{where}.profile.costs[{k}]")
+        if set(_COST_FIELDS) - set(row):
+            raise ValueError(f"{where}.profile.costs[{k}]: missing "
+                             f"{', '.join(sorted(set(_COST_FIELDS) - set(row)))}")
+    if section.peaks is not None:
+        validate.check_fields(section.peaks, _PEAK_FIELDS, f"{where}.peaks")
 
 
 def list_runs(root: Path) -> list[tuple[Path, dict[str, Any]]]:

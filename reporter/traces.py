@@ -29,8 +29,9 @@ import msgspec
 
 from .breakdown import overlap, step_breakdown, union
 from .errors import BadInput, read_error
-from .profile import (KIND_ANNOTATION, KIND_DEVICE_ANNOTATION, KIND_KERNEL, KIND_RUNTIME, Op,
-                      Profile, classify)
+from .flops import FORMULAS, cost, modelled
+from .profile import (KIND_ANNOTATION, KIND_DEVICE_ANNOTATION, KIND_KERNEL, KIND_OP,
+                      KIND_RUNTIME, Op, Profile, classify)
 
 # Host events that nest on a thread and count as CPU time, like key_averages' events.
 HOST_CATS = {"cpu_op", "Operator", "user_annotation", "cuda_runtime", "Runtime",
@@ -40,6 +41,7 @@ RUNTIME_CATS = {"cuda_runtime", "Runtime", "cuda_driver", "Driver", "xpu_runtime
 # Device work: kernels, copies and sets (AMD traces use the same categories).
 DEVICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "mtia_ccp_events"}
 DEVICE_ANNOTATION_CATS = {"gpu_user_annotation"}
+OP_CATS = {"cpu_op", "Operator"}
 _EPS = 1e-3  # microseconds of slack when deciding whether one event encloses another
 
 
@@ -63,6 +65,8 @@ class _Args(msgspec.Struct, gc=False):
 class _ShapeArgs(_Args, gc=False):
     dims: Any = msgspec.field(name="Input Dims", default=None)
     dims_old: Any = msgspec.field(name="Input dims", default=None)
+    types: Any = msgspec.field(name="Input type", default=None)
+    concrete: Any = msgspec.field(name="Concrete Inputs", default=None)
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -80,8 +84,74 @@ class _ShapeEvent(_Event, gc=False):
     args: Optional[_ShapeArgs] = None
 
 
-_DECODERS = {False: msgspec.json.Decoder(list[_Event]),
-             True: msgspec.json.Decoder(list[_ShapeEvent])}
+# Costs need the inputs of the operators reporter.flops models only. Parsing every
+# event's inputs would double the time of reading a trace: events are decoded without
+# them, and _scan_costs reads the modelled operators' inputs from the chunk's bytes.
+class _CostArgs(_Args, gc=False):
+    # Set by _scan_costs (no trace has this key): the call's flops.Cost or None.
+    computed: Any = msgspec.field(name="reporter: computed", default=None)
+
+
+class _CostEvent(_Event, gc=False):
+    args: Optional[_CostArgs] = None
+
+
+# What a chunk is decoded as: events; with every input (shapes); with modelled ops' (costs).
+PLAIN, SHAPES, COSTS = 0, 1, 2
+_DECODERS = {PLAIN: msgspec.json.Decoder(list[_Event]),
+             SHAPES: msgspec.json.Decoder(list[_ShapeEvent]),
+             COSTS: msgspec.json.Decoder(list[_CostEvent])}
+_NEEDLES = {name: b'"name": "' + name.encode() + b'"' for name in FORMULAS}
+
+
+def _scan_costs(buf: Any, first: int, end: int, events: list[Any], memo: dict) -> bool:
+    """The cost of each modelled operator's call in ``buf[first:end]``, into its decoded
+    event (``events``, in the same order), read from the bytes of its args' input fields
+    (torch writes "args", an object of scalars and lists, after the name; "Ev Idx" after
+    the inputs). The same inputs repeat every step: ``memo`` maps their bytes to their
+    cost. False when an event's name is not where torch's layout puts it: the caller
+    then decodes the chunk with every input instead."""
+    pos, find, needles = first, buf.find, _NEEDLES
+    for e in events:
+        needle = needles.get(e.name)
+        if needle is None:
+            continue
+        at = find(needle, pos, end)
+        if at < 0:
+            return False
+        pos = at + len(needle)
+        a = e.args
+        if type(a) is not _CostArgs or e.cat not in OP_CATS:
+            continue  # no args, or an event _coerce parsed (its inputs are lists)
+        start = find(b'"args"', pos, min(end, pos + 512))
+        close = find(b"}", start, end) if start >= 0 else -1
+        if close < 0:
+            continue
+        i = find(b'"Concrete Inputs"', start, close)
+        if i < 0:
+            i = find(b'"Input ', start, close)
+            if i < 0:
+                continue
+        j = find(b'"Ev Idx"', i, close)
+        region = bytes(buf[i:j if j >= 0 else close])
+        key = (needle, region)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = _cost_at(e.name, region)
+        a.computed = found
+    return True
+
+
+def _cost_at(name: str, region: bytes) -> Any:
+    """The cost of a call from its args' input fields, or None."""
+    try:
+        args = msgspec.json.decode(b"{" + region.rstrip().rstrip(b",") + b"}")
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(args, dict):
+        return None
+    return cost(name, args.get("Input Dims") or args.get("Input dims"), args.get("Input type"),
+                args.get("Concrete Inputs"))
 
 
 def _number(value: Any) -> int | float | None:
@@ -116,7 +186,8 @@ def _coerce(events: list[Any]) -> list[_Event]:
                               corr=_id(args.get("correlation")), nbytes=args.get("Bytes"),
                               device_type=args.get("Device Type"),
                               seq=args.get("Sequence number"), dims=args.get("Input Dims"),
-                              dims_old=args.get("Input dims"))
+                              dims_old=args.get("Input dims"), types=args.get("Input type"),
+                              concrete=args.get("Concrete Inputs"))
         else:
             args = None
         out.append(_ShapeEvent(ph=ph, cat=cat, name=name, pid=_id(e.get("pid")),
@@ -213,7 +284,7 @@ class _NotChunkable(Exception):
     """The fast path met something it cannot cut safely: start again with the plain parser."""
 
 
-def _chunked_events(source: list, meta: dict[str, Any], shapes: bool) -> Iterator[list[_Event]]:
+def _chunked_events(source: list, meta: dict[str, Any], mode: int) -> Iterator[list[_Event]]:
     """The traceEvents array a few MiB at a time; fills ``meta`` with the other fields.
 
     Each chunk is cut where one event object ends and the next begins, and is
@@ -224,7 +295,8 @@ def _chunked_events(source: list, meta: dict[str, Any], shapes: bool) -> Iterato
     closed) once read, so that the buffer and every event are not held at once.
     """
     buf = source[0]
-    decoder = _DECODERS[shapes]
+    decoder = _DECODERS[mode]
+    memo: dict = {}
     bare = _LIST_START.match(buf)  # the legacy form: a bare list of events
     start = bare or _EVENTS_START.search(buf)
     if start is None or not (bare or _OBJECT_START.match(buf)):
@@ -242,7 +314,10 @@ def _chunked_events(source: list, meta: dict[str, Any], shapes: bool) -> Iterato
                         break
                     step //= 16  # near the end: smaller chunks, so that the plain tail is short
                     continue
-                yield _decode_chunk(buf, view, pos, cut.start() + 1, decoder)
+                events = _decode_chunk(buf, view, pos, cut.start() + 1, decoder)
+                if mode == COSTS and not _scan_costs(buf, pos, cut.start() + 1, events, memo):
+                    events = _decode_chunk(buf, view, pos, cut.start() + 1, _DECODERS[SHAPES])
+                yield events
                 pos = cut.end() - 1
         # The rest: the last events, the array's end, then the other top-level fields.
         text = "[" + buf[pos:].decode("utf-8")
@@ -345,13 +420,14 @@ class _Agg:
 
 
 def profile_from_events(chunks: Iterable[list[_Event]], meta: dict[str, Any],
-                        shapes: bool = False) -> Profile:
+                        shapes: bool = False, costs: bool = False) -> Profile:
     """Aggregate a trace's events, given as lists of events; ``meta`` holds the
     trace's other top-level fields once ``chunks`` is exhausted. With ``shapes``,
     also group operators by input shape (``ops_by_shape``), as
-    ``key_averages(group_by_input_shape=True)`` does."""
+    ``key_averages(group_by_input_shape=True)`` does; with ``costs``, sum the FLOPs and
+    bytes of the operators reporter.flops models (``Profile.costs``)."""
     with _gc_paused():
-        return _aggregate(chunks, meta, shapes)
+        return _aggregate(chunks, meta, shapes, costs)
 
 
 _by_ts, _by_dur = attrgetter("ts"), attrgetter("dur")
@@ -359,11 +435,15 @@ _by_ts, _by_dur = attrgetter("ts"), attrgetter("dur")
 # Fields of a host record (a list, for speed): its name's sums (_Agg), parent
 # record, time in children, self device time, total device time, memory [self
 # cpu, total cpu, self device, total device] or None, end, duration, number of
-# children, merged into its parent, the event.
-_AGG, _PARENT, _CHILD, _SDEV, _TDEV, _MEM, _END, _DUR, _NCHILD, _MERGED, _EVENT = range(11)
+# children, merged into its parent, the event, its flops.Cost (None: not modelled; False:
+# modelled, but an operator inside it carries the cost), inside a modelled operator, the
+# phase it runs under (PHASES).
+(_AGG, _PARENT, _CHILD, _SDEV, _TDEV, _MEM, _END, _DUR, _NCHILD, _MERGED, _EVENT, _COST,
+ _INSIDE, _PHASE) = range(14)
 
 
-def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: bool) -> Profile:
+def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: bool,
+               costs: bool = False) -> Profile:
     threads: dict[Any, list[_Event]] = {}  # (pid, tid) -> host events
     device: list[_Event] = []  # kernels, copies, sets
     device_ann: list[_Event] = []  # gpu_user_annotation
@@ -410,6 +490,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     by_ext: dict[Any, list] | None = {} if device else None  # External id -> host record
     correlation_rt: dict[Any, list] = {}  # correlation id -> runtime record
     records: list[list] = []
+    costed: list[list] = []  # records with a cost
     steps = 0
     step_ranges: list[tuple[float, float]] = []
     eps = _EPS / scale
@@ -455,14 +536,21 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
             facts = names.get(e.name)
             if facts is None:
                 facts = names[e.name] = _facts(e.name, e.cat, aggs, comm_of)
-            agg, c, is_step, runtime = facts
+            agg, c, is_step, runtime, formula, phase = facts
             if c:
                 (comm_work if c == 1 else comm_calls).append((ts, end))
             if is_step:
                 steps += 1
                 step_ranges.append((ts, end))
-            rec = [agg, parent, 0.0, 0.0, 0.0, None, end, dur, 0, False, e]
+            if parent is None:
+                rec = [agg, None, 0.0, 0.0, 0.0, None, end, dur, 0, False, e, None, False,
+                       phase]
+            else:
+                rec = [agg, parent, 0.0, 0.0, 0.0, None, end, dur, 0, False, e, None,
+                       parent[_INSIDE] or bool(parent[_COST]), phase or parent[_PHASE]]
             records.append(rec)
+            if costs and formula and e.args is not None and _cost_of(rec, e.args):
+                costed.append(rec)
             if parent is not None:
                 parent[_CHILD] += dur
                 parent[_NCHILD] += 1
@@ -496,10 +584,12 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
             if kind == KIND_KERNEL and by_ext is not None:
                 _attribute(e, dur, by_ext, correlation_rt)
 
-    for agg, _, child, self_dev, dev_total, mem, _, dur, _, merged, _ in records:
+    for agg, _, child, self_dev, dev_total, mem, _, dur, _, merged, *_ in records:
         if not merged:
             agg.add(dur, child, self_dev, dev_total, mem)
     by_shape = _by_shape(records, scale) if shapes else []
+    cost_rows, not_modelled, recorded = (_costs(costed, aggs, bool(device), scale) if costs
+                                         else ([], {}, False))
 
     ops = [_to_op(a, scale) for a in aggs.values() if a.calls]
     ops += [_to_op(a, scale) for a in kernel_aggs.values()]
@@ -515,7 +605,10 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                    comm_overlap_us=comm[1] * scale if comm else None,
                    self_cpu_us=self_cpu, self_device_us=self_dev, steps=steps, ops=ops,
                    ops_by_shape=by_shape, breakdown=breakdown,
-                   device_name=_device_name(props))
+                   device_name=_device_name(props),
+                   device_mem_capacity_b=_device_memory(props),
+                   costs=cost_rows, not_modelled_us=not_modelled, shapes_recorded=recorded,
+                   cost_basis=("device" if device else "cpu") if recorded else None)
 
 
 def _device_name(props: list) -> str | None:
@@ -523,9 +616,98 @@ def _device_name(props: list) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def _device_memory(props: list) -> int | None:
+    mem = props[0].get("totalGlobalMem") if props and isinstance(props[0], dict) else None
+    return mem if type(mem) is int and mem > 0 else None
+
+
+def _cost_of(rec: list, args: Any) -> bool:
+    """A modelled operator's cost; the operators around it that have a formula too leave
+    it to the innermost one (aten::linear to the aten::addmm it calls)."""
+    if type(args) is _CostArgs:
+        c = args.computed  # _scan_costs
+    else:
+        dims = args.dims if args.dims is not None else args.dims_old
+        c = cost(rec[_AGG].name, dims, args.types, args.concrete)
+    if c is None:
+        return False
+    rec[_COST] = c
+    up = rec[_PARENT]
+    while up is not None and (up[_COST] or up[_INSIDE]):  # none above has a cost otherwise
+        if up[_COST]:
+            up[_COST] = False
+        up = up[_PARENT]
+    return True
+
+
+# What an operator runs under, from the innermost name around it that tells: the
+# autograd engine, an optimizer, the runner's marks. "unmarked" is the forward of a trace
+# without marks, and whatever else runs outside them.
+PHASES = ("unmarked", "backward", "optimizer", "forward", "data", "loss")
+_BACKWARD = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$|^backward$")
+_OPTIMIZER = re.compile(r"^Optimizer\.step#|^optimizer_step$")
+_DATA = re.compile(r"^enumerate\(DataLoader\)|^data_loading$|^input_copy$")
+
+
+def _phase_of(name: str) -> int:
+    if _BACKWARD.search(name):
+        return 1
+    if _OPTIMIZER.search(name):
+        return 2
+    return 3 if name == "forward" else 4 if _DATA.search(name) else 5 if name == "loss" else 0
+
+
+# At most this many not-modelled operators are kept, the ones that take the most time.
+NOT_MODELLED_ROWS = 15
+
+
+def _costs(costed: list[list], aggs: dict, on_device: bool, scale: float
+           ) -> tuple[list[dict[str, Any]], dict[str, float], bool]:
+    """Modelled operators' FLOPs, bytes and time summed per (name, dtype, family, phase),
+    time being device time on a GPU trace and CPU time (inclusive) on a CPU one; the
+    self time of the operators that have no formula; whether the trace recorded input
+    types (some call has a cost)."""
+    groups: dict[tuple, list] = {}
+    recorded = bool(costed)
+    for rec in costed:
+        c = rec[_COST]
+        if c:
+            owner = rec
+            while owner[_MERGED]:
+                owner = owner[_PARENT]
+            t = owner[_TDEV] if on_device else owner[_DUR]
+            if t <= 0:
+                continue  # a CPU-side operator of a GPU trace
+            key = (rec[_AGG], c, rec[_PHASE])  # calls with one cost repeat every step
+            g = groups.get(key)
+            if g is None:
+                groups[key] = [1, t]
+            else:
+                g[0] += 1
+                g[1] += t
+    merged: dict[tuple, list] = {}
+    for (agg, c, phase), (calls, t) in groups.items():
+        key = (agg.name, c.dtype, c.family, PHASES[phase])
+        g = merged.get(key)
+        if g is None:
+            g = merged[key] = [0, 0.0, 0.0, 0.0]
+        g[0] += calls
+        g[1] += c.flops * calls
+        g[2] += c.bytes * calls
+        g[3] += t
+    unmodelled = {a.name: a.self_dev if on_device else a.self_cpu for a in aggs.values()
+                  if a.kind == KIND_OP and not modelled(a.name)}
+    rows = [{"name": n, "dtype": d, "family": f, "phase": p, "calls": g[0], "flops": g[1],
+             "bytes": g[2], "time_us": g[3] * scale} for (n, d, f, p), g in merged.items()]
+    top = sorted(((n, t) for n, t in unmodelled.items() if t > 0),
+                 key=lambda kv: -kv[1])[:NOT_MODELLED_ROWS]
+    return rows, {n: t * scale for n, t in top}, recorded
+
+
 def _facts(name: str, cat: str, aggs: dict, comm_of: dict) -> tuple:
     """What every event of one (category, name) shares: its row (_Agg), whether it
-    is a collective (1 the work, 2 the call that enqueues it), a step, a runtime call."""
+    is a collective (1 the work, 2 the call that enqueues it), a step, a runtime call,
+    whether reporter.flops has a formula for it, the phase it starts (_phase_of)."""
     c = comm_of[name] = 1 if _COMM_WORK.search(name) else 2 if _COMM_CALL.search(name) else 0
     is_step = name.startswith("ProfilerStep#")
     shown = "ProfilerStep*" if is_step else name
@@ -533,7 +715,8 @@ def _facts(name: str, cat: str, aggs: dict, comm_of: dict) -> tuple:
     agg = aggs.get((shown, kind))
     if agg is None:
         agg = aggs[(shown, kind)] = _Agg(shown, kind)
-    return agg, c, is_step, cat in RUNTIME_CATS
+    return (agg, c, is_step, cat in RUNTIME_CATS, cat in OP_CATS and modelled(name),
+            _phase_of(name))
 
 
 def _attribute(kernel: _Event, dur: float, by_ext: dict, correlation_rt: dict) -> None:
@@ -560,7 +743,7 @@ def _attribute(kernel: _Event, dur: float, by_ext: dict, correlation_rt: dict) -
 def _by_shape(records: list[list], scale: float) -> list[Op]:
     """Operators grouped by name and input shapes."""
     shape_aggs: dict[tuple[str, str, str], _Agg] = {}
-    for agg, _, child, self_dev, dev_total, mem, _, dur, _, merged, e in records:
+    for agg, _, child, self_dev, dev_total, mem, _, dur, _, merged, e, *_ in records:
         if merged:
             continue
         args = e.args
@@ -706,17 +889,19 @@ def is_trace(path: Path) -> bool:
     return head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"[")
 
 
-def read_trace(path: Path, shapes: bool = False) -> Profile:
-    """The Profile of one trace file; ``shapes`` also groups by input shape."""
+def read_trace(path: Path, shapes: bool = False, costs: bool = True) -> Profile:
+    """The Profile of one trace file; ``shapes`` also groups by input shape; ``costs``
+    sums the modelled operators' FLOPs and bytes (reporter.flops)."""
     source = [_load(path)]  # the only reference: the fast path lets go of it once read
     meta: dict[str, Any] = {}
     try:
-        profile = profile_from_events(_chunked_events(source, meta, shapes), meta, shapes)
+        mode = SHAPES if shapes else COSTS if costs else PLAIN
+        profile = profile_from_events(_chunked_events(source, meta, mode), meta, shapes, costs)
     except _NotChunkable:
         meta = {}
         raw = bytes(source[0])
         _release(source)
-        profile = profile_from_events(_whole_events(path, raw, meta), meta, shapes)
+        profile = profile_from_events(_whole_events(path, raw, meta), meta, shapes, costs)
     finally:
         _release(source)
     info = meta.get("distributedInfo")
@@ -750,7 +935,9 @@ def read_trace_folder(folder: Path) -> list[Profile]:
     if not files:
         raise BadInput(f"{folder}: no run.json and no Chrome traces (*.json, *.json.gz)",
                        error_id="bad-input")
-    profiles = [read_trace(p) for p in files]
+    from .inputs import costs_wanted
+
+    profiles = [read_trace(p, costs=costs_wanted()) for p in files]
 
     def order(p: Profile):
         label = p.label

@@ -22,6 +22,7 @@ from babel.units import format_unit
 from . import markup
 from .analyzer import Finding, analyze, step_wall_us
 from .breakdown import DEVICE_ACTIVITIES, HOST_PHASES
+from .efficiency import of_section
 from .errors import BadInput
 from .profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from .run import MEMORY_CATEGORIES, Run, Section
@@ -109,6 +110,16 @@ class Fmt:
                 value = b / size
                 return self._unit(_round(value), unit, _pattern(value))
         return self._unit(_no_negative_zero(b / 1024, 2), "digital-kilobyte", "#,##0.##")
+
+    def si(self, value: float | None, unit: str) -> str:
+        """A rate or a count with an SI prefix: "1,2 TFLOP/s", "310 GB/s" (units are the
+        same in every language; the number is the locale's)."""
+        if value is None:
+            return "—"
+        for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+            if abs(value) >= scale:
+                return self.num(value / scale) + "\u00a0" + prefix + unit
+        return self.num(value) + "\u00a0" + unit
 
     def _unit(self, value: float, unit: str, pattern: str) -> str:
         """A number and its unit as this language's engineers write them: Babel's unit, or
@@ -327,8 +338,58 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
     }
 
 
+EFFICIENCY_ROWS = 10  # operators in the efficiency table
+
+
+def _efficiency_view(section: Section, fmt: Fmt, batch_size: int | None) -> dict[str, Any]:
+    """MFU, speed of light and the efficiency table (reporter.efficiency); or why there
+    are none (``efficiency_note``: efficiency.NO_SHAPES, NO_PEAKS, NOTHING_MODELLED)."""
+    e = of_section(section, batch_size)
+    if isinstance(e, str):
+        return {"efficiency": None, "efficiency_note": e, "roofline_points": None,
+                "roofline_chart": None}
+    # Names and dtypes may come from a crafted run.json: text, never Markdown.
+    rows = [{"name": markup.code(o.name), "dtype": markup.text(", ".join(o.dtypes)),
+             "time": fmt.time(o.time_us), "flops": fmt.si(o.flops, "FLOP") if o.flops else "0",
+             "bytes": fmt.bytes(o.bytes),
+             "achieved": fmt.si(o.achieved_flops, "FLOP/s") if o.flops else "—",
+             "bandwidth": fmt.si(o.achieved_bandwidth, "B/s"),
+             "intensity": fmt.num(o.intensity) if o.intensity is not None else "—",
+             "bound": o.bound, "roofline": fmt.pct(o.roofline_share)}
+            for o in e.ops[:EFFICIENCY_ROWS]]
+    sol = e.speed_of_light_us
+    return {
+        "efficiency": {
+            "rows": rows, "basis": e.basis, "source": e.peaks.source,
+            "device": markup.text(e.peaks.device), "reference": markup.text(e.peaks.reference),
+            "peak_dtype": markup.text(e.peak_dtype), "peak": fmt.si(e.peak_flops, "FLOP/s"),
+            "bandwidth": fmt.si(e.peaks.bandwidth, "B/s"),
+            "peaks": [markup.text(f"{k} {fmt.si(v, 'FLOP/s')}") for k, v in
+                      sorted(e.peaks.flops.items(), key=lambda kv: kv[1])],
+            "seconds": fmt.num(e.peaks.seconds, 1) if e.peaks.seconds else None,
+            "threads": e.peaks.threads,
+            "mfu": fmt.pct(e.mfu), "hfu": fmt.pct(e.hfu), "training": e.training,
+            "flops_per_step": fmt.si(e.model_flops_per_step, "FLOP"),
+            "step": fmt.time(e.step_us), "step_timed": e.step_timed,
+            "profiled_step": fmt.time(e.profiled_step_us),
+            "sol": fmt.time(sol), "sol_share": fmt.pct(sol / e.profiled_step_us)
+            if e.profiled_step_us else "—",
+            "sol_speedup": fmt.num(e.profiled_step_us / sol, 1) if sol > 0 else "—",
+            "coverage": fmt.pct(e.coverage), "tf32_inferred": e.tf32_inferred,
+            "not_modelled": [{"name": markup.code(n), "time": fmt.time(us)}
+                             for n, us in e.not_modelled[:5]],
+            "no_peak": [markup.text(d) for d in e.no_peak],
+            # Faster than the memory roof: operands that stayed in the caches.
+            "over_roof": any(o.roofline_share > 1 for o in e.ops[:EFFICIENCY_ROWS]),
+        },
+        "efficiency_note": None,
+        "roofline_points": e,  # for the chart
+        "roofline_chart": None,  # its file name, once write_report has drawn it
+    }
+
+
 def section_view(section: Section, fmt: Fmt, findings: list[Finding],
-                 top: int = 15) -> dict[str, Any]:
+                 top: int = 15, batch_size: int | None = None) -> dict[str, Any]:
     """One profiled mode of a run, or one imported profile (no throughput, no memory)."""
     p = section.profile
     device = p.has_device
@@ -390,6 +451,7 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
         "host_net_peak": fmt.bytes(m.get("host_net_peak_b")),
         **_tensor_memory_view(section, fmt),
         **_breakdown_view(section, fmt),
+        **_efficiency_view(section, fmt, batch_size),
         "has_device": device,
         "time_column": "Self CUDA" if device else "Self CPU",  # the profiler's own words
         "findings": [_finding_view(f, fmt) for f in findings],
@@ -460,7 +522,8 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
     if findings is None:
         findings = [analyze(s.profile) for s in run.sections]
     env = run.env
-    sections = [section_view(s, fmt, f) for s, f in zip(run.sections, findings)]
+    sections = [section_view(s, fmt, f, batch_size=run.target.get("batch_size"))
+                for s, f in zip(run.sections, findings)]
     _number(sections)
     ranks = None
     if run.ranks:
@@ -554,6 +617,22 @@ def _breakdown_side_by_side(sections: list[Section], fmt: Fmt) -> dict[str, Any]
             "host": rows("host_us", HOST_PHASES), "device": rows("device_us", DEVICE_ACTIVITIES)}
 
 
+def _efficiency_side_by_side(sections: list[Section], steps: list[Any], fmt: Fmt
+                             ) -> dict[str, Any] | None:
+    """MFU and speed of light, one column per step of the comparison; None when no step
+    has them."""
+    results = [of_section(s, step.batch_size) for s, step in zip(sections, steps)]
+    found = [r if not isinstance(r, str) else None for r in results]
+    if not any(found):
+        return None
+    return {"n": list(range(1, len(sections) + 1)),
+            "mfu": [fmt.pct(e.mfu) if e else "—" for e in found],
+            "hfu": [fmt.pct(e.hfu) if e else "—" for e in found],
+            "sol": [fmt.time(e.speed_of_light_us) if e else "—" for e in found],
+            "sol_share": [fmt.pct(e.speed_of_light_us / e.profiled_step_us)
+                          if e and e.profiled_step_us else "—" for e in found]}
+
+
 def compare_view(comparison, lang: str) -> dict[str, Any]:
     """Everything compare.md.j2 prints: steps, throughput with noise, what changed."""
     fmt = Fmt(check_language(lang))
@@ -618,6 +697,7 @@ def compare_view(comparison, lang: str) -> dict[str, Any]:
                            s.throughput.windows],
             "chart": None, "mermaid": None,
             "breakdown": _breakdown_side_by_side(m.sections, fmt),
+            "efficiency": _efficiency_side_by_side(m.sections, comparison.steps, fmt),
             "sub": markup.Md("###" if len(comparison.modes) > 1 else "##"),
         })
     last = comparison.steps[-1].run

@@ -1,0 +1,274 @@
+"""What the machine can do at best: peak FLOP/s per dtype and memory bandwidth.
+
+For the NVIDIA GPUs people use, the datasheet's dense figures (never the 2:4
+sparse ones, which NVIDIA prints next to them at twice the value); for the CPU
+and any other GPU, ``measure`` times a large matrix product per dtype and a
+copy on the device itself. A trace from a device this table does not know gets
+no peaks at all: the report says they are unknown rather than guess.
+
+Keys of ``flops``: "fp32" is the plain (CUDA-core, or the CPU's vector) rate,
+which element-wise work runs at; "tf32", "bf16", "fp16", "fp8" are matrix
+(tensor-core) rates. TF32 counts only when TF32 was on for the run.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional
+
+T, G = 1e12, 1e9
+
+DATASHEET = "datasheet"
+MEASURED = "measured"
+
+
+@dataclass
+class Peaks:
+    source: str  # DATASHEET or MEASURED
+    device: str  # the table's name for it, or the measured device's name
+    flops: dict[str, float]  # dtype -> FLOP/s
+    bandwidth: float  # bytes/s
+    reference: str = ""  # the datasheet (the report words a measurement itself)
+    seconds: float | None = None  # how long measuring took
+    threads: int | None = None  # the CPU threads a CPU measurement used
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Optional["Peaks"]:
+        if not isinstance(data, dict):
+            return None
+        if data.get("source") not in (DATASHEET, MEASURED):
+            return None
+        try:
+            flops = {str(k): float(v) for k, v in dict(data["flops"]).items() if float(v) > 0}
+            return cls(source=str(data["source"]), device=str(data["device"]), flops=flops,
+                       bandwidth=float(data["bandwidth"]),
+                       reference=str(data.get("reference", "")),
+                       seconds=data.get("seconds") if isinstance(data.get("seconds"),
+                                                                 (int, float)) else None,
+                       threads=data.get("threads") if type(data.get("threads")) is int
+                       else None)
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    pattern: str  # matched against the upper-cased device name
+    flops_t: dict[str, float]  # TFLOP/s, dense
+    bandwidth_g: float  # GB/s
+    source: str
+    min_mem_gb: float = 0  # tells the 40 and 80 GB A100s apart
+    max_mem_gb: float = 1e9
+
+
+# Dense peaks per dtype (TFLOP/s) and memory bandwidth (GB/s). Sources: NVIDIA's
+# product datasheets (the table "Specifications" of each product page or PDF); where a
+# datasheet prints only the 2:4 sparse figure, the dense one is half of it, as its footnote
+# says. GeForce cards: the architecture whitepapers' "FP16 Tensor TFLOPS with FP32
+# accumulate" (the rate PyTorch's matmuls get there), not the FP16-accumulate figure.
+TABLE: tuple[_Entry, ...] = (
+    # NVIDIA V100 datasheet (2020): SXM2 15.7 FP32, 125 tensor; PCIe 14 / 112; 900 GB/s.
+    _Entry("V100S PCIe", r"V100S", {"fp32": 16.4, "fp16": 130}, 1134,
+           "NVIDIA V100S datasheet: 16.4 TFLOPS FP32, 130 TFLOPS tensor, 1134 GB/s"),
+    _Entry("V100 PCIe", r"V100.*PCIE", {"fp32": 14, "fp16": 112}, 900,
+           "NVIDIA V100 datasheet (PCIe): 14 TFLOPS FP32, 112 TFLOPS tensor, 900 GB/s"),
+    _Entry("V100 SXM2", r"V100", {"fp32": 15.7, "fp16": 125}, 900,
+           "NVIDIA V100 datasheet (SXM2): 15.7 TFLOPS FP32, 125 TFLOPS tensor, 900 GB/s"),
+    # NVIDIA T4 datasheet: 8.1 FP32, 65 FP16 mixed precision, 320 GB/s.
+    _Entry("T4", r"\bT4\b", {"fp32": 8.1, "fp16": 65}, 320,
+           "NVIDIA T4 datasheet: 8.1 TFLOPS FP32, 65 TFLOPS FP16, 320 GB/s"),
+    # NVIDIA A10 datasheet: 31.2 FP32, TF32 62.5 (125 sparse), BF16/FP16 125 (250), 600 GB/s.
+    _Entry("A10", r"\bA10\b", {"fp32": 31.2, "tf32": 62.5, "bf16": 125, "fp16": 125}, 600,
+           "NVIDIA A10 datasheet: 31.2 FP32, 62.5 TF32, 125 BF16/FP16 TFLOPS dense, 600 GB/s"),
+    # NVIDIA A100 datasheet: 19.5 FP32, TF32 156 (312 sparse), BF16/FP16 312 (624 sparse);
+    # 40GB 1555 GB/s; 80GB PCIe 1935 GB/s; 80GB SXM 2039 GB/s.
+    _Entry("A100 80GB PCIe", r"A100.*PCIE", {"fp32": 19.5, "tf32": 156, "bf16": 312,
+                                             "fp16": 312}, 1935,
+           "NVIDIA A100 datasheet (80GB PCIe): 19.5 FP32, 156 TF32, 312 BF16 TFLOPS, 1935 GB/s",
+           min_mem_gb=60),
+    _Entry("A100 80GB SXM", r"A100", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312},
+           2039,
+           "NVIDIA A100 datasheet (80GB SXM): 19.5 FP32, 156 TF32, 312 BF16 TFLOPS, 2039 GB/s",
+           min_mem_gb=60),
+    _Entry("A100 40GB", r"A100", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 1555,
+           "NVIDIA A100 datasheet (40GB): 19.5 FP32, 156 TF32, 312 BF16 TFLOPS, 1555 GB/s",
+           max_mem_gb=60),
+    # NVIDIA L4 datasheet: 30.3 FP32, TF32 120*, BF16/FP16 242*, FP8 485* (*sparse); 300 GB/s.
+    _Entry("L4", r"\bL4\b", {"fp32": 30.3, "tf32": 60, "bf16": 121, "fp16": 121, "fp8": 242.5},
+           300, "NVIDIA L4 datasheet: 30.3 FP32; TF32 120, BF16 242, FP8 485 sparse; 300 GB/s"),
+    # NVIDIA L40S datasheet: 91.6 FP32, TF32 366*, BF16/FP16 733*, FP8 1466* (*sparse); 864 GB/s.
+    _Entry("L40S", r"L40S", {"fp32": 91.6, "tf32": 183, "bf16": 366.5, "fp16": 366.5,
+                             "fp8": 733}, 864,
+           "NVIDIA L40S datasheet: 91.6 FP32; TF32 366, BF16 733, FP8 1466 sparse; 864 GB/s"),
+    # NVIDIA H100 datasheet: SXM 67 FP32, TF32 989*, BF16 1979*, FP8 3958*, 3.35 TB/s; PCIe 51,
+    # 756*, 1513*, 3026*, 2 TB/s; NVL 60, 835*, 1671*, 3341*, 3.9 TB/s (*sparse).
+    _Entry("H100 NVL", r"H100.*NVL", {"fp32": 60, "tf32": 417.5, "bf16": 835.5,
+                                      "fp16": 835.5, "fp8": 1670.5}, 3900,
+           "NVIDIA H100 datasheet (NVL): 60 FP32; TF32 835, BF16 1671, FP8 3341 sparse; 3.9 TB/s"),
+    _Entry("H100 PCIe", r"H100.*PCIE", {"fp32": 51, "tf32": 378, "bf16": 756.5, "fp16": 756.5,
+                                        "fp8": 1513}, 2000,
+           "NVIDIA H100 datasheet (PCIe): 51 FP32; TF32 756, BF16 1513, FP8 3026 sparse; 2 TB/s"),
+    _Entry("H100 SXM", r"H100", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5,
+                                 "fp8": 1979}, 3350,
+           "NVIDIA H100 datasheet (SXM): 67 FP32; TF32 989, BF16 1979, FP8 3958 sparse; "
+           "3.35 TB/s"),
+    # NVIDIA H200 datasheet: SXM as H100 SXM's compute, 4.8 TB/s; NVL 60 FP32, TF32 835*,
+    # BF16 1671*, FP8 3341* (*sparse), 4.8 TB/s.
+    _Entry("H200 NVL", r"H200.*NVL", {"fp32": 60, "tf32": 417.5, "bf16": 835.5,
+                                      "fp16": 835.5, "fp8": 1670.5}, 4800,
+           "NVIDIA H200 datasheet (NVL): 60 FP32; TF32 835, BF16 1671, FP8 3341 sparse; 4.8 TB/s"),
+    _Entry("H200 SXM", r"H200", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5,
+                                 "fp8": 1979}, 4800,
+           "NVIDIA H200 datasheet (SXM): 67 FP32; TF32 989, BF16 1979, FP8 3958 sparse; 4.8 TB/s"),
+    # NVIDIA HGX B200 datasheet (per GPU): 75 FP32, TF32 2.2 P*, BF16 4.5 P*, FP8 9 P* (*sparse);
+    # 7.7 TB/s.
+    _Entry("B200", r"B200", {"fp32": 75, "tf32": 1100, "bf16": 2250, "fp16": 2250, "fp8": 4500},
+           7700, "NVIDIA HGX B200 datasheet, per GPU: 75 FP32; TF32 2.2, BF16 4.5, FP8 9 "
+           "PFLOPS sparse; 7.7 TB/s"),
+    # NVIDIA Ampere GA102 whitepaper (RTX 3090): 35.6 FP32, TF32 35.6, FP16/BF16 tensor with
+    # FP32 accumulate 71; 936 GB/s.
+    _Entry("GeForce RTX 3090", r"RTX 3090(?! TI)", {"fp32": 35.6, "tf32": 35.6, "bf16": 71,
+                                                   "fp16": 71}, 936,
+           "NVIDIA GA102 whitepaper (RTX 3090): 35.6 FP32, 35.6 TF32, 71 FP16/BF16 with FP32 "
+           "accumulate; 936 GB/s"),
+    # NVIDIA Ada whitepaper (RTX 4090): 82.6 FP32, TF32 82.6, FP16/BF16 with FP32 accumulate
+    # 165.2, FP8 with FP32 accumulate 330.3; 1008 GB/s.
+    _Entry("GeForce RTX 4090", r"RTX 4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2,
+                                            "fp16": 165.2, "fp8": 330.3}, 1008,
+           "NVIDIA Ada whitepaper (RTX 4090): 82.6 FP32, 82.6 TF32, 165.2 FP16/BF16 and 330.3 FP8 "
+           "with FP32 accumulate; 1008 GB/s"),
+)
+
+
+def lookup(name: str | None, memory_b: int | None = None) -> Peaks | None:
+    """The datasheet peaks of a device by its name (torch.cuda.get_device_name, or a
+    trace's deviceProperties) and memory size, or None for a device not in the table."""
+    if not name:
+        return None
+    upper = name.upper()
+    if "NVIDIA" not in upper and "TESLA" not in upper and "GEFORCE" not in upper:
+        return None
+    mem_gb = memory_b / 1e9 if memory_b else None
+    for e in TABLE:
+        if not re.search(e.pattern, upper):
+            continue
+        if mem_gb is not None and not e.min_mem_gb <= mem_gb <= e.max_mem_gb:
+            continue
+        if mem_gb is None and e.min_mem_gb > 0:
+            continue  # an A100 of unknown memory: the 40 GB entry (the lower bandwidth)
+        return Peaks(source=DATASHEET, device=e.name,
+                     flops={k: v * T for k, v in e.flops_t.items()},
+                     bandwidth=e.bandwidth_g * G, reference=e.source)
+    return None
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+def _best_rate(fn: Callable[[], None], work: float, sync: Callable[[], None],
+               budget_s: float, max_reps: int = 50) -> float:
+    """The best work per second over repeats of fn (after one warm-up call)."""
+    fn()
+    sync()
+    best, spent, reps = 0.0, 0.0, 0
+    while reps < 3 or (spent < budget_s and reps < max_reps):
+        start = time.perf_counter()
+        fn()
+        sync()
+        elapsed = time.perf_counter() - start
+        spent += elapsed
+        reps += 1
+        if elapsed > 0:
+            best = max(best, work / elapsed)
+    return best
+
+
+def _matmul_rate(torch: Any, device: str, dtype: Any, sync: Callable[[], None],
+                 budget_s: float, start_n: int, max_n: int) -> float:
+    """FLOP/s of square matrix products, grown until one takes a few milliseconds."""
+    n = start_n
+    while True:
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        sync()
+        start = time.perf_counter()
+        torch.mm(a, b)
+        sync()
+        if time.perf_counter() - start > 0.005 or n >= max_n:
+            break
+        n *= 2
+    return _best_rate(lambda: torch.mm(a, b), 2.0 * n ** 3, sync, budget_s)
+
+
+def measure(device: str, tf32: bool = False) -> Peaks:
+    """Time what this device achieves: a large matrix product per dtype and a copy,
+    synchronised, a second or two in all; labelled as measured."""
+    import torch
+
+    started = time.perf_counter()
+    on_gpu = device.startswith("cuda")
+    sync = (lambda: torch.cuda.synchronize(device)) if on_gpu else (lambda: None)
+    flops: dict[str, float] = {}
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    if on_gpu:
+        dtypes["fp16"] = torch.float16
+    for key, dtype in dtypes.items():
+        if on_gpu and key == "fp32":
+            flops["fp32"] = _fp32_rate(torch, device, sync, tf32=False)
+            if tf32:
+                flops["tf32"] = _fp32_rate(torch, device, sync, tf32=True)
+            continue
+        try:
+            flops[key] = _matmul_rate(torch, device, dtype, sync, 0.25,
+                                      1024 if on_gpu else 128, 8192 if on_gpu else 2048)
+        except RuntimeError:  # a dtype the device has no kernels for
+            continue
+    # Copy bandwidth: read once and write once, 2 x the tensor's bytes per copy.
+    size = (256 << 20) if on_gpu else (64 << 20)
+    src = torch.empty(size // 4, device=device)
+    dst = torch.empty_like(src)
+    bandwidth = _best_rate(lambda: dst.copy_(src), 2.0 * size, sync, 0.25)
+    name = torch.cuda.get_device_name(device) if on_gpu else _cpu_name()
+    return Peaks(source=MEASURED, device=name, flops={k: v for k, v in flops.items() if v > 0},
+                 bandwidth=bandwidth, seconds=time.perf_counter() - started,
+                 threads=None if on_gpu else torch.get_num_threads())
+
+
+def _fp32_rate(torch: Any, device: str, sync: Callable[[], None], tf32: bool) -> float:
+    """fp32 products with TF32 off (the CUDA cores' rate) or on (the tensor cores')."""
+    matmul = torch.backends.cuda.matmul
+    new_api = hasattr(matmul, "fp32_precision")  # torch >= 2.9; the legacy flag raises then
+    attr, value = ("fp32_precision", "tf32" if tf32 else "ieee") if new_api else \
+        ("allow_tf32", tf32)
+    saved = getattr(matmul, attr)
+    setattr(matmul, attr, value)
+    try:
+        return _matmul_rate(torch, device, torch.float32, sync, 0.25, 1024, 8192)
+    finally:
+        setattr(matmul, attr, saved)
+
+
+def _cpu_name() -> str:
+    from .runner import _cpu_name as name
+    return name()
+
+
+_CACHE: dict[tuple[str, bool], Peaks] = {}
+
+
+def for_run(device: str, device_name: str | None, memory_b: int | None,
+            tf32: bool = False) -> Peaks:
+    """The peaks a run's report uses: the datasheet's for a GPU the table knows, else
+    measured here (once per process and device)."""
+    known = lookup(device_name, memory_b) if device.startswith("cuda") else None
+    if known is not None:
+        return known
+    key = (device, tf32)
+    if key not in _CACHE:
+        _CACHE[key] = measure(device, tf32)
+    return _CACHE[key]
