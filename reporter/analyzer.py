@@ -56,12 +56,14 @@ def rule(rule_id: str, **limits: float):
     return register
 
 
-def analyze(profile: Profile, overrides: dict[str, dict[str, float]] | None = None
-            ) -> list[Finding]:
+def analyze(profile: Profile, overrides: dict[str, dict[str, float]] | None = None,
+            efficiency: Any = None) -> list[Finding]:
     """Run every rule; most severe and largest first.
 
     ``dominant-operator`` is dropped when a more specific finding already
-    explains its operator.
+    explains its operator. With the profile's ``efficiency``
+    (reporter.efficiency.Efficiency), an operator that dominates while running near
+    its roofline is no alarm: ``near-roofline`` says so, with the levers left.
     """
     if profile.self_cpu_us + profile.self_device_us < MIN_PROFILE_US:
         return []  # too little was recorded for any share to mean something
@@ -73,8 +75,50 @@ def analyze(profile: Profile, overrides: dict[str, dict[str, float]] | None = No
         if finding is not None:
             found.append(finding)
     found = [f for f in found if not (f.rule == "dominant-operator" and _explained(f, found))]
+    if efficiency is not None and not isinstance(efficiency, str):
+        found = [_near_roofline(f, efficiency, overrides.get("near-roofline", {}))
+                 if f.rule == "dominant-operator" else f for f in found]
+        found = [f for f in found if f is not None]
     found.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.evidence.get("share", 0.0)))
     return found
+
+
+# An operator at this share of its roofline or more runs as well as can be expected.
+NEAR_ROOFLINE = 0.5
+
+
+def _near_roofline(dominant: Finding, efficiency: Any, limits: dict[str, float]
+                   ) -> Finding | None:
+    """A dominant matrix operator that runs near its roofline: not a problem but the
+    step's shape. Its lever: a dtype with a higher peak on this machine, worth the
+    operator's time x (1 - its peak / the faster one) per step, if any."""
+    row = next((o for o in efficiency.ops if o.name == dominant.evidence["op"]), None)
+    if row is None or not row.matrix or row.bound != "compute" or \
+            row.roofline_share < limits.get("roofline", NEAR_ROOFLINE):
+        return dominant
+    peaks = efficiency.peaks.flops
+    current = max((peaks.get(d, 0.0) for d in row.dtypes), default=0.0) or \
+        efficiency.peak_flops
+    faster = max(((k, v) for k, v in peaks.items() if k != "fp32" and v > current * 1.1),
+                 key=lambda kv: kv[1], default=None)
+    saving = row.time_us * (1 - current / faster[1]) if faster else None
+    step = efficiency.profiled_step_us
+    return Finding("near-roofline", "low", {
+        **{k: v for k, v in dominant.evidence.items() if k != "threshold"},
+        "roofline_share": row.roofline_share, "achieved_fps": row.achieved_flops,
+        "peak_fps": current, "dtype": ", ".join(row.dtypes), "source": efficiency.peaks.source,
+        "faster_dtype": faster[0] if faster else None,
+        "faster_fps": faster[1] if faster else None,
+        "saving_us": saving, "saving_share": saving / step if saving and step else None,
+    }, ops=dominant.ops)
+
+
+def analyze_section(section: Any, overrides: dict[str, dict[str, float]] | None = None,
+                    batch_size: int | None = None) -> list[Finding]:
+    """analyze() of a run's section (reporter.run.Section), with its efficiency."""
+    from .efficiency import of_section
+
+    return analyze(section.profile, overrides, of_section(section, batch_size))
 
 
 def _explained(dominant: Finding, found: list[Finding]) -> bool:
@@ -151,13 +195,13 @@ def dataloader_rows(profile: Profile) -> list[Op]:
 
 
 def profiles_json(profiles: list[Profile], memory: list[dict[str, Any]] | None = None,
-                  efficiency: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                  efficiency: list[Any] | None = None) -> dict[str, Any]:
     """The ``--json`` document: times in microseconds, memory in bytes, findings by rule id.
 
     ``breakdown`` is the step breakdown (null for tables); ``memory``, given for a
     stored run's sections, adds each one's memory figures and memory profile;
-    ``efficiency`` (reporter.efficiency.to_json) is given for a run's sections, else
-    judged against the datasheet for the profile's device."""
+    ``efficiency`` (reporter.efficiency.of_section's) is given for a run's sections,
+    else judged against the datasheet for the profile's device."""
     from dataclasses import asdict
 
     from .efficiency import assess, peaks_for, to_json
@@ -170,13 +214,13 @@ def profiles_json(profiles: list[Profile], memory: list[dict[str, Any]] | None =
             if row.get("input_shapes") is None:
                 row.pop("input_shapes", None)
             ops.append(row)
+        eff = efficiency[i] if efficiency is not None else assess(p, peaks_for(p))
         doc = {"label": p.label, "device_type": p.device_type, "totals": p.totals(),
                "breakdown": asdict(p.breakdown) if p.breakdown else None,
-               "ops": ops, "findings": [f.to_dict() for f in analyze(p)]}
+               "efficiency": to_json(eff), "ops": ops,
+               "findings": [f.to_dict() for f in analyze(p, efficiency=eff)]}
         if memory is not None:
             doc["memory"] = memory[i]
-        doc["efficiency"] = (efficiency[i] if efficiency is not None
-                             else to_json(assess(p, peaks_for(p))))
         out.append(doc)
     return {"profiles": out}
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .analyzer import Finding, analyze
+from .analyzer import Finding, analyze_section
 from .errors import BadInput
 from .profile import KIND_KERNEL, Profile
 from .run import Run, Section
@@ -159,7 +159,7 @@ def compare_pair(before: Section, after: Section, top: int = 10) -> Pair:
                       key=lambda c: c.after_us, reverse=True)[:top]
     disappeared = sorted((OpChange(n, b[n], 0.0) for n in b.keys() - a.keys() if b[n] > 0),
                          key=lambda c: c.before_us, reverse=True)[:top]
-    fb, fa = analyze(before.profile), analyze(after.profile)
+    fb, fa = analyze_section(before), analyze_section(after)
     rules_b, rules_a = {f.rule for f in fb}, {f.rule for f in fa}
     return Pair(before, after, speedup, noise, ratio, basis, changed, appeared, disappeared,
                 resolved=[f for f in fb if f.rule not in rules_a],

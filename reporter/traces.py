@@ -29,7 +29,7 @@ import msgspec
 
 from .breakdown import overlap, step_breakdown, union
 from .errors import BadInput, read_error
-from .flops import FORMULAS, cost, modelled
+from .flops import FORMULAS, MATRIX, cost, modelled
 from .profile import (KIND_ANNOTATION, KIND_DEVICE_ANNOTATION, KIND_KERNEL, KIND_OP,
                       KIND_RUNTIME, Op, Profile, classify)
 
@@ -622,8 +622,10 @@ def _device_memory(props: list) -> int | None:
 
 
 def _cost_of(rec: list, args: Any) -> bool:
-    """A modelled operator's cost; the operators around it that have a formula too leave
-    it to the innermost one (aten::linear to the aten::addmm it calls)."""
+    """A modelled operator's cost. Of nested modelled operators, one carries the cost: a
+    matrix product, convolution or attention keeps it from the helpers it calls (the
+    copy of the bias in aten::addmm); otherwise the innermost one does (aten::linear
+    leaves it to its aten::addmm, aten::softmax to aten::_softmax)."""
     if type(args) is _CostArgs:
         c = args.computed  # _scan_costs
     else:
@@ -631,12 +633,17 @@ def _cost_of(rec: list, args: Any) -> bool:
         c = cost(rec[_AGG].name, dims, args.types, args.concrete)
     if c is None:
         return False
-    rec[_COST] = c
+    above = []
     up = rec[_PARENT]
     while up is not None and (up[_COST] or up[_INSIDE]):  # none above has a cost otherwise
         if up[_COST]:
-            up[_COST] = False
+            if c.family != MATRIX and up[_COST].family == MATRIX:
+                return False  # a helper inside a matrix operator: its time is the operator's
+            above.append(up)
         up = up[_PARENT]
+    rec[_COST] = c
+    for up in above:
+        up[_COST] = False
     return True
 
 

@@ -20,9 +20,9 @@ from babel.numbers import format_decimal, format_percent
 from babel.units import format_unit
 
 from . import markup
-from .analyzer import Finding, analyze, step_wall_us
+from .analyzer import Finding, analyze, analyze_section, step_wall_us
 from .breakdown import DEVICE_ACTIVITIES, HOST_PHASES
-from .efficiency import of_section
+from .efficiency import assess, of_section, peaks_for
 from .errors import BadInput
 from .profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from .run import MEMORY_CATEGORIES, Run, Section
@@ -204,14 +204,15 @@ def _op_row(op: Op, profile: Profile, fmt: Fmt, device: bool) -> dict[str, str]:
 
 
 _SHARES = ("share", "threshold", "op_share", "per_call_share", "overlap_share")
+_TEXT = ("dtype", "faster_dtype")  # read from a stored run: text, never Markdown
 
 
 def _finding_view(f: Finding, fmt: Fmt) -> dict[str, Any]:
     """A finding's evidence formatted for the locale, by naming convention.
 
     ``x_us`` becomes a time ``x``, ``x_b`` a size ``x`` (None when zero), shares
-    become percentages, ints get an ``x_text`` with digit grouping, operator
-    names become inline code.
+    (``x_share``) become percentages, ``x_fps`` a FLOP/s rate, ints get an ``x_text``
+    with digit grouping, operator names become inline code.
     """
     view: dict[str, Any] = {"rule": f.rule, "severity": f.severity}
     for key, value in f.evidence.items():
@@ -219,8 +220,12 @@ def _finding_view(f: Finding, fmt: Fmt) -> dict[str, Any]:
             view[key[:-3]] = fmt.time(value)
         elif key.endswith("_b"):  # under 1 KiB, or negative (memory freed): not said
             view[key[:-2]] = fmt.bytes(value) if value and value >= 1024 else None
-        elif key in _SHARES:
-            view[key] = fmt.pct(value)
+        elif key in _SHARES or key.endswith("_share"):
+            view[key] = fmt.pct(value) if value is not None else None
+        elif key.endswith("_fps"):  # FLOP/s
+            view[key] = fmt.si(value, "FLOP/s") if value else None
+        elif key in _TEXT:
+            view[key] = markup.text(value) if value is not None else None
         elif isinstance(value, bool) or value is None or isinstance(value, (str, list)):
             view[key] = value
         elif isinstance(value, int):
@@ -520,7 +525,8 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
     """Everything report.md.j2 prints for a stored or fresh run."""
     fmt = Fmt(check_language(lang))
     if findings is None:
-        findings = [analyze(s.profile) for s in run.sections]
+        findings = [analyze_section(s, batch_size=run.target.get("batch_size"))
+                    for s in run.sections]
     env = run.env
     sections = [section_view(s, fmt, f, batch_size=run.target.get("batch_size"))
                 for s, f in zip(run.sections, findings)]
@@ -561,7 +567,8 @@ def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, An
     """The report view of profiles read from someone's tables (no run around them)."""
     fmt = Fmt(check_language(lang))
     sections = [section_view(Section(label=p.label, throughput=None, profile=p), fmt,
-                             analyze(p)) for p in profiles]
+                             analyze(p, efficiency=assess(p, peaks_for(p))))
+                for p in profiles]
     _number(sections)
     device = next((p.device_type for p in profiles if p.device_type), None)
     ranks = None

@@ -1,0 +1,55 @@
+"""Targets built from well-known models of the transformers library: small configs,
+random weights, inputs made in code (nothing downloaded). Test-only."""
+
+from __future__ import annotations
+
+import torch
+
+from reporter.target import Target
+
+
+def _ids(vocab: int, batch: int, seq: int, n: int = 4):
+    gen = torch.Generator().manual_seed(0)
+    return [(torch.randint(0, vocab, (batch, seq), generator=gen),) for _ in range(n)]
+
+
+def bert_inference(device: str = "cpu", preset: str = "default") -> Target:
+    """A small BERT encoder in inference: matrix products do the work, as they should."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=1000, hidden_size=256, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=1024)
+    model = BertModel(config).to(device).eval()
+    return Target(model=model, batches=_ids(1000, 8, 128), batch_size=8,
+                  forward=lambda m, batch: m(input_ids=batch[0]).last_hidden_state,
+                  modes=("inference",))
+
+
+def llama_train(device: str = "cpu", preset: str = "default") -> Target:
+    """A small Llama training step (AdamW, foreach)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=1000, hidden_size=256, intermediate_size=688,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=256)
+    model = LlamaForCausalLM(config).to(device)
+    return Target(model=model, batches=_ids(1000, 4, 128), batch_size=4,
+                  forward=lambda m, batch: m(input_ids=batch[0], labels=batch[0]).loss,
+                  loss=lambda out, batch: out,
+                  optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4))
+
+
+def gpt2_train(device: str = "cpu", preset: str = "default") -> Target:
+    """A small GPT-2 training step, with a per-parameter (for-loop) Adam: its element-wise
+    time is the optimizer's."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=1000, n_positions=128, n_embd=128, n_layer=2, n_head=4)
+    model = GPT2LMHeadModel(config).to(device)
+    return Target(model=model, batches=_ids(1000, 4, 64), batch_size=4,
+                  forward=lambda m, batch: m(input_ids=batch[0], labels=batch[0]).loss,
+                  loss=lambda out, batch: out,
+                  optimizer=torch.optim.Adam(model.parameters(), lr=1e-4, foreach=False))

@@ -1,0 +1,53 @@
+"""The analysis on models we did not write: transformers' BERT, Llama and GPT-2, built
+from small configs with random weights (tests/models/hf.py), profiled on the CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reporter.analyzer import analyze_section
+from reporter.efficiency import of_section
+
+HF = Path(__file__).parent / "models" / "hf.py"
+
+
+def profiled(name: str, tmp_path):
+    from reporter.runner import RunOptions, profile_target
+    from reporter.target import resolve
+
+    spec, builder = resolve(f"{HF}:{name}")
+    run = profile_target(spec, builder, RunOptions(device="cpu", windows=3, time_budget_s=0.5,
+                                                   warmup_steps=1), tmp_path)
+    section = run.sections[0]
+    return section, of_section(section, run.target["batch_size"]), analyze_section(section)
+
+
+@pytest.mark.parametrize("name, gemm", [("bert_inference", "aten::addmm"),
+                                        ("llama_train", "aten::mm")])
+def test_matrix_bound_models_get_no_alarm(name, gemm, tmp_path):
+    """Dominated by matrix products that run near their roofline: a statement of the
+    step's shape with the levers left, not a dominant-operator alarm."""
+    section, e, findings = profiled(name, tmp_path)
+    assert not isinstance(e, str), e
+    top = e.ops[0]
+    assert top.name == gemm and top.matrix and top.bound == "compute"
+    assert any(o.name.startswith("aten::_scaled_dot_product") for o in e.ops)  # attention
+    assert 0.1 < e.mfu <= 1.0 and e.coverage > 0.6
+    rules = [f.rule for f in findings]
+    assert "dominant-operator" not in rules, rules
+    near = next(f for f in findings if f.rule == "near-roofline")
+    assert near.ops == [gemm] and near.evidence["roofline_share"] >= 0.5
+    if near.evidence["faster_dtype"]:  # a dtype with a higher measured peak: its saving
+        assert 0 < near.evidence["saving_us"] < top.time_us
+
+
+def test_gpt2_optimizer_updates_are_not_an_elementwise_blowup(tmp_path):
+    """A per-parameter Adam's element-wise updates are the optimizer's, not a pattern
+    that broadcasting or einsum would fix."""
+    section, e, findings = profiled("gpt2_train", tmp_path)
+    assert "elementwise-blowup" not in [f.rule for f in findings]
+    assert not isinstance(e, str) and e.training
+    phases = {c["phase"] for c in section.profile.costs}
+    assert {"forward", "backward", "optimizer"} <= phases
