@@ -201,10 +201,12 @@ def profiles_json(profiles: list[Profile], memory: list[dict[str, Any]] | None =
     ``breakdown`` is the step breakdown (null for tables); ``memory``, given for a
     stored run's sections, adds each one's memory figures and memory profile;
     ``efficiency`` (reporter.efficiency.of_section's) is given for a run's sections,
-    else judged against the datasheet for the profile's device."""
+    else judged against the datasheet for the profile's device. Findings come by
+    estimated saving (reporter.savings), with ``saving_ms`` and its band."""
     from dataclasses import asdict
 
     from .efficiency import assess, peaks_for, to_json
+    from .savings import ranked
 
     out = []
     for i, p in enumerate(profiles):
@@ -215,10 +217,14 @@ def profiles_json(profiles: list[Profile], memory: list[dict[str, Any]] | None =
                 row.pop("input_shapes", None)
             ops.append(row)
         eff = efficiency[i] if efficiency is not None else assess(p, peaks_for(p))
+        main, minor = ranked(analyze(p, efficiency=eff), p, eff)
         doc = {"label": p.label, "device_type": p.device_type, "totals": p.totals(),
                "breakdown": asdict(p.breakdown) if p.breakdown else None,
                "efficiency": to_json(eff), "ops": ops,
-               "findings": [f.to_dict() for f in analyze(p, efficiency=eff)]}
+               # By estimated saving; "minor": worth under 3% of the step.
+               "findings": [{**f.to_dict(), **s.to_json(), "minor": is_minor}
+                            for group, is_minor in ((main, False), (minor, True))
+                            for f, s in group]}
         if memory is not None:
             doc["memory"] = memory[i]
         out.append(doc)

@@ -23,6 +23,7 @@ from . import markup
 from .analyzer import Finding, analyze, analyze_section, step_wall_us
 from .breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 from .efficiency import assess, of_section, peaks_for
+from .savings import Saving, ranked
 from .errors import BadInput
 from .profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from .run import MEMORY_CATEGORIES, Run, Section
@@ -207,7 +208,7 @@ _SHARES = ("share", "threshold", "op_share", "per_call_share", "overlap_share")
 _TEXT = ("dtype", "faster_dtype")  # read from a stored run: text, never Markdown
 
 
-def _finding_view(f: Finding, fmt: Fmt) -> dict[str, Any]:
+def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[str, Any]:
     """A finding's evidence formatted for the locale, by naming convention.
 
     ``x_us`` becomes a time ``x``, ``x_b`` a size ``x`` (None when zero), shares
@@ -235,6 +236,18 @@ def _finding_view(f: Finding, fmt: Fmt) -> dict[str, Any]:
     view["op"] = md_name(f.evidence["op"]) if f.evidence.get("op") else ""
     for key in ("materialisers", "others"):
         view[key] = [md_name(n) for n in f.evidence.get(key, [])]
+    if saving is not None:  # what the finding is worth (reporter.savings)
+        view["worth"] = {
+            "accounts": fmt.time(saving.accounts_us) if saving.accounts_us else None,
+            "accounts_share": fmt.pct(saving.share(saving.accounts_us))
+            if saving.accounts_us and saving.step_us else None,
+            "saving": fmt.time(saving.saving_us) if saving.saving_us is not None else None,
+            "share": fmt.pct(saving.share(saving.saving_us)),
+            "low": fmt.time(saving.low_us) if saving.low_us is not None else None,
+            "high": fmt.time(saving.high_us) if saving.high_us is not None else None,
+            "band": saving.low_us is not None and saving.high_us is not None
+            and saving.high_us - saving.low_us > 0.01 * (saving.saving_us or 0.0),
+            "note": saving.note}
     return view
 
 
@@ -346,10 +359,10 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
 EFFICIENCY_ROWS = 10  # operators in the efficiency table
 
 
-def _efficiency_view(section: Section, fmt: Fmt, batch_size: int | None) -> dict[str, Any]:
+def _efficiency_view(e: Any, fmt: Fmt) -> dict[str, Any]:
     """MFU, speed of light and the efficiency table (reporter.efficiency); or why there
-    are none (``efficiency_note``: efficiency.NO_SHAPES, NO_PEAKS, NOTHING_MODELLED)."""
-    e = of_section(section, batch_size)
+    are none (``efficiency_note``: efficiency.NO_SHAPES, NO_PEAKS, NOTHING_MODELLED,
+    NOT_RECORDED)."""
     if isinstance(e, str):
         return {"efficiency": None, "efficiency_note": e, "roofline_points": None,
                 "roofline_chart": None}
@@ -397,6 +410,8 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
                  top: int = 15, batch_size: int | None = None) -> dict[str, Any]:
     """One profiled mode of a run, or one imported profile (no throughput, no memory)."""
     p = section.profile
+    eff = of_section(section, batch_size)
+    main, minor = ranked(findings, p, eff)
     device = p.has_device
     cpu_rows = p.top("self_cpu_us", top, kinds=(KIND_OP, KIND_DATALOADER, KIND_RUNTIME))
     device_rows = p.top("self_device_us", top, kinds=(KIND_OP,)) if device else []
@@ -456,10 +471,11 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
         "host_net_peak": fmt.bytes(m.get("host_net_peak_b")),
         **_tensor_memory_view(section, fmt),
         **_breakdown_view(section, fmt),
-        **_efficiency_view(section, fmt, batch_size),
+        **_efficiency_view(eff, fmt),
         "has_device": device,
         "time_column": "Self CUDA" if device else "Self CPU",  # the profiler's own words
-        "findings": [_finding_view(f, fmt) for f in findings],
+        "findings": [_finding_view(f, fmt, s) for f, s in main],
+        "minor_findings": [_finding_view(f, fmt, s) for f, s in minor],
         "top_cpu": [_op_row(o, p, fmt, device) for o in cpu_rows],
         "top_device": [_op_row(o, p, fmt, device) for o in device_rows],
         "top_kernels": [_op_row(o, p, fmt, device) for o in kernel_rows],

@@ -1,0 +1,93 @@
+"""Benchmark: do the findings' predicted savings come true?
+
+For every built-in baseline and its fixed twin, profiled here one after the
+other: the share of the step that the baseline's main problems which the twin no
+longer has were predicted to save (reporter.savings, with its low-high band),
+against the share the twin actually saves (1 - baseline throughput / twin
+throughput, the medians of the timed windows, with the noise of both
+intervals), and the error. It also lists any main problem of the twin that its
+baseline had too (its fix should have removed it). Goal: each prediction within
+30% of the measured saving, or inside the measurement's noise.
+
+Not a test: run it by hand.
+
+    .venv/bin/python bench/diagnosis.py [--device cpu] [--time-budget 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from reporter.analyzer import analyze_section  # noqa: E402
+from reporter.efficiency import of_section  # noqa: E402
+from reporter.runner import RunOptions, profile_target  # noqa: E402
+from reporter.savings import ranked  # noqa: E402
+from reporter.target import resolve  # noqa: E402
+
+PAIRS = ("seq2seq", "transformer-bloat", "cnn", "transformer")
+
+
+def run(name: str, opts: RunOptions, scratch: Path):
+    spec, builder = resolve(name)
+    r = profile_target(spec, builder, opts, scratch)
+    out = {}
+    for s in r.sections:
+        main, _ = ranked(analyze_section(s, batch_size=r.target["batch_size"]), s.profile,
+                         of_section(s, r.target["batch_size"]))
+        out[s.label] = (s, main)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--time-budget", type=float, default=3.0)
+    args = parser.parse_args()
+    opts = RunOptions(device=args.device, time_budget_s=args.time_budget)
+    scratch = Path(tempfile.mkdtemp(prefix="reporter-diagnosis-"))
+    print("| baseline | mode | problems its twin fixed | predicted saving | measured saving "
+          "| error | still in the twin |")
+    print("| --- | --- | --- | ---: | ---: | ---: | --- |")
+    errors = []
+    for name in PAIRS:
+        base, twin = run(name, opts, scratch), run(f"{name}-fixed", opts, scratch)
+        for mode, (s, found) in base.items():
+            if mode not in twin:
+                continue
+            t, twin_found = twin[mode]
+            twin_rules = {f.rule for f, _ in twin_found}
+            fixed = [(f, sv) for f, sv in found if f.rule not in twin_rules]
+            kept = [f.rule for f, _ in found if f.rule in twin_rules]
+            shares = [(sv.share(sv.saving_us), sv.share(sv.low_us), sv.share(sv.high_us))
+                      for _, sv in fixed if sv.saving_us is not None]
+            predicted = sum(p for p, _, _ in shares)
+            low = sum(lo if lo is not None else p for p, lo, _ in shares)
+            high = sum(hi if hi is not None else p for p, _, hi in shares)
+            tb, tt = s.throughput, t.throughput
+            measured = 1 - tb.median / tt.median if tb and tt and tt.median else None
+            noise = None
+            if tb and tt and tb.interval and tt.interval:
+                noise = (tb.interval.half_width(tb.median) + tt.interval.half_width(tt.median))
+            if measured is not None and predicted:
+                err = predicted - measured
+                inside = noise is not None and abs(err) <= noise * (1 - measured)
+                rel = abs(err) / abs(measured) if measured else float("inf")
+                errors.append((rel <= 0.3) or inside)
+                err_text = f"{err * 100:+.1f} pts ({rel:.0%}{', in noise' if inside else ''})"
+            else:
+                err_text = "—"
+            rules = ", ".join(f.rule for f, _ in fixed) or "—"
+            print(f"| {name} | {mode} | {rules} | {predicted:.1%} ({low:.1%}–{high:.1%}) | "
+                  + (f"{measured:.1%}" if measured is not None else "—")
+                  + (f" (±{noise:.1%})" if noise else "")
+                  + f" | {err_text} | {', '.join(kept) or '—'} |")
+    met = sum(errors)
+    print(f"\nwithin 30% or the noise: {met} of {len(errors)}")
+
+
+if __name__ == "__main__":
+    main()

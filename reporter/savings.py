@@ -1,0 +1,204 @@
+"""What each finding is worth: the time it accounts for and what its fix would save.
+
+A pure function of a finding, its profile, and the profile's efficiency
+(reporter.efficiency). Times are per profiled step, in microseconds; shares are
+of the profiled step. Each estimate says how it is made:
+
+- the work goes away (element-wise blow-up, copies, CPU-side padding, unfused
+  attention): all of their time, at least the time beyond the operators'
+  roofline (they would run at it); a blow-up's time includes the operators that
+  materialise it (``aten::repeat`` and the copies inside it), which a copy
+  finding beside it then leaves out; fused attention keeps the products' FLOPs,
+  at their roofline;
+- the work stays but runs better (one dominant operator): the time beyond its
+  roofline;
+- waiting that is not overlapped (DataLoader, synchronisations, communication,
+  an idle device): the waits the step breakdown measured, per step, lowest to
+  highest step; synchronisations count only while the device idled;
+- fp32 matrix work with a faster dtype at hand: its time x (1 - the fp32 peak /
+  the faster peak), TF32 at the low end and bf16 at the high end;
+- no estimate where the profile cannot give one (memory pressure is about
+  memory; a table has no timeline): ``note`` says so, and no number is shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .analyzer import Finding, step_wall_us
+from .profile import Profile
+
+# A finding whose fix saves less than this share of the step is minor.
+MINOR_SHARE = 0.03
+NOT_QUANTIFIABLE = "not-quantifiable"
+
+
+@dataclass
+class Saving:
+    accounts_us: float | None  # the time the finding accounts for, per step
+    saving_us: float | None  # the estimated saving of its fix, per step
+    low_us: float | None
+    high_us: float | None
+    step_us: float | None  # the profiled step the shares are of
+    note: str | None = None  # NOT_QUANTIFIABLE when there is no estimate
+    measured: dict[str, float] | None = None  # {"before_ms", "after_ms"}: timed here
+
+    def share(self, us: float | None) -> float | None:
+        return us / self.step_us if us is not None and self.step_us else None
+
+    @property
+    def minor(self) -> bool:
+        s = self.share(self.saving_us)
+        return s is not None and s < MINOR_SHARE
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields --json adds to a finding."""
+        ms = (lambda us: us / 1e3 if us is not None else None)
+        return {"accounts_ms": ms(self.accounts_us), "saving_ms": ms(self.saving_us),
+                "saving_share": self.share(self.saving_us), "saving_low": ms(self.low_us),
+                "saving_high": ms(self.high_us), "saving_note": self.note,
+                "measured": self.measured}
+
+
+def _steps(profile: Profile) -> tuple[int, float]:
+    """(profiled steps, mean step in us)."""
+    b = profile.breakdown
+    if b is not None and b.steps_us:
+        return len(b.steps_us), b.mean(b.steps_us)
+    n = max(profile.steps, 1)
+    return n, step_wall_us(profile) / n
+
+
+def _accounted(f: Finding, profile: Profile, n: int) -> float | None:
+    """The finding's time per step, from its share of its basis."""
+    share, basis = f.evidence.get("share"), f.evidence.get("basis")
+    total = {"device": profile.self_device_us, "cpu": profile.self_cpu_us,
+             "step": step_wall_us(profile)}.get(basis)
+    if share is None or total is None:
+        return None
+    return share * total / n
+
+
+def _beyond_roof(names: list[str], time_us: float, eff: Any) -> float | None:
+    """The part of ``time_us`` the operators ``names`` spend beyond their roofline (their
+    mean roofline share, weighted by time), or None without efficiency for them."""
+    if eff is None or isinstance(eff, str):
+        return None
+    rows = [o for o in eff.ops if o.name in names and o.time_us > 0]
+    if not rows:
+        return None
+    share = sum(min(1.0, o.roofline_share) * o.time_us for o in rows) / sum(
+        o.time_us for o in rows)
+    return time_us * (1 - share)
+
+
+def _matrix_roof(names: list[str], eff: Any) -> float:
+    """Per step, the roofline time of the matrix products among ``names``."""
+    if eff is None or isinstance(eff, str):
+        return 0.0
+    return sum(o.roof_us for o in eff.ops if o.name in names and o.matrix)
+
+
+def _per_step(values: list[float]) -> tuple[float, float, float]:
+    return sum(values) / len(values), min(values), max(values)
+
+
+def _materialised(profile: Profile, names: list[str], n: int) -> float:
+    """Per step, the inclusive time of the operators that materialise a blow-up."""
+    attr = "device_total_us" if profile.has_device else "cpu_total_us"
+    return sum(getattr(o, attr) for o in profile.ops if o.name in names) / n
+
+
+def estimate(f: Finding, profile: Profile, eff: Any = None,
+             others: list[Finding] = ()) -> Saving:
+    """What ``f`` is worth; ``others``, the profile's other findings, keep two findings
+    from counting the same time."""
+    n, step = _steps(profile)
+    accounted = _accounted(f, profile, n)
+    b = profile.breakdown
+    none = Saving(accounted, None, None, None, step, NOT_QUANTIFIABLE)
+    rule = f.rule
+    if rule in ("elementwise-blowup", "copy-heavy", "cpu-side-padding", "unfused-attention"):
+        if accounted is None:
+            return none
+        low = _beyond_roof(f.ops, accounted, eff)
+        if rule == "elementwise-blowup":
+            accounted += _materialised(profile, f.evidence.get("materialisers", []), n)
+        blowup = next((o for o in others if o.rule == "elementwise-blowup"), None)
+        if rule == "copy-heavy" and blowup is not None:  # its copies are the blow-up's
+            accounted = max(0.0, accounted - _materialised(
+                profile, blowup.evidence.get("materialisers", []), n))
+        low = min(low if low is not None else 0.0, accounted)
+        saving = accounted
+        if rule == "unfused-attention":  # the products stay, at their roofline, fused
+            saving = max(low, accounted - _matrix_roof(f.ops, eff))
+        return Saving(accounted, saving, low, accounted, step)
+    if rule in ("dominant-operator", "single-tensor-optimizer"):
+        beyond = _beyond_roof(f.ops or [f.evidence.get("op")], accounted or 0.0, eff)
+        if rule == "single-tensor-optimizer" and b is not None and b.host_us.get("optimizer"):
+            accounted = b.mean(b.host_us["optimizer"])
+            beyond = _beyond_roof(
+                [o.name for o in (eff.ops if eff and not isinstance(eff, str) else [])
+                 if o.name.startswith("aten::")], accounted, eff)
+        if not accounted or beyond is None:
+            return none
+        return Saving(accounted, beyond, beyond / 2, beyond, step)
+    if rule == "near-roofline":
+        saving = f.evidence.get("saving_us")
+        if saving is None:
+            return none
+        return Saving(accounted, saving / n, saving / n, saving / n, step)
+    waits = {"dataloader-bound": ("device_us", "idle_data") if b and b.device_us
+             else ("host_us", "data"),
+             "sync-stall": ("device_us", "idle_sync"),
+             "communication-bound": ("device_us", "communication"),
+             "low-device-utilization": ("device_us", "idle_host")}
+    if rule in waits:
+        part, key = waits[rule]
+        values = getattr(b, part).get(key) if b is not None else None
+        if not values:
+            return none
+        mean, low, high = _per_step(values)
+        return Saving(accounted, mean, low, high, step)
+    if rule == "fp32-gemm" and eff is not None and not isinstance(eff, str) and accounted:
+        peaks = eff.peaks.flops
+        fp32 = peaks.get("fp32")
+        faster = [peaks[k] for k in ("tf32", "bf16") if k in peaks]
+        if fp32 and faster:
+            low, high = (accounted * (1 - fp32 / v) for v in (min(faster), max(faster)))
+            return Saving(accounted, high, low, high, step)
+    return none
+
+
+# A device busy this share of the step or more is what the host waits for: its
+# synchronisations are the symptom of a device-bound step.
+BUSY = 0.9
+
+
+def _device_busy(profile: Profile, s: Saving) -> bool:
+    """Whether the device kept busy while the host waited in synchronisations: the idle
+    time they caused is minor (a trace), or, in a table, the device's time nearly fills
+    the step."""
+    if s.saving_us is not None:
+        return s.minor
+    if not profile.has_device:
+        return False
+    wall = step_wall_us(profile)
+    return wall > 0 and profile.self_device_us / wall >= BUSY
+
+
+def ranked(findings: list[Finding], profile: Profile, eff: Any = None
+           ) -> tuple[list[tuple[Finding, Saving]], list[tuple[Finding, Saving]]]:
+    """(main problems, minor ones): by estimated saving, largest first, then those without
+    an estimate by severity. A synchronisation stall while the device stays busy is a
+    symptom of a device-bound step, not a problem: it is left out."""
+    main, minor = [], []
+    for f in findings:
+        s = estimate(f, profile, eff, findings)
+        if f.rule == "sync-stall" and _device_busy(profile, s):
+            continue  # the device did not idle while the host waited
+        (minor if s.minor else main).append((f, s))
+    main.sort(key=lambda fs: (fs[1].saving_us is None, -(fs[1].saving_us or 0.0)))
+    minor.sort(key=lambda fs: -(fs[1].saving_us or 0.0))
+    return main, minor

@@ -1,0 +1,67 @@
+"""reporter.savings: what each finding is worth, and the order of the main problems."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reporter.analyzer import Finding
+from reporter.profile import Breakdown, Op, Profile
+from reporter.savings import MINOR_SHARE, NOT_QUANTIFIABLE, estimate, ranked
+
+
+def _profile(**host) -> Profile:
+    steps = [10_000.0, 10_000.0]
+    return Profile(device_type="cuda", self_cpu_us=20_000, self_device_us=16_000, steps=2,
+                   ops=[Op("aten::repeat", calls=2, cpu_total_us=4000, device_total_us=3000)],
+                   breakdown=Breakdown(
+                       steps_us=steps, host_us={"data": [1000.0, 3000.0]},
+                       device_us={"idle_data": [1000.0, 3000.0], "idle_sync": [50.0, 50.0],
+                                  "compute": [8950.0, 6950.0]}))
+
+
+def _f(rule, share, basis="device", **evidence):
+    return Finding(rule, "medium", {"basis": basis, "share": share, "threshold": 0.1,
+                                    **evidence}, ops=evidence.pop("ops", []))
+
+
+def test_waits_come_from_the_breakdown():
+    p = _profile()
+    s = estimate(_f("dataloader-bound", 0.2, basis="step"), p)
+    assert (s.saving_us, s.low_us, s.high_us) == (2000, 1000, 3000)  # device idle for data
+    assert s.share(s.saving_us) == pytest.approx(0.2)
+    sync = estimate(_f("sync-stall", 0.9, basis="cpu"), p)
+    assert sync.saving_us == 50 and sync.minor  # the GPU did not idle: a symptom
+
+
+def test_a_blow_up_owns_its_copies_and_the_ranking_follows_savings():
+    p = _profile()
+    blowup = _f("elementwise-blowup", 0.5, materialisers=["aten::repeat"])
+    copies = _f("copy-heavy", 0.25)
+    sync = _f("sync-stall", 0.9, basis="cpu")
+    memory = Finding("memory-pressure", "high", {"basis": "memory", "share": 0.95})
+    main, minor = ranked([copies, sync, memory, blowup], p)
+    assert [f.rule for f, _ in main] == ["elementwise-blowup", "copy-heavy", "memory-pressure"]
+    (_, b), (_, c), (_, m) = main
+    # 50% of 16 ms of device time over 2 steps, plus repeat's 3 ms over 2 steps.
+    assert b.saving_us == pytest.approx(4000 + 1500)
+    assert c.saving_us == pytest.approx(2000 - 1500)  # its copies inside repeat are the blow-up's
+    assert m.note == NOT_QUANTIFIABLE and m.saving_us is None
+    assert minor == []  # the sync stall is left out, not minor: it would save nothing
+    json = b.to_json()
+    assert json["saving_ms"] == pytest.approx(5.5) and json["saving_share"] == pytest.approx(0.55)
+    assert {"saving_low", "saving_high", "measured"} <= set(json)
+
+
+def test_small_savings_are_minor():
+    p = _profile()
+    tiny = _f("copy-heavy", MINOR_SHARE / 2 * 20_000 / 16_000)
+    main, minor = ranked([tiny], p)
+    assert not main and [f.rule for f, _ in minor] == ["copy-heavy"]
+
+
+def test_golden_reports_show_the_worth():
+    gold = Path(__file__).parent / "gold"
+    for lang, word in (("en", "**Worth:**"), ("ru", "**Выигрыш:**"), ("zh", "**收益：**")):
+        assert word in (gold / f"cpu-transformer-bloat.{lang}.md").read_text(encoding="utf-8")
