@@ -123,8 +123,6 @@ def estimate(f: Finding, profile: Profile, eff: Any = None,
         if accounted is None:
             return none
         low = _beyond_roof(f.ops, accounted, eff)
-        if rule == "elementwise-blowup":
-            accounted += _materialised(profile, f.evidence.get("materialisers", []), n)
         blowup = next((o for o in others if o.rule == "elementwise-blowup"), None)
         if rule == "copy-heavy" and blowup is not None:  # its copies are the blow-up's
             accounted = max(0.0, accounted - _materialised(

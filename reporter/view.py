@@ -204,7 +204,8 @@ def _op_row(op: Op, profile: Profile, fmt: Fmt, device: bool) -> dict[str, str]:
     return row
 
 
-_SHARES = ("share", "threshold", "op_share", "per_call_share", "overlap_share")
+_SHARES = ("share", "threshold", "op_share", "per_call_share", "overlap_share",
+           "materialised_share")
 _TEXT = ("dtype", "faster_dtype")  # read from a stored run: text, never Markdown
 
 

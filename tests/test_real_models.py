@@ -51,3 +51,15 @@ def test_gpt2_optimizer_updates_are_not_an_elementwise_blowup(tmp_path):
     assert not isinstance(e, str) and e.training
     phases = {c["phase"] for c in section.profile.costs}
     assert {"forward", "backward", "optimizer"} <= phases
+
+
+def test_a_planted_blow_up_comes_first(tmp_path):
+    """The same BERT with seed 001's mistake planted in a head: that problem first."""
+    from reporter.savings import ranked
+
+    section, e, findings = profiled("bert_pairwise_blowup", tmp_path)
+    main, _ = ranked(findings, section.profile, e)
+    first, worth = main[0]
+    assert first.rule == "elementwise-blowup", [f.rule for f, _ in main]
+    assert "aten::repeat" in first.evidence["materialisers"]
+    assert worth.share(worth.saving_us) > 0.3

@@ -36,7 +36,9 @@ def test_elementwise_blowup_fires_above_30_percent_only():
                     op("aten::repeat", cpu=0.5, calls=2))
     assert "elementwise-blowup" not in rules_of(below)
     (f,) = [f for f in analyze(above) if f.rule == "elementwise-blowup"]
-    assert f.evidence["op"] == "aten::mul" and f.evidence["share"] == pytest.approx(31 / 100.5)
+    # The share holds the time of repeat, which materialises the blow-up.
+    assert f.evidence["op"] == "aten::mul" and f.evidence["share"] == pytest.approx(31.5 / 100.5)
+    assert f.evidence["materialised_share"] == pytest.approx(0.5 / 100.5)
     assert f.evidence["mem_per_call_b"] == 2 << 20
     assert f.evidence["materialisers"] == ["aten::repeat"]
 
@@ -64,11 +66,11 @@ def test_copy_heavy_names_the_kind_of_copy():
 def test_dataloader_bound_uses_the_step_wall_time():
     p = profile(op("ProfilerStep*", cpu=10, total=1000, kind="annotation"),
                 op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", cpu=20,
-                   total=60, kind="dataloader"),
+                   total=120, kind="dataloader"),
                 op("aten::mm", cpu=900))
     (f,) = [f for f in analyze(p) if f.rule == "dataloader-bound"]
-    assert f.evidence["share"] == pytest.approx(0.06)
-    p.ops[1].cpu_total_us = 40
+    assert f.evidence["share"] == pytest.approx(0.12)
+    p.ops[1].cpu_total_us = 90
     assert "dataloader-bound" not in rules_of(p)
 
 

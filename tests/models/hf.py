@@ -53,3 +53,27 @@ def gpt2_train(device: str = "cpu", preset: str = "default") -> Target:
                   forward=lambda m, batch: m(input_ids=batch[0], labels=batch[0]).loss,
                   loss=lambda out, batch: out,
                   optimizer=torch.optim.Adam(model.parameters(), lr=1e-4, foreach=False))
+
+
+class _PairwiseHead(torch.nn.Module):
+    """A planted problem (seed 001's): token-pair scores built by materialising every pair
+    with repeat, then multiplying and summing element by element, instead of h @ h^T."""
+
+    def __init__(self, encoder):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, ids):
+        h = self.encoder(input_ids=ids).last_hidden_state  # (B, T, D)
+        t = h.shape[1]
+        left = h.unsqueeze(2).repeat(1, 1, t, 1)
+        right = h.unsqueeze(1).repeat(1, t, 1, 1)
+        return (left * right).sum(-1)
+
+
+def bert_pairwise_blowup(device: str = "cpu", preset: str = "default") -> Target:
+    """The small BERT in inference, with a pairwise head that blows its tensors up."""
+    bert = bert_inference(device, preset)
+    return Target(model=_PairwiseHead(bert.model).to(device).eval(), batches=bert.batches,
+                  batch_size=bert.batch_size, forward=lambda m, batch: m(batch[0]),
+                  modes=("inference",))
