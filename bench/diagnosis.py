@@ -37,7 +37,7 @@ def run(name: str, opts: RunOptions, scratch: Path):
     out = {}
     for s in r.sections:
         main, _ = ranked(analyze_section(s, batch_size=r.target["batch_size"]), s.profile,
-                         of_section(s, r.target["batch_size"]))
+                         of_section(s, r.target["batch_size"]), s.whatif)
         out[s.label] = (s, main)
     return out
 

@@ -195,7 +195,8 @@ def dataloader_rows(profile: Profile) -> list[Op]:
 
 
 def profiles_json(profiles: list[Profile], memory: list[dict[str, Any]] | None = None,
-                  efficiency: list[Any] | None = None) -> dict[str, Any]:
+                  efficiency: list[Any] | None = None,
+                  measured: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The ``--json`` document: times in microseconds, memory in bytes, findings by rule id.
 
     ``breakdown`` is the step breakdown (null for tables); ``memory``, given for a
@@ -217,7 +218,8 @@ def profiles_json(profiles: list[Profile], memory: list[dict[str, Any]] | None =
                 row.pop("input_shapes", None)
             ops.append(row)
         eff = efficiency[i] if efficiency is not None else assess(p, peaks_for(p))
-        main, minor = ranked(analyze(p, efficiency=eff), p, eff)
+        main, minor = ranked(analyze(p, efficiency=eff), p, eff,
+                             measured[i] if measured is not None else None)
         doc = {"label": p.label, "device_type": p.device_type, "totals": p.totals(),
                "breakdown": asdict(p.breakdown) if p.breakdown else None,
                "efficiency": to_json(eff), "ops": ops,

@@ -417,7 +417,8 @@ def cmd_analyze(args) -> int:
                 [s.profile for s in run.sections],
                 [{**s.memory, "tensors": asdict(s.tensor_memory) if s.tensor_memory else None,
                   "tensors_note": s.tensor_memory_note} for s in run.sections],
-                [efficiency.of_section(s, run.target.get("batch_size")) for s in run.sections]))
+                [efficiency.of_section(s, run.target.get("batch_size")) for s in run.sections],
+                [s.whatif for s in run.sections]))
             return 0
         _write_reports(_for_output(run_view(run, lang), args), run_folder, formats, args)
         return 0

@@ -81,6 +81,9 @@ class Section:
     # The machine's peaks (reporter.peaks.Peaks.to_dict): a datasheet's, or measured by
     # the run; None for imported profiles and runs stored before it existed.
     peaks: dict[str, Any] | None = None
+    # Replacements timed on the device (reporter.whatif), by rule id: {"before_ms",
+    # "after_ms", ...} per step.
+    whatif: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -102,6 +105,7 @@ class Section:
                            if isinstance(data.get("tensor_memory"), dict) else None),
             tensor_memory_note=data.get("tensor_memory_note"),
             peaks=data.get("peaks") if isinstance(data.get("peaks"), dict) else None,
+            whatif=dict(data.get("whatif") or {}),
         )
 
 

@@ -491,6 +491,18 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
                    tensor_memory_note=tensors if isinstance(tensors, str) else None)
 
 
+def _whatif(section: Section, device: str, progress: Progress) -> None:
+    """Time on the device the replacements the section's findings propose."""
+    from .analyzer import analyze_section
+    from .whatif import measure
+
+    rules = {f.rule for f in analyze_section(section)}
+    if "unfused-attention" in rules:
+        progress(f"{section.label}: timing the proposed replacements")
+    with _filtered_native_stderr():
+        section.whatif = measure(section, rules, device)
+
+
 def _peaks(device: str, progress: Progress) -> Peaks:
     """The datasheet's peaks of a GPU the table knows; else measured here, once per
     process (the default suite calibrates once), while the target's TF32 setting holds."""
@@ -599,13 +611,14 @@ def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
                     lambda msg, mode=mode: progress(f"{mode}: {msg}"),
                     opts.time_budget_s / len(target.modes)))
             benchmark = _benchmark(target, device, progress)
+            for section in sections:
+                section.peaks = peaks.to_dict()
+                _whatif(section, device, progress)
     finally:
         del target
         gc.collect()
     if benchmark is not None:
         sections[0].benchmark = benchmark
-    for section in sections:
-        section.peaks = peaks.to_dict()
     builtin = BUILTINS.get(name)
     return Run(
         id=new_run_id(name, device, now), created=now.isoformat(timespec="seconds"),

@@ -32,6 +32,7 @@ from .profile import Profile
 # A finding whose fix saves less than this share of the step is minor.
 MINOR_SHARE = 0.03
 NOT_QUANTIFIABLE = "not-quantifiable"
+NOT_FASTER = "not-faster"  # the replacement, timed on the device, saves nothing there
 
 
 @dataclass
@@ -41,7 +42,7 @@ class Saving:
     low_us: float | None
     high_us: float | None
     step_us: float | None  # the profiled step the shares are of
-    note: str | None = None  # NOT_QUANTIFIABLE when there is no estimate
+    note: str | None = None  # NOT_QUANTIFIABLE, or NOT_FASTER when timed here
     measured: dict[str, float] | None = None  # {"before_ms", "after_ms"}: timed here
 
     def share(self, us: float | None) -> float | None:
@@ -111,11 +112,18 @@ def _materialised(profile: Profile, names: list[str], n: int) -> float:
 
 
 def estimate(f: Finding, profile: Profile, eff: Any = None,
-             others: list[Finding] = ()) -> Saving:
+             others: list[Finding] = (), measured: dict[str, Any] | None = None) -> Saving:
     """What ``f`` is worth; ``others``, the profile's other findings, keep two findings
-    from counting the same time."""
+    from counting the same time; ``measured``, its replacement timed on the device
+    (reporter.whatif), replaces the estimate."""
     n, step = _steps(profile)
     accounted = _accounted(f, profile, n)
+    if measured:
+        saving = (measured["before_ms"] - measured["after_ms"]) * 1e3
+        timed = {"before_ms": measured["before_ms"], "after_ms": measured["after_ms"]}
+        if saving <= 0:
+            return Saving(accounted, 0.0, 0.0, 0.0, step, NOT_FASTER, timed)
+        return Saving(accounted, saving, saving, saving, step, None, timed)
     b = profile.breakdown
     none = Saving(accounted, None, None, None, step, NOT_QUANTIFIABLE)
     rule = f.rule
@@ -186,17 +194,19 @@ def _device_busy(profile: Profile, s: Saving) -> bool:
     return wall > 0 and profile.self_device_us / wall >= BUSY
 
 
-def ranked(findings: list[Finding], profile: Profile, eff: Any = None
+def ranked(findings: list[Finding], profile: Profile, eff: Any = None,
+           measured: dict[str, dict[str, Any]] | None = None
            ) -> tuple[list[tuple[Finding, Saving]], list[tuple[Finding, Saving]]]:
     """(main problems, minor ones): by estimated saving, largest first, then those without
-    an estimate by severity. A synchronisation stall while the device stays busy is a
-    symptom of a device-bound step, not a problem: it is left out."""
+    an estimate by severity; a replacement timed here that is not faster is minor. A
+    synchronisation stall while the device stays busy is a symptom of a device-bound
+    step, not a problem: it is left out. ``measured``: Section.whatif."""
     main, minor = [], []
     for f in findings:
-        s = estimate(f, profile, eff, findings)
+        s = estimate(f, profile, eff, findings, (measured or {}).get(f.rule))
         if f.rule == "sync-stall" and _device_busy(profile, s):
             continue  # the device did not idle while the host waited
-        (minor if s.minor else main).append((f, s))
+        (minor if s.minor or s.note == NOT_FASTER else main).append((f, s))
     main.sort(key=lambda fs: (fs[1].saving_us is None, -(fs[1].saving_us or 0.0)))
     minor.sort(key=lambda fs: -(fs[1].saving_us or 0.0))
     return main, minor

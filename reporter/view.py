@@ -248,7 +248,9 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             "high": fmt.time(saving.high_us) if saving.high_us is not None else None,
             "band": saving.low_us is not None and saving.high_us is not None
             and saving.high_us - saving.low_us > 0.01 * (saving.saving_us or 0.0),
-            "note": saving.note}
+            "note": saving.note,
+            "before": fmt.time(saving.measured["before_ms"] * 1e3) if saving.measured else None,
+            "after": fmt.time(saving.measured["after_ms"] * 1e3) if saving.measured else None}
     return view
 
 
@@ -395,6 +397,7 @@ def _efficiency_view(e: Any, fmt: Fmt) -> dict[str, Any]:
             if e.profiled_step_us else "—",
             "sol_speedup": fmt.num(e.profiled_step_us / sol, 1) if sol > 0 else "—",
             "coverage": fmt.pct(e.coverage), "tf32_inferred": e.tf32_inferred,
+            "raised": [markup.text(k) for k in e.peaks_raised],
             "not_modelled": [{"name": markup.code(n), "time": fmt.time(us)}
                              for n, us in e.not_modelled[:5]],
             "no_peak": [markup.text(d) for d in e.no_peak],
@@ -412,7 +415,7 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding],
     """One profiled mode of a run, or one imported profile (no throughput, no memory)."""
     p = section.profile
     eff = of_section(section, batch_size)
-    main, minor = ranked(findings, p, eff)
+    main, minor = ranked(findings, p, eff, section.whatif)
     device = p.has_device
     cpu_rows = p.top("self_cpu_us", top, kinds=(KIND_OP, KIND_DATALOADER, KIND_RUNTIME))
     device_rows = p.top("self_device_us", top, kinds=(KIND_OP,)) if device else []

@@ -62,8 +62,8 @@ def test_datasheet_figures_are_dense_and_sourced():
             assert f["tf32"] == pytest.approx(f["bf16"] / 2, rel=0.03), e.name
 
 
-def _peaks(**flops) -> Peaks:
-    return Peaks(source=MEASURED, device="test", flops={k: v * T for k, v in flops.items()},
+def _peaks(source=DATASHEET, **flops) -> Peaks:
+    return Peaks(source=source, device="test", flops={k: v * T for k, v in flops.items()},
                  bandwidth=1e12)
 
 
@@ -120,6 +120,17 @@ def test_tf32_only_when_on_or_proven():
     assert unknown.tf32_inferred and unknown.ops[0].roofline_share <= 1
     slow = [_cost("aten::mm", 2e12, 1e6, 400_000, dtype="fp32")]  # 5 TFLOP/s: fp32 can
     assert not assess(_profile(slow), peaks, tf32=None).tf32_inferred
+
+
+def test_measured_peaks_beaten_by_the_run_are_raised():
+    """A calibration in a busy moment under-measures: the run's own GEMM, faster than it,
+    shows what the machine does. Datasheet peaks stay as printed."""
+    costs = [_cost("aten::mm", 2e12, 1e6, 20_000, dtype="fp32")]  # 100 TFLOP/s
+    e = assess(_profile(costs, step_us=12_000), _peaks(source=MEASURED, fp32=50))
+    assert e.peaks_raised == ["fp32"] and e.peaks.flops["fp32"] == pytest.approx(100 * T)
+    assert e.ops[0].roofline_share == pytest.approx(1.0) and e.mfu <= 1
+    kept = assess(_profile(costs), _peaks(fp32=50))
+    assert not kept.peaks_raised and kept.ops[0].roofline_share == pytest.approx(2.0)
 
 
 def test_missing_inputs_say_why():

@@ -1,0 +1,126 @@
+"""Advice timed on the device: the replacement a finding proposes, at the recorded shapes.
+
+When the runner has the device at hand and a finding's fix is an operator
+replacement, it times the operators as the model ran them and their
+replacement at the shapes and dtype the profile recorded, on the same device
+(warm-up, synchronised, the median of repeats, a fraction of a second each).
+The result, per step, is stored in the run (``Section.whatif``) and the report
+says "measured here: X -> Y"; reporter.savings takes it over its estimate, and
+a replacement that is not faster here is not given as a main problem.
+
+Measured now: unfused attention (bmm/matmul + softmax + bmm/matmul) against
+``scaled_dot_product_attention``, forward (and backward for a training step).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import statistics
+import time
+from typing import Any, Callable
+
+from .profile import Profile
+
+SOFTMAX = ("aten::_softmax", "aten::softmax")
+PRODUCTS = ("aten::bmm", "aten::matmul")
+BUDGET_S = 0.3  # per variant
+
+
+def _shapes(text: str | None) -> list | None:
+    try:
+        value = ast.literal_eval(text) if text else None
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, list) else None
+
+
+def attention_shapes(profile: Profile) -> dict[str, Any] | None:
+    """The unfused attention's shapes: the softmax over scores (..., L, S) that took the
+    most time, and the products around it: q (N, L, E), k (N, S, E), v (N, S, Ev)."""
+    rows = sorted((o for o in profile.ops_by_shape if o.name in SOFTMAX),
+                  key=lambda o: o.cpu_total_us + o.device_total_us, reverse=True)
+    for soft in rows:
+        dims = _shapes(soft.input_shapes)
+        if not dims or not isinstance(dims[0], list) or len(dims[0]) < 3:
+            continue
+        *batch, lq, ls = dims[0]
+        n = math.prod(batch)
+        e = ev = None
+        for o in profile.ops_by_shape:
+            d = _shapes(o.input_shapes) if o.name in PRODUCTS else None
+            if not d or len(d) < 2 or not all(isinstance(x, list) and len(x) >= 3 for x in d[:2]):
+                continue
+            a, b = d[0], d[1]
+            if math.prod(a[:-2]) != n:
+                continue
+            if a[-2:-1] == [lq] and b[-1] == ls and a[-1] == b[-2]:
+                e = a[-1]  # q @ k^T
+            elif a[-2:] == [lq, ls] and b[-2] == ls:
+                ev = b[-1]  # p @ v
+        if e:
+            return {"n": n, "l": lq, "s": ls, "e": e, "ev": ev or e, "calls": soft.calls}
+    return None
+
+
+def _median_s(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
+    for _ in range(3):
+        fn()
+    sync()
+    times, spent = [], 0.0
+    while len(times) < 5 or (spent < BUDGET_S and len(times) < 200):
+        start = time.perf_counter()
+        fn()
+        sync()
+        elapsed = time.perf_counter() - start
+        times.append(elapsed)
+        spent += elapsed
+    return statistics.median(times)
+
+
+def attention(profile: Profile, device: str, train: bool, steps: int) -> dict[str, Any] | None:
+    """Unfused attention and scaled_dot_product_attention timed at the recorded shapes:
+    {"before_ms", "after_ms"} per step, or None when the shapes cannot be read."""
+    import torch
+    from torch.nn import functional as F
+
+    shape = attention_shapes(profile)
+    if shape is None:
+        return None
+    sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (
+        lambda: None)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+
+    def make(*size):
+        return torch.randn(*size, generator=gen).to(device).requires_grad_(train)
+    q = make(shape["n"], shape["l"], shape["e"])
+    k = make(shape["n"], shape["s"], shape["e"])
+    v = make(shape["n"], shape["s"], shape["ev"])
+    scale = 1 / math.sqrt(shape["e"])
+
+    def unfused():
+        out = torch.bmm(torch.softmax(torch.bmm(q, k.transpose(1, 2)) * scale, -1), v)
+        if train:
+            out.sum().backward()
+
+    def fused():
+        out = F.scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1))
+        if train:
+            out.sum().backward()
+    per_step = shape["calls"] / max(steps, 1)
+    before, after = _median_s(unfused, sync), _median_s(fused, sync)
+    return {"before_ms": before * 1e3 * per_step, "after_ms": after * 1e3 * per_step,
+            "shape": [shape["n"], shape["l"], shape["s"], shape["e"]],
+            "calls_per_step": per_step}
+
+
+def measure(section: Any, rules: set[str], device: str) -> dict[str, dict[str, Any]]:
+    """The replacements of ``rules`` (the section's findings) that can be timed here."""
+    out: dict[str, dict[str, Any]] = {}
+    b = section.profile.breakdown
+    steps = len(b.steps_us) if b is not None and b.steps_us else max(section.profile.steps, 1)
+    if "unfused-attention" in rules:
+        timed = attention(section.profile, device, section.label == "train", steps)
+        if timed is not None:
+            out["unfused-attention"] = timed
+    return out

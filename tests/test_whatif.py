@@ -1,0 +1,65 @@
+"""reporter.whatif: proposed replacements timed at the recorded shapes, and what the
+report does with the result."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reporter.analyzer import analyze_section
+from reporter.savings import NOT_FASTER, ranked
+from reporter.store import load
+from reporter.whatif import attention_shapes, measure
+
+FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "cpu-transformer"
+
+
+def test_attention_shapes_from_the_recorded_products():
+    section = load(FIXTURE).sections[0]
+    shape = attention_shapes(section.profile)
+    # The fixture's hand-written attention: softmax over (8, 4, 96, 96) scores, 16 per head.
+    assert shape is not None and (shape["n"], shape["l"], shape["s"], shape["e"]) == (
+        32, 96, 96, 16)
+    assert shape["calls"] > 0
+
+
+def test_timed_on_the_cpu_and_used_over_the_estimate():
+    section = load(FIXTURE).sections[0]
+    timed = measure(section, {"unfused-attention"}, "cpu")["unfused-attention"]
+    assert timed["before_ms"] > 0 and timed["after_ms"] > 0
+    findings = analyze_section(section)
+    for before, after, where in ((20.0, 10.0, "main"), (1.0, 1.5, "minor")):
+        section.whatif = {"unfused-attention": {"before_ms": before, "after_ms": after}}
+        main, minor = ranked(findings, section.profile, None, section.whatif)
+        found = dict((f.rule, s) for f, s in (main if where == "main" else minor))
+        s = found["unfused-attention"]
+        assert s.measured == {"before_ms": before, "after_ms": after}
+        if where == "main":
+            assert s.saving_us == pytest.approx(10_000) and s.note is None
+        else:  # not faster here: not a main problem, and the report says so
+            assert s.note == NOT_FASTER and s.saving_us == 0
+
+
+def test_a_stored_whatif_is_checked_and_shown(tmp_path):
+    from reporter.errors import BadInput
+    from reporter.render import render_markdown
+    from reporter.view import run_view
+
+    folder = tmp_path / "run"
+    shutil.copytree(FIXTURE, folder)
+    doc = json.loads((folder / "run.json").read_text())
+    section = doc["run"]["sections"][1]  # inference
+    section["whatif"] = {"unfused-attention": {"before_ms": 1.0, "after_ms": 1.4}}
+    (folder / "run.json").write_text(json.dumps(doc))
+    words = {"en": "the replacement is not faster on this machine",
+             "ru": "на этой машине замена не быстрее", "zh": "在这台机器上替换后并不更快"}
+    run = load(folder)
+    for lang, text in words.items():
+        assert text in render_markdown(run_view(run, lang)), lang
+    section["whatif"] = {"unfused-attention": {"before_ms": "fast"}}
+    (folder / "run.json").write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match="whatif"):
+        load(folder)
