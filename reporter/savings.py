@@ -140,21 +140,27 @@ def estimate(f: Finding, profile: Profile, eff: Any = None,
         if rule == "unfused-attention":  # the products stay, at their roofline, fused
             saving = max(low, accounted - _matrix_roof(f.ops, eff))
         return Saving(accounted, saving, low, accounted, step)
-    if rule in ("dominant-operator", "single-tensor-optimizer"):
-        beyond = _beyond_roof(f.ops or [f.evidence.get("op")], accounted or 0.0, eff)
-        if rule == "single-tensor-optimizer" and b is not None and b.host_us.get("optimizer"):
-            accounted = b.mean(b.host_us["optimizer"])
-            beyond = _beyond_roof(
-                [o.name for o in (eff.ops if eff and not isinstance(eff, str) else [])
-                 if o.name.startswith("aten::")], accounted, eff)
+    if rule == "dominant-operator":
+        beyond = _beyond_roof(f.ops, accounted or 0.0, eff)
         if not accounted or beyond is None:
             return none
         return Saving(accounted, beyond, beyond / 2, beyond, step)
-    if rule == "near-roofline":
+    if rule == "single-tensor-optimizer":
+        # The optimizer phase, less what its element-wise updates need at their roofline
+        # (the mean roofline share of the profile's element-wise operators stands in).
+        if b is not None and b.host_us.get("optimizer"):
+            accounted = b.mean(b.host_us["optimizer"])
+        others_ = ([o.name for o in eff.ops if not o.matrix]
+                   if eff is not None and not isinstance(eff, str) else [])
+        beyond = _beyond_roof(others_, accounted or 0.0, eff)
+        if not accounted or beyond is None:
+            return none
+        return Saving(accounted, beyond, beyond / 2, beyond, step)
+    if rule == "near-roofline":  # its evidence holds the saving per step already
         saving = f.evidence.get("saving_us")
         if saving is None:
             return none
-        return Saving(accounted, saving / n, saving / n, saving / n, step)
+        return Saving(accounted, saving, saving, saving, step)
     waits = {"dataloader-bound": ("device_us", "idle_data") if b and b.device_us
              else ("host_us", "data"),
              "sync-stall": ("device_us", "idle_sync"),
