@@ -10,6 +10,9 @@ import pytest
 from reporter.analyzer import analyze_section
 from reporter.efficiency import of_section
 
+# A test-only dependency (pyproject's test extras install it): without it, these skip.
+pytest.importorskip("transformers")
+
 HF = Path(__file__).parent / "models" / "hf.py"
 
 
