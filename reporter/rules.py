@@ -144,6 +144,31 @@ _TC_ARCH = re.compile(r"^(volta|turing|ampere|sm[789]\d|hopper|ada|blackwell|sm1
 _NO_TC_ARCH = re.compile(r"^(maxwell|kepler|pascal)_")
 
 
+# Runtime calls in which the host waits for a copy: from pageable memory, or behind the
+# queue (a synchronous cudaMemcpy; an Async one from pageable memory is synchronous too).
+COPY_CALLS = ("cudaMemcpyAsync", "cudaMemcpy", "cudaMemcpy2DAsync", "cudaMemcpy2D",
+              "hipMemcpyAsync", "hipMemcpy", "hipMemcpyWithStream")
+
+
+@rule("host-copy-blocked", share=0.10, high=0.30)
+def host_copy_blocked(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """The host is blocked in copy calls a share of CPU time (pageable memory, implicit
+    synchronisation)."""
+    if not profile.has_device or profile.self_cpu_us <= 0:
+        return None
+    rows = sorted((o for o in profile.ops if o.name in COPY_CALLS and o.self_cpu_us > 0),
+                  key=lambda o: o.self_cpu_us, reverse=True)
+    total = sum(o.self_cpu_us for o in rows) / profile.self_cpu_us
+    if not rows or total <= limits["share"]:
+        return None
+    top = rows[0]
+    return Finding("host-copy-blocked", _severity(total, limits["high"]),
+                   {"basis": "cpu", "share": total, "threshold": limits["share"],
+                    "op": top.name, "op_time_us": top.self_cpu_us, "calls": top.calls,
+                    "mean_call_us": top.self_cpu_us / top.calls if top.calls else 0.0},
+                   ops=[o.name for o in rows])
+
+
 @rule("fp32-gemm", share=0.50, high=0.70)
 def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """fp32 matrix products without tensor cores hold most of the device time."""

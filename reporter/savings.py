@@ -12,9 +12,11 @@ of the profiled step. Each estimate says how it is made:
   at their roofline;
 - the work stays but runs better (one dominant operator): the time beyond its
   roofline;
-- waiting that is not overlapped (DataLoader, synchronisations, communication,
-  an idle device): the waits the step breakdown measured, per step, lowest to
-  highest step; synchronisations count only while the device idled;
+- waiting that is not overlapped (DataLoader, synchronisations, copies that block
+  the host, communication, an idle device): the waits the step breakdown
+  measured, per step, lowest to highest step; the device's idle time in
+  synchronisations is shared between copies and synchronisations proper by the
+  host's time in each; synchronisations count only while the device idled;
 - fp32 matrix work with a faster dtype at hand: its time x (1 - the fp32 peak /
   the faster peak), TF32 at the low end and bf16 at the high end;
 - no estimate where the profile cannot give one (memory pressure is about
@@ -101,6 +103,20 @@ def _matrix_roof(names: list[str], eff: Any) -> float:
     return sum(o.roof_us for o in eff.ops if o.name in names and o.matrix)
 
 
+def _blocking_share(profile: Profile, rule: str) -> float:
+    """The part of the device's idle time in synchronisations that a finding owns: the
+    host's time in its calls (copies, or synchronisations proper) over both."""
+    if rule not in ("sync-stall", "host-copy-blocked"):
+        return 1.0
+    from .rules import COPY_CALLS, SYNC_OPS
+
+    copies = sum(o.self_cpu_us for o in profile.ops if o.name in COPY_CALLS)
+    syncs = sum(o.self_cpu_us for o in profile.ops if o.name in SYNC_OPS)
+    if copies + syncs <= 0:
+        return 1.0
+    return (copies if rule == "host-copy-blocked" else syncs) / (copies + syncs)
+
+
 def _per_step(values: list[float]) -> tuple[float, float, float]:
     return sum(values) / len(values), min(values), max(values)
 
@@ -164,6 +180,7 @@ def estimate(f: Finding, profile: Profile, eff: Any = None,
     waits = {"dataloader-bound": ("device_us", "idle_data") if b and b.device_us
              else ("host_us", "data"),
              "sync-stall": ("device_us", "idle_sync"),
+             "host-copy-blocked": ("device_us", "idle_sync"),
              "communication-bound": ("device_us", "communication"),
              "low-device-utilization": ("device_us", "idle_host")}
     if rule in waits:
@@ -172,7 +189,8 @@ def estimate(f: Finding, profile: Profile, eff: Any = None,
         if not values:
             return none
         mean, low, high = _per_step(values)
-        return Saving(accounted, mean, low, high, step)
+        part_of = _blocking_share(profile, rule)  # idle_sync is shared by two findings
+        return Saving(accounted, mean * part_of, low * part_of, high * part_of, step)
     if rule == "fp32-gemm" and eff is not None and not isinstance(eff, str) and accounted:
         peaks = eff.peaks.flops
         fp32 = peaks.get("fp32")

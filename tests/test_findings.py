@@ -119,6 +119,12 @@ SYNTHETIC = {
         Op("ampere_sgemm", calls=2, self_device_us=1000, kind="kernel"),
         Op("elementwise_kernel", calls=2, self_device_us=900, kind="kernel")],
         peak_device_mem_b=76 << 30, device_mem_capacity_b=80 << 30),
+    "host-copy-blocked": _gpu([
+        Op("cudaMemcpyAsync", calls=300, self_cpu_us=6000, cpu_total_us=6000, kind="runtime"),
+        Op("aten::copy_", calls=300, self_cpu_us=1000, self_device_us=900),
+        Op("Memcpy HtoD (Pageable -> Device)", calls=300, self_device_us=900, kind="kernel"),
+        Op("aten::mm", calls=10, self_cpu_us=3000, self_device_us=5000),
+        Op("ampere_sgemm", calls=10, self_device_us=5000, kind="kernel")]),
     "single-tensor-optimizer": _gpu([
         Op("Optimizer.step#Adam.step", calls=3, self_cpu_us=3000, cpu_total_us=9000,
            kind="annotation"),
