@@ -491,16 +491,16 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
                    tensor_memory_note=tensors if isinstance(tensors, str) else None)
 
 
-def _whatif(section: Section, device: str, progress: Progress) -> None:
+def _whatif(section: Section, device: str, progress: Progress, optimizer: Any) -> None:
     """Time on the device the replacements the section's findings propose."""
     from .analyzer import analyze_section
     from .whatif import measure
 
     rules = {f.rule for f in analyze_section(section)}
-    if "unfused-attention" in rules:
+    if rules & {"unfused-attention", "single-tensor-optimizer"}:
         progress(f"{section.label}: timing the proposed replacements")
     with _filtered_native_stderr():
-        section.whatif = measure(section, rules, device)
+        section.whatif = measure(section, rules, device, optimizer)
 
 
 def _peaks(device: str, progress: Progress) -> Peaks:
@@ -613,7 +613,7 @@ def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
             benchmark = _benchmark(target, device, progress)
             for section in sections:
                 section.peaks = peaks.to_dict()
-                _whatif(section, device, progress)
+                _whatif(section, device, progress, target.optimizer)
     finally:
         del target
         gc.collect()

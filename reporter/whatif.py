@@ -9,12 +9,15 @@ says "measured here: X -> Y"; reporter.savings takes it over its estimate, and
 a replacement that is not faster here is not given as a main problem.
 
 Measured now: unfused attention (bmm/matmul + softmax + bmm/matmul) against
-``scaled_dot_product_attention``, forward (and backward for a training step).
+``scaled_dot_product_attention``, forward (and backward for a training step);
+a per-parameter optimizer step against the same optimizer with ``foreach=True``,
+on copies of the model's parameters and gradients.
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
 import math
 import statistics
 import time
@@ -114,8 +117,50 @@ def attention(profile: Profile, device: str, train: bool, steps: int) -> dict[st
             "calls_per_step": per_step}
 
 
-def measure(section: Any, rules: set[str], device: str) -> dict[str, dict[str, Any]]:
-    """The replacements of ``rules`` (the section's findings) that can be timed here."""
+# Copies of parameters and gradients past this size are not made for a what-if.
+MAX_COPY_B = 1 << 30
+
+
+def optimizer_foreach(optimizer: Any, device: str) -> dict[str, Any] | None:
+    """The optimizer's step as configured (one parameter at a time) and with
+    ``foreach=True``, each on its own copy of the parameters and their gradients."""
+    import torch
+
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    if not params or sum(p.numel() * p.element_size() for p in params) * 2 > MAX_COPY_B:
+        return None
+    cls, defaults = type(optimizer), dict(optimizer.defaults)
+    if "foreach" not in defaults:
+        return None  # an optimizer without a foreach implementation
+    sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (
+        lambda: None)
+
+    def copy(foreach: bool):
+        copies = []
+        for p in params:
+            c = p.detach().clone().requires_grad_(True)
+            c.grad = (p.grad.detach().clone() if p.grad is not None
+                      else torch.randn_like(p) * 1e-3)
+            copies.append(c)
+        options = {**defaults, "foreach": foreach}
+        if "fused" in options:
+            options["fused"] = None
+        # Only what the constructor takes (AdamW keeps decoupled_weight_decay in its
+        # defaults but sets it itself).
+        accepted = inspect.signature(cls.__init__).parameters
+        return cls(copies, **{k: v for k, v in options.items() if k in accepted})
+    try:
+        before = _median_s(copy(False).step, sync)
+        after = _median_s(copy(True).step, sync)
+    except (RuntimeError, TypeError, ValueError):
+        return None  # options this optimizer does not take that way
+    return {"before_ms": before * 1e3, "after_ms": after * 1e3, "params": len(params)}
+
+
+def measure(section: Any, rules: set[str], device: str,
+            optimizer: Any = None) -> dict[str, dict[str, Any]]:
+    """The replacements of ``rules`` (the section's findings) that can be timed here;
+    ``optimizer``, the target's, for a training step."""
     out: dict[str, dict[str, Any]] = {}
     b = section.profile.breakdown
     steps = len(b.steps_us) if b is not None and b.steps_us else max(section.profile.steps, 1)
@@ -123,4 +168,8 @@ def measure(section: Any, rules: set[str], device: str) -> dict[str, dict[str, A
         timed = attention(section.profile, device, section.label == "train", steps)
         if timed is not None:
             out["unfused-attention"] = timed
+    if "single-tensor-optimizer" in rules and optimizer is not None and section.label == "train":
+        timed = optimizer_foreach(optimizer, device)
+        if timed is not None:
+            out["single-tensor-optimizer"] = timed
     return out

@@ -63,3 +63,20 @@ def test_a_stored_whatif_is_checked_and_shown(tmp_path):
     (folder / "run.json").write_text(json.dumps(doc))
     with pytest.raises(BadInput, match="whatif"):
         load(folder)
+
+
+def test_a_per_parameter_optimizer_against_foreach():
+    """Both steps timed on copies: the model's own parameters are not touched."""
+    import torch
+
+    from reporter.whatif import optimizer_foreach
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(8)])
+    model(torch.randn(4, 32)).sum().backward()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    before = [p.detach().clone() for p in model.parameters()]
+    timed = optimizer_foreach(opt, "cpu")
+    assert timed is not None and timed["before_ms"] > 0 and timed["after_ms"] > 0
+    assert timed["params"] == 16
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert not opt.state  # the original optimizer never stepped
