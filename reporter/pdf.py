@@ -55,6 +55,8 @@ th, td { border-bottom: 0.5pt solid #ccd; padding: 1mm 1.5mm; vertical-align: to
 th { background: #e8edf5; text-align: left; }
 td code { background: none; padding: 0; word-break: break-all; }
 td:first-child { width: 42%; }
+/* Numbers and units stay on one line ("145 GFLOP/s" broke at its slash); names wrap. */
+td:not(:first-child) { white-space: nowrap; }
 img { max-width: 100%; margin: 2mm 0 4mm 0; }
 hr { border: none; border-top: 0.5pt solid #ccd; margin: 6mm 0 3mm 0; }
 hr + p { font-size: 8pt; color: #555; }
