@@ -499,8 +499,12 @@ def _whatif(section: Section, device: str, progress: Progress, optimizer: Any) -
     rules = {f.rule for f in analyze_section(section)}
     if rules & {"unfused-attention", "single-tensor-optimizer"}:
         progress(f"{section.label}: timing the proposed replacements")
-    with _filtered_native_stderr():
-        section.whatif = measure(section, rules, device, optimizer)
+    try:
+        with _filtered_native_stderr():
+            section.whatif = measure(section, rules, device, optimizer)
+    except (RuntimeError, ValueError, TypeError) as exc:  # out of memory, say: the report
+        section.whatif = {}  # keeps its estimates, and the run its profile
+        progress(f"{section.label}: the replacements could not be timed ({str(exc)[:120]})")
 
 
 def _peaks(device: str, progress: Progress) -> Peaks:

@@ -80,3 +80,22 @@ def test_a_per_parameter_optimizer_against_foreach():
     assert timed["params"] == 16
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert not opt.state  # the original optimizer never stepped
+
+
+def test_a_replacement_that_fails_to_time_leaves_the_run_whole(tmp_path, monkeypatch):
+    """Timing a replacement may fail (out of device memory, say): the run keeps its
+    profile and its estimates."""
+    import reporter.whatif
+    from reporter.runner import RunOptions, profile_target
+    from reporter.target import resolve
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory")
+    monkeypatch.setattr(reporter.whatif, "measure", fail)
+    said = []
+    spec, builder = resolve("transformer")
+    run = profile_target(spec, builder, RunOptions(device="cpu", preset="tiny", windows=3,
+                                                   time_budget_s=0.3, warmup_steps=1),
+                         tmp_path, progress=said.append)
+    assert all(s.whatif == {} and s.profile.ops for s in run.sections)
+    assert any("could not be timed (CUDA out of memory)" in m for m in said), said
