@@ -20,9 +20,9 @@ from babel.numbers import format_decimal, format_percent
 from babel.units import format_unit
 
 from . import markup
-from .analyzer import Finding, analyze, analyze_section, step_wall_us
+from .analyzer import Finding, analyze, step_wall_us
 from .breakdown import DEVICE_ACTIVITIES, HOST_PHASES
-from .efficiency import assess, of_section, peaks_for
+from .efficiency import of_section
 from .savings import Saving, ranked
 from .errors import BadInput
 from .profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
@@ -410,11 +410,14 @@ def _efficiency_view(e: Any, fmt: Fmt) -> dict[str, Any]:
     }
 
 
-def section_view(section: Section, fmt: Fmt, findings: list[Finding],
+def section_view(section: Section, fmt: Fmt, findings: list[Finding] | None = None,
                  top: int = 15, batch_size: int | None = None) -> dict[str, Any]:
-    """One profiled mode of a run, or one imported profile (no throughput, no memory)."""
+    """One profiled mode of a run, or one imported profile (no throughput, no memory);
+    its findings are analysed here, with its efficiency, unless given."""
     p = section.profile
     eff = of_section(section, batch_size)
+    if findings is None:
+        findings = analyze(p, efficiency=eff)
     main, minor = ranked(findings, p, eff, section.whatif)
     device = p.has_device
     cpu_rows = p.top("self_cpu_us", top, kinds=(KIND_OP, KIND_DATALOADER, KIND_RUNTIME))
@@ -545,8 +548,7 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
     """Everything report.md.j2 prints for a stored or fresh run."""
     fmt = Fmt(check_language(lang))
     if findings is None:
-        findings = [analyze_section(s, batch_size=run.target.get("batch_size"))
-                    for s in run.sections]
+        findings = [None] * len(run.sections)  # each section_view analyses its own
     env = run.env
     sections = [section_view(s, fmt, f, batch_size=run.target.get("batch_size"))
                 for s, f in zip(run.sections, findings)]
@@ -577,7 +579,7 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
         "sections": sections,
         "multi": len(sections) > 1,
         "plural": fmt.plural,
-        "n_findings": sum(len(f) for f in findings),
+        "n_findings": sum(len(s["findings"]) for s in sections),
         "imported": False, "source": None, "marker": f"report:{run.target.get('name')}",
         "max_chars": None, "github": False,
     }
@@ -586,8 +588,7 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
 def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, Any]:
     """The report view of profiles read from someone's tables (no run around them)."""
     fmt = Fmt(check_language(lang))
-    sections = [section_view(Section(label=p.label, throughput=None, profile=p), fmt,
-                             analyze(p, efficiency=assess(p, peaks_for(p))))
+    sections = [section_view(Section(label=p.label, throughput=None, profile=p), fmt)
                 for p in profiles]
     _number(sections)
     device = next((p.device_type for p in profiles if p.device_type), None)
