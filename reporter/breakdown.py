@@ -5,7 +5,8 @@ it aggregates them). Each profiled step is a ``ProfilerStep#N`` range; a trace
 without them is one step, from its first host event to its last.
 
 Host phases come from marks: the runner's own (``data_loading``, ``input_copy``,
-``forward``, ``loss``, ``backward``, ``optimizer_step``) and the standard ones
+``forward``, ``loss``, ``backward``, ``optimizer_step``; on a GPU, ``device_drain``
+around its wait for the last recorded step's kernels) and the standard ones
 torch writes by itself (``enumerate(DataLoader)#...``, ``Optimizer.step#...``,
 ``Optimizer.zero_grad#...``, ``autograd::engine::evaluate_function: ...`` on
 whichever thread runs the backward pass). Marks nest and overlap, on one thread
@@ -29,9 +30,10 @@ from .profile import Breakdown
 
 Interval = tuple[float, float]
 
-HOST_PHASES = ("data", "input_copy", "forward", "loss", "backward", "optimizer", "other")
+HOST_PHASES = ("data", "input_copy", "forward", "loss", "backward", "optimizer", "drain",
+               "other")
 # Which phase an instant belongs to when several marks cover it.
-PRIORITY = ("data", "input_copy", "optimizer", "backward", "loss", "forward")
+PRIORITY = ("drain", "data", "input_copy", "optimizer", "backward", "loss", "forward")
 DEVICE_ACTIVITIES = ("compute", "communication", "copy_h2d", "copy_d2h", "copy_d2d",
                      "memset", "idle_data", "idle_sync", "idle_host")
 
@@ -53,6 +55,8 @@ def phase_of(name: str) -> str | None:
         return "loss"
     if name == "forward":
         return "forward"
+    if name == "device_drain":  # reporter's runner: the wait for the last step's kernels
+        return "drain"
     return None
 
 

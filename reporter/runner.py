@@ -261,6 +261,11 @@ def _filtered_native_stderr():
         thread.join(timeout=1.0)
 
 
+# The mark around the runner's wait for the last recorded step's kernels (see
+# _profiled_steps); the step breakdown counts it as the host waiting for the device.
+DRAIN_MARK = "device_drain"
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -279,15 +284,23 @@ def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped
                     active: int) -> float:
     """Run the profiler's schedule; the seconds the ``active`` (recorded) steps took.
 
-    On a GPU the recorded steps are timed with CUDA events on the stream and the
-    device is synchronised only after the last one: a torch.cuda.synchronize()
-    inside a recorded step would show in the trace as the user's
-    cudaDeviceSynchronize, and hold the CPU the whole of the step's GPU time.
+    On a GPU the recorded window is closed at both ends, so that it holds exactly the
+    device work of the recorded steps. The device is synchronised before the
+    ``prof.step()`` that starts the recording (the recording begins inside that call:
+    a synchronisation after it would be recorded, and the kernels of the steps before
+    it, still queued, would run and be counted inside the window). The last recorded
+    step ends by waiting for its own kernels, inside a ``device_drain`` mark: without
+    it the host's last step ends while its kernels still run, and the recorded steps
+    hold less host time than the device work they queued. The recorded steps are
+    timed with CUDA events on the stream.
     """
-    for _ in range(skipped):
+    on_gpu = device.startswith("cuda")
+    for i in range(skipped):
         stepper()
+        if on_gpu and i == skipped - 1:
+            torch.cuda.synchronize()  # before the recording starts: not recorded
         prof.step()
-    if not device.startswith("cuda"):
+    if not on_gpu:
         total = 0.0
         for _ in range(active):
             start = time.perf_counter()
@@ -295,15 +308,15 @@ def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped
             total += time.perf_counter() - start
             prof.step()  # not timed: the last one stops the recording
         return total
-    torch.cuda.synchronize()  # still in the profiler's warm-up: not recorded
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begin.record()
     for i in range(active):
         stepper()
         if i == active - 1:
             end.record()
+            with record_function(DRAIN_MARK):
+                end.synchronize()
         prof.step()  # after the last active step the recording stops
-    end.synchronize()
     return begin.elapsed_time(end) / 1e3
 
 

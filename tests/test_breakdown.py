@@ -54,9 +54,24 @@ def test_nested_and_overlapping_marks_count_once(tmp_path):
     assert device == {}
     # forward 10..50 less the DataLoader inside it; backward 50..90 on two threads
     assert host == {"data": 10, "input_copy": 0, "forward": 30, "loss": 0, "backward": 40,
-                    "optimizer": 5, "other": 15}
+                    "optimizer": 5, "drain": 0, "other": 15}
     assert sum(host.values()) == b.steps_us[0]
 
+
+def test_the_runners_wait_for_the_last_steps_kernels_is_its_own_phase(tmp_path):
+    """The GPU runner's device_drain mark (the last recorded step waiting for its own
+    kernels) is the host waiting for the device, not unmarked time; the kernels it waits
+    for keep the device busy, so none of it is idle."""
+    b = _read(tmp_path, [
+        _x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        _x("forward", 0, 20, cat="user_annotation"),
+        _x("device_drain", 30, 70, cat="user_annotation"),
+        _x("cudaEventSynchronize", 31, 68, cat="cuda_runtime"),
+        _kernel("sgemm", 5, 95),
+    ])
+    host, device = _step(b)
+    assert host["drain"] == 70 and host["forward"] == 20 and host["other"] == 10
+    assert device["compute"] == 95 and device.get("idle_sync", 0) == 0
 
 def test_overlapping_streams_are_one_busy_time(tmp_path):
     b = _read(tmp_path, [

@@ -69,10 +69,15 @@ class _FakeEvent:
         return 1000.0 * (other.t - self.t)
 
 
-def test_profiled_gpu_steps_are_not_synchronised_inside_the_recording(monkeypatch):
-    """The runner's own torch.cuda.synchronize() must not land in the recorded steps,
-    where the trace would show it as the user's cudaDeviceSynchronize (CPU-only test:
-    the device calls are stand-ins that log what the runner does)."""
+def test_profiled_gpu_window_holds_exactly_the_recorded_steps_device_work(monkeypatch):
+    """On a GPU the device is synchronised before the prof.step() that starts the
+    recording (the recording begins inside that call: a sync after it is recorded, and
+    the earlier steps' queued kernels run inside the window), and the last recorded step
+    ends by waiting for its own kernels inside the device_drain mark, before the
+    prof.step() that stops the recording. CPU-only test: the device calls are stand-ins
+    that log what the runner does."""
+    import contextlib
+
     import torch
 
     from reporter import runner
@@ -82,6 +87,13 @@ def test_profiled_gpu_steps_are_not_synchronised_inside_the_recording(monkeypatc
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: log.append("sync"))
     monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
 
+    @contextlib.contextmanager
+    def mark(name):
+        log.append(f"enter {name}")
+        yield
+        log.append(f"exit {name}")
+    monkeypatch.setattr(runner, "record_function", mark)
+
     class Prof:
         recording = False
         steps = 0
@@ -89,7 +101,7 @@ def test_profiled_gpu_steps_are_not_synchronised_inside_the_recording(monkeypatc
         def step(self):
             self.steps += 1
             self.recording = 2 <= self.steps < 5  # wait 1, warm-up 1, active 3
-            log.append("step")
+            log.append("prof.step")
 
     prof = Prof()
 
@@ -98,8 +110,14 @@ def test_profiled_gpu_steps_are_not_synchronised_inside_the_recording(monkeypatc
 
     seconds = runner._profiled_steps(stepper, "cuda", prof, skipped=2, active=3)
     assert log.count("recorded-step") == 3 and seconds > 0
-    first, last = log.index("recorded-step"), len(log) - 1 - log[::-1].index("recorded-step")
-    assert "sync" not in log[first:last + 1]
+    first = log.index("recorded-step")
+    # the device idles when the recording starts: synchronised, then the starting step()
+    assert log[first - 3:first] == ["sync", "prof.step", "record"]
+    assert "sync" not in log[first:]
+    # the last recorded step waits for its kernels inside the mark, then the recording stops
+    last = len(log) - 1 - log[::-1].index("recorded-step")
+    assert log[last + 1:] == ["record", "enter device_drain", "event-sync",
+                              "exit device_drain", "prof.step"]
 
 
 def test_device_memory_uses_the_allocated_peak_after_emptying_the_cache(monkeypatch):
