@@ -305,7 +305,10 @@ def _elementwise(flops_per: float = 1.0, inplace: bool = False
         out = _broadcast([c.shape(i) for i in idx])
         if out is None:
             return None
-        size = max(c.size(i) for i in idx)
+        # The output's element size: a 0-dim input (a Python scalar, recorded as a double)
+        # does not widen a tensor with dimensions, as torch's type promotion has it.
+        sized = [i for i in idx if c.shape(i)] or idx
+        size = max(c.size(i) for i in sized)
         numel = _numel(out)
         moved = sum(c.nbytes(i) for i in idx) + numel * (c.size(idx[0]) if inplace else size)
         return Cost(flops_per * numel, moved, c.dtype(idx[0]), OTHER)

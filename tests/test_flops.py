@@ -156,13 +156,15 @@ def test_attention_forward_and_backward(causal, tmp_path):
 
 def test_elementwise_broadcast_and_inplace(tmp_path):
     a, b = torch.randn(4, 1, 6), torch.randn(5, 1)
-    calls = recorded(lambda: (a + b, a.mul_(2.0), torch.relu(a)), tmp_path)
+    calls = recorded(lambda: (a + b, a / 2.0, a.mul_(2.0), torch.relu(a)), tmp_path)
     add = one(calls, "aten::add")
     assert add.flops == 4 * 5 * 6 and add.family == OTHER
     assert add.bytes == 4 * (a.numel() + b.numel() + 4 * 5 * 6)
     mul = one(calls, "aten::mul_")  # the Python scalar comes as a 0-dim double tensor
     assert mul.flops == a.numel() and mul.bytes == 2 * 4 * a.numel() + 8
     assert one(calls, "aten::relu").bytes == 2 * 4 * a.numel()
+    # a fp32 output: the double scalar does not make it 8 bytes an element
+    assert one(calls, "aten::div").bytes == 2 * 4 * a.numel() + 8
 
 
 def test_reductions_softmax_norms_embedding_copies(tmp_path):
