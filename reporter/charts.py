@@ -8,6 +8,9 @@ formatted by the view model (Babel).
 from __future__ import annotations
 
 import io
+import math
+import textwrap
+import unicodedata
 from typing import Any
 
 from .markup import clean, mermaid_label, shorten
@@ -163,10 +166,13 @@ def roofline_chart(eff: Any, title: str, axes: dict[str, str]) -> str:
         lo = min(xs + [bandwidth and min(peaks.values()) / bandwidth / 10]) / 2
         hi = max(xs + [max(peaks.values()) / bandwidth * 10]) * 2
         grid = [lo * (hi / lo) ** (i / 99) for i in range(100)]
+        roofs: dict[float, list[str]] = {}  # dtypes of the same peak share one roof
         for key in sorted(peaks, key=peaks.get):
-            ax.plot(grid, [min(peaks[key], bandwidth * x) for x in grid], linewidth=1,
-                    color="#888888" if key == "fp32" else "#4c72b0", alpha=0.8)
-            ax.annotate(key, (hi, peaks[key]), fontsize=7, ha="right", va="bottom")
+            roofs.setdefault(peaks[key], []).append(key)
+        for peak, keys in roofs.items():
+            ax.plot(grid, [min(peak, bandwidth * x) for x in grid], linewidth=1,
+                    color="#888888" if "fp32" in keys else "#4c72b0", alpha=0.8)
+            ax.annotate("/".join(keys), (hi, peak), fontsize=7, ha="right", va="bottom")
         longest = max((o.time_us for o in points), default=1.0)
         ax.scatter(xs, [o.achieved_flops for o in points],
                    s=[20 + 280 * o.time_us / longest for o in points],
@@ -177,6 +183,12 @@ def roofline_chart(eff: Any, title: str, axes: dict[str, str]) -> str:
                         xytext=(3, 3), textcoords="offset points")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        # Math text is off (names are text), so the log axes label their decades
+        # themselves: 10 with a superscript exponent.
+        from matplotlib.ticker import FuncFormatter
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(FuncFormatter(_decade))
+            axis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         ax.set_xlabel(axes["x"], fontsize=8)
         ax.set_ylabel(axes["y"], fontsize=8)
         ax.tick_params(labelsize=7)
@@ -185,9 +197,32 @@ def roofline_chart(eff: Any, title: str, axes: dict[str, str]) -> str:
         plt.close(fig)
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _decade(value: float, _pos: Any = None) -> str:
+    """A log axis' label: "10⁴" at a power of ten, nothing elsewhere."""
+    if value <= 0:
+        return ""
+    exponent = math.log10(value)
+    if abs(exponent - round(exponent)) > 1e-9:
+        return ""
+    return "10" + str(round(exponent)).translate(_SUPERSCRIPT)
+
+
+# A title longer than this many characters goes on two lines (the figures are 7 in wide);
+# Chinese characters are twice as wide.
+TITLE_WIDTH = 72
+
+
+def _wrap_title(title: str) -> str:
+    wide = any(unicodedata.east_asian_width(ch) in "WF" for ch in title)
+    return "\n".join(textwrap.wrap(title, TITLE_WIDTH // 2 if wide else TITLE_WIDTH)) or title
+
+
 def _svg(fig, ax, title: str) -> str:
     """Title, a light frame, and the figure as SVG text (no date: the same input, the same file)."""
-    ax.set_title(title, fontsize=10, loc="left")
+    ax.set_title(_wrap_title(title), fontsize=10, loc="left")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     fig.tight_layout()
