@@ -27,6 +27,10 @@ class Throughput:
     def median(self) -> float:
         return statistics.median(self.windows) if self.windows else 0.0
 
+    def step_us(self, batch_size: int | None) -> float | None:
+        """The median step without the profiler, in microseconds (None without both)."""
+        return batch_size * 1e6 / self.median if batch_size and self.median > 0 else None
+
     @property
     def interval(self) -> Interval | None:
         """The median's confidence interval (order statistics; 95% once there are enough

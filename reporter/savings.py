@@ -25,7 +25,7 @@ of the profiled step. Each estimate says how it is made:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .analyzer import Finding, step_wall_us
@@ -35,6 +35,9 @@ from .profile import Profile
 MINOR_SHARE = 0.03
 NOT_QUANTIFIABLE = "not-quantifiable"
 NOT_FASTER = "not-faster"  # the replacement, timed on the device, saves nothing there
+
+# The device's idle time in the step breakdown, by what the host did meanwhile.
+IDLE = ("idle_data", "idle_sync", "idle_host")
 
 
 @dataclass
@@ -46,6 +49,9 @@ class Saving:
     step_us: float | None  # the profiled step the shares are of
     note: str | None = None  # NOT_QUANTIFIABLE, or NOT_FASTER when timed here
     measured: dict[str, float] | None = None  # {"before_ms", "after_ms"}: timed here
+    # Set when the step timed without the profiler bounded an idle-time saving.
+    unprofiled_step_us: float | None = None
+    host_saving: bool = False  # the saving is host time under the profiler (see estimate)
 
     def share(self, us: float | None) -> float | None:
         return us / self.step_us if us is not None and self.step_us else None
@@ -61,7 +67,8 @@ class Saving:
         return {"accounts_ms": ms(self.accounts_us), "saving_ms": ms(self.saving_us),
                 "saving_share": self.share(self.saving_us), "saving_low": ms(self.low_us),
                 "saving_high": ms(self.high_us), "saving_note": self.note,
-                "measured": self.measured}
+                "measured": self.measured,
+                "bounded_by_unprofiled_step_ms": ms(self.unprofiled_step_us)}
 
 
 def _steps(profile: Profile) -> tuple[int, float]:
@@ -73,14 +80,14 @@ def _steps(profile: Profile) -> tuple[int, float]:
     return n, step_wall_us(profile) / n
 
 
-def _accounted(f: Finding, profile: Profile, n: int) -> float | None:
-    """The finding's time per step, from its share of its basis."""
+def _accounted(f: Finding, profile: Profile, n: int, step: float) -> float | None:
+    """The finding's time per step, from its share of its basis; at most the step."""
     share, basis = f.evidence.get("share"), f.evidence.get("basis")
     total = {"device": profile.self_device_us, "cpu": profile.self_cpu_us,
              "step": step_wall_us(profile)}.get(basis)
     if share is None or total is None:
         return None
-    return share * total / n
+    return min(share * total / n, step) if step else share * total / n
 
 
 def _beyond_roof(names: list[str], time_us: float, eff: Any) -> float | None:
@@ -128,12 +135,56 @@ def _materialised(profile: Profile, names: list[str], n: int) -> float:
 
 
 def estimate(f: Finding, profile: Profile, eff: Any = None,
-             others: list[Finding] = (), measured: dict[str, Any] | None = None) -> Saving:
+             others: list[Finding] = (), measured: dict[str, Any] | None = None,
+             real_step_us: float | None = None) -> Saving:
     """What ``f`` is worth; ``others``, the profile's other findings, keep two findings
     from counting the same time; ``measured``, its replacement timed on the device
-    (reporter.whatif), replaces the estimate."""
+    (reporter.whatif), replaces the estimate.
+
+    No figure exceeds the step: a trace whose recorded kernels run past its steps (a
+    recording that began with earlier steps' kernels still queued, say) would
+    otherwise have a finding account for, or save, more than the whole step.
+
+    ``real_step_us``, the step timed without the profiler, bounds what the device's idle
+    time can save: the profiler's own work slows the host, not the device, so a step it
+    lengthens shows more idle time than there is without it (``_unprofiled_idle``). On a
+    GPU it is also the step the shares are of: device times are what they are without
+    the profiler, and host times are scaled from the profiled step to it."""
+    s = _estimate(f, profile, eff, others, measured, real_step_us)
+    if real_step_us and s.step_us and profile.has_device:
+        k = real_step_us / s.step_us
+        host = (lambda us: us * k if us is not None else None)
+        s = replace(s, step_us=real_step_us,
+                    accounts_us=host(s.accounts_us) if _host_basis(f) else s.accounts_us)
+        if s.host_saving:
+            s = replace(s, saving_us=host(s.saving_us), low_us=host(s.low_us),
+                        high_us=host(s.high_us))
+    if s.step_us:
+        cap = (lambda us: min(us, s.step_us) if us is not None else None)
+        s = replace(s, accounts_us=cap(s.accounts_us), saving_us=cap(s.saving_us),
+                    low_us=cap(s.low_us), high_us=cap(s.high_us))
+    return s
+
+
+def _host_basis(f: Finding) -> bool:
+    """Whether the finding's share is of host time (CPU time or the profiled step)."""
+    return f.evidence.get("basis") in ("cpu", "step") or f.rule == "single-tensor-optimizer"
+
+
+def _unprofiled_idle(b: Any, step: float, real_step_us: float | None) -> float | None:
+    """The device's idle time per step without the profiler, at most: the step timed
+    without it less the device's busy time under it (its kernels are not slowed by the
+    profiler's host-side work); None without both."""
+    if not real_step_us or b is None or not b.device_us or not step:
+        return None
+    idle = sum(b.mean(b.device_us.get(k, [])) for k in IDLE)
+    return max(0.0, real_step_us - (step - idle))
+
+
+def _estimate(f: Finding, profile: Profile, eff: Any, others: list[Finding],
+              measured: dict[str, Any] | None, real_step_us: float | None) -> Saving:
     n, step = _steps(profile)
-    accounted = _accounted(f, profile, n)
+    accounted = _accounted(f, profile, n, step)
     if measured:
         saving = (measured["before_ms"] - measured["after_ms"]) * 1e3
         timed = {"before_ms": measured["before_ms"], "after_ms": measured["after_ms"]}
@@ -155,12 +206,12 @@ def estimate(f: Finding, profile: Profile, eff: Any = None,
         saving = accounted
         if rule == "unfused-attention":  # the products stay, at their roofline, fused
             saving = max(low, accounted - _matrix_roof(f.ops, eff))
-        return Saving(accounted, saving, low, accounted, step)
+        return Saving(accounted, saving, low, accounted, step, host_saving=_host_basis(f))
     if rule == "dominant-operator":
         beyond = _beyond_roof(f.ops, accounted or 0.0, eff)
         if not accounted or beyond is None:
             return none
-        return Saving(accounted, beyond, beyond / 2, beyond, step)
+        return Saving(accounted, beyond, beyond / 2, beyond, step, host_saving=_host_basis(f))
     if rule == "single-tensor-optimizer":
         # The optimizer phase, less what its element-wise updates need at their roofline
         # (the mean roofline share of the profile's element-wise operators stands in).
@@ -171,7 +222,7 @@ def estimate(f: Finding, profile: Profile, eff: Any = None,
         beyond = _beyond_roof(others_, accounted or 0.0, eff)
         if not accounted or beyond is None:
             return none
-        return Saving(accounted, beyond, beyond / 2, beyond, step)
+        return Saving(accounted, beyond, beyond / 2, beyond, step, host_saving=True)
     if rule == "near-roofline":  # its evidence holds the saving per step already
         saving = f.evidence.get("saving_us")
         if saving is None:
@@ -190,7 +241,12 @@ def estimate(f: Finding, profile: Profile, eff: Any = None,
             return none
         mean, low, high = _per_step(values)
         part_of = _blocking_share(profile, rule)  # idle_sync is shared by two findings
-        return Saving(accounted, mean * part_of, low * part_of, high * part_of, step)
+        mean, low, high = (v * part_of for v in (mean, low, high))
+        ceiling = _unprofiled_idle(b, step, real_step_us) if key in IDLE else None
+        if ceiling is not None and ceiling < high:
+            mean, low, high = (min(v, ceiling) for v in (mean, low, high))
+            return Saving(accounted, mean, low, high, step, unprofiled_step_us=real_step_us)
+        return Saving(accounted, mean, low, high, step, host_saving=part == "host_us")
     if rule == "fp32-gemm" and eff is not None and not isinstance(eff, str) and accounted:
         peaks = eff.peaks.flops
         fp32 = peaks.get("fp32")
@@ -219,15 +275,17 @@ def _device_busy(profile: Profile, s: Saving) -> bool:
 
 
 def ranked(findings: list[Finding], profile: Profile, eff: Any = None,
-           measured: dict[str, dict[str, Any]] | None = None
+           measured: dict[str, dict[str, Any]] | None = None,
+           real_step_us: float | None = None
            ) -> tuple[list[tuple[Finding, Saving]], list[tuple[Finding, Saving]]]:
     """(main problems, minor ones): by estimated saving, largest first, then those without
     an estimate by severity; a replacement timed here that is not faster is minor. A
     synchronisation stall while the device stays busy is a symptom of a device-bound
-    step, not a problem: it is left out. ``measured``: Section.whatif."""
+    step, not a problem: it is left out. ``measured``: Section.whatif; ``real_step_us``:
+    the step timed without the profiler (see ``estimate``)."""
     main, minor = [], []
     for f in findings:
-        s = estimate(f, profile, eff, findings, (measured or {}).get(f.rule))
+        s = estimate(f, profile, eff, findings, (measured or {}).get(f.rule), real_step_us)
         if f.rule == "sync-stall" and _device_busy(profile, s):
             continue  # the device did not idle while the host waited
         (minor if s.minor or s.note == NOT_FASTER else main).append((f, s))

@@ -249,6 +249,8 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             "band": saving.low_us is not None and saving.high_us is not None
             and saving.high_us - saving.low_us > 0.01 * (saving.saving_us or 0.0),
             "note": saving.note,
+            "unprofiled": (fmt.time(saving.unprofiled_step_us)
+                           if saving.unprofiled_step_us else None),
             "before": fmt.time(saving.measured["before_ms"] * 1e3) if saving.measured else None,
             "after": fmt.time(saving.measured["after_ms"] * 1e3) if saving.measured else None}
     return view
@@ -288,6 +290,7 @@ def _tensor_memory_view(section: Section, fmt: Fmt) -> dict[str, Any]:
 
 LONG_STEP = 1.5  # a profiled step this many times the median is pointed out
 MODULE_ROWS = 8  # modules shown in the step breakdown
+GPU_BOUND = 0.9  # device busy at least this share of the step: the step is bound by it
 
 
 def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
@@ -321,7 +324,7 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
                                                     if r["name"] == "other" and lead
                                                     and r["value"] > lead["value"]), None),
                                "busy_share": None, "idle_share": None, "idle_reason": None,
-                               "comm_hidden": None, "pageable": None}
+                               "comm_hidden": None, "pageable": None, "gpu_bound": False}
     if b.device_us:
         idle = {k: b.mean(b.device_us.get(k, [])) for k in ("idle_data", "idle_sync",
                                                             "idle_host")}
@@ -329,17 +332,27 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
         reading.update(idle_share=fmt.pct(total / step) if step else "—",
                        idle_reason=(max(idle, key=idle.get) if total > 0.05 * step
                                     else None),
-                       busy_share=fmt.pct(1 - total / step) if step else "—")
+                       busy_share=fmt.pct(1 - total / step) if step else "—",
+                       # The device works almost the whole step: the host phases only
+                       # say where the host waits for it, and the reading says so first.
+                       gpu_bound=bool(step) and lead is not None
+                       and total <= (1 - GPU_BOUND) * step)
         overlapped = b.mean(b.device_notes_us.get("comm_overlapped", []))
         exposed = b.mean(b.device_us.get("communication", []))
         reading["comm_hidden"] = (fmt.pct(overlapped / (overlapped + exposed))
                                   if overlapped + exposed > 0 else None)
         pageable = b.mean(b.device_notes_us.get("copy_pageable", []))
         reading["pageable"] = fmt.time(pageable) if pageable > 0 else None
-    median = sorted(b.steps_us)[len(b.steps_us) // 2]
+    # Long steps, without the runner's wait for the last step's kernels. Not on a
+    # GPU-bound step: its host steps are as long as the waits for the device that fall in
+    # them (the first waits for nothing, the last for its own kernels), not comparable.
+    drain = b.host_us.get("drain") or [0.0] * len(b.steps_us)
+    own = [us - d for us, d in zip(b.steps_us, drain)]
+    median = sorted(own)[len(own) // 2]
     long_steps = [{"n": i, "ratio": fmt.num(us / median, 1), "time": fmt.time(us)}
-                  for i, us in enumerate(b.steps_us, 1)
-                  if len(b.steps_us) >= 3 and median > 0 and us >= LONG_STEP * median]
+                  for i, us in enumerate(own, 1)
+                  if len(own) >= 3 and median > 0 and us >= LONG_STEP * median
+                  and not reading["gpu_bound"]]
     fwd, bwd = b.module_forward_us, b.module_backward_us
     top = sorted(fwd, key=lambda k: fwd[k] + bwd.get(k, 0.0), reverse=True)[:MODULE_ROWS]
     module_rows = [{"name": markup.code(k), "forward": fmt.time(fwd[k]),
@@ -418,7 +431,8 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding] | None = No
     eff = of_section(section, batch_size)
     if findings is None:
         findings = analyze(p, efficiency=eff)
-    main, minor = ranked(findings, p, eff, section.whatif)
+    real_step = section.throughput.step_us(batch_size) if section.throughput else None
+    main, minor = ranked(findings, p, eff, section.whatif, real_step)
     device = p.has_device
     cpu_rows = p.top("self_cpu_us", top, kinds=(KIND_OP, KIND_DATALOADER, KIND_RUNTIME))
     device_rows = p.top("self_device_us", top, kinds=(KIND_OP,)) if device else []

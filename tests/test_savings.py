@@ -54,6 +54,40 @@ def test_a_blow_up_owns_its_copies_and_the_ranking_follows_savings():
     assert {"saving_low", "saving_high", "measured"} <= set(json)
 
 
+def test_no_finding_accounts_for_or_saves_more_than_the_step():
+    """A recording whose kernels run past its steps (queued before it began, as a GPU run
+    once recorded) has more device time than step time: the figures stop at the step."""
+    p = _profile()
+    p.self_device_us = 30_000  # 15 ms of kernels per 10 ms step
+    s = estimate(_f("copy-heavy", 0.9), p)
+    assert s.accounts_us == s.saving_us == s.high_us == 10_000
+    assert s.share(s.saving_us) == 1.0
+
+
+def test_the_step_without_the_profiler_bounds_what_idle_time_saves():
+    """The profiler slows the host, not the device: a step it lengthens from 9 to 10 ms
+    shows 2.05 ms of idle device time per step, of which at most 9 - 7.95 ms remain."""
+    p = _profile()
+    s = estimate(_f("dataloader-bound", 0.2, basis="step"), p, real_step_us=9000)
+    assert s.saving_us == pytest.approx(1050) and s.high_us == pytest.approx(1050)
+    assert s.low_us == 1000 and s.unprofiled_step_us == 9000
+    assert s.to_json()["bounded_by_unprofiled_step_ms"] == 9
+    free = estimate(_f("dataloader-bound", 0.2, basis="step"), p, real_step_us=11_000)
+    assert free.saving_us == 2000 and free.unprofiled_step_us is None  # not bounded
+
+
+def test_on_a_gpu_shares_are_of_the_step_timed_without_the_profiler():
+    """Kernel times are what they are without the profiler; host times are scaled from
+    the profiled step (10 ms here) to the one timed without it (5 ms)."""
+    p = _profile()
+    device = estimate(_f("copy-heavy", 0.25), p, real_step_us=5000)
+    assert device.saving_us == pytest.approx(2000) and device.step_us == 5000
+    assert device.share(device.saving_us) == pytest.approx(0.4)
+    host = estimate(_f("copy-heavy", 0.25, basis="cpu"), p, real_step_us=5000)
+    assert host.saving_us == pytest.approx(0.25 * 20_000 / 2 / 2)  # 2.5 ms of CPU, halved
+    assert host.share(host.saving_us) == pytest.approx(0.25)
+
+
 def test_small_savings_are_minor():
     p = _profile()
     tiny = _f("copy-heavy", MINOR_SHARE / 2 * 20_000 / 16_000)
