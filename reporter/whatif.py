@@ -11,7 +11,11 @@ a replacement that is not faster here is not given as a main problem.
 Measured now: unfused attention (bmm/matmul + softmax + bmm/matmul) against
 ``scaled_dot_product_attention``, forward (and backward for a training step);
 a per-parameter optimizer step against the same optimizer with ``foreach=True``,
-on copies of the model's parameters and gradients.
+on copies of the model's parameters and gradients; fp32 matrix products
+(mm, addmm, bmm, baddbmm) against the same products in bf16 and in TF32, at the
+shapes that hold most of their time, the speed-up applied to their recorded time
+(the casts that autocast adds are not counted: for weights it caches them within
+a step).
 """
 
 from __future__ import annotations
@@ -66,12 +70,13 @@ def attention_shapes(profile: Profile) -> dict[str, Any] | None:
     return None
 
 
-def _median_s(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
+def _median_s(fn: Callable[[], Any], sync: Callable[[], None], budget_s: float = BUDGET_S
+              ) -> float:
     for _ in range(3):
         fn()
     sync()
     times, spent = [], 0.0
-    while len(times) < 5 or (spent < BUDGET_S and len(times) < 200):
+    while len(times) < 5 or (spent < budget_s and len(times) < 200):
         start = time.perf_counter()
         fn()
         sync()
@@ -157,6 +162,87 @@ def optimizer_foreach(optimizer: Any, device: str) -> dict[str, Any] | None:
     return {"before_ms": before * 1e3, "after_ms": after * 1e3, "params": len(params)}
 
 
+# Matrix operators and the positions of their two factors in the recorded inputs.
+GEMMS = {"aten::mm": (0, 1), "aten::bmm": (0, 1), "aten::addmm": (1, 2),
+         "aten::baddbmm": (1, 2)}
+GEMM_COVER = 0.9  # time the shapes that hold this share of the products' time
+GEMM_SHAPES = 8  # and no more shapes than this
+GEMM_BUDGET_S = 0.05  # per shape and variant
+MAX_OPERANDS_B = 2 << 30
+
+
+def _gemm_time_us(o: Any) -> float:
+    return o.device_total_us or o.cpu_total_us
+
+
+def gemm_shapes(profile: Profile) -> tuple[list[tuple[Any, list, list]], float]:
+    """The matrix products' shapes that hold most of their time, most first: [(the
+    recorded row, a, b)], and the products' recorded time in all (us)."""
+    rows = sorted((o for o in profile.ops_by_shape if o.name in GEMMS),
+                  key=_gemm_time_us, reverse=True)
+    total = sum(_gemm_time_us(o) for o in rows)
+    out, covered = [], 0.0
+    for o in rows:
+        if len(out) >= GEMM_SHAPES or (total and covered >= GEMM_COVER * total):
+            break
+        dims = _shapes(o.input_shapes)
+        i, j = GEMMS[o.name]
+        if not dims or len(dims) <= j or not all(
+                isinstance(d, list) and len(d) >= 2 and all(type(x) is int for x in d)
+                for d in (dims[i], dims[j])):
+            continue
+        a, b = dims[i], dims[j]
+        if a[-1] != b[-2] or (math.prod(a) + math.prod(b) + a[-2] * b[-1]
+                              * math.prod(a[:-2])) * 4 > MAX_OPERANDS_B:
+            continue
+        out.append((o, a, b))
+        covered += _gemm_time_us(o)
+    return out, total
+
+
+def gemm_precision(profile: Profile, device: str, steps: int) -> dict[str, Any] | None:
+    """What bf16 and TF32 make of the fp32 matrix products. Each of the shapes that hold
+    most of their time is timed here in fp32 (TF32 as the model had it), in bf16 and in
+    TF32; the speed-up measured at each shape applies to its recorded time, and their
+    time-weighted mean to the products whose shapes were not timed. The recorded time,
+    not the timed one, is the "before": in a training step many products run on
+    transposed operands, which the kernels handle more slowly than the contiguous ones
+    timed here. {"before_ms", "after_ms" (bf16), "tf32_ms"} per step, the shapes timed
+    and the share of the products' time they hold; None when no shape can be read."""
+    import torch
+
+    shapes, total_us = gemm_shapes(profile)
+    if not shapes or total_us <= 0:
+        return None
+    on_gpu = device.startswith("cuda")
+    sync = (lambda: torch.cuda.synchronize(device)) if on_gpu else (lambda: None)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    matmul = torch.backends.cuda.matmul
+    was = matmul.allow_tf32
+    timed_us = bf16_us = tf32_us = 0.0
+    try:
+        for row, a, b in shapes:
+            x = torch.randn(*a, generator=gen).to(device)
+            y = torch.randn(*b, generator=gen).to(device)
+            xb, yb = x.to(torch.bfloat16), y.to(torch.bfloat16)
+            seconds = {}
+            for key, tf32, (p, q) in (("fp32", was, (x, y)), ("bf16", was, (xb, yb)),
+                                      ("tf32", True, (x, y))):
+                matmul.allow_tf32 = tf32
+                seconds[key] = _median_s(lambda: torch.matmul(p, q), sync, GEMM_BUDGET_S)
+            del x, y, xb, yb
+            recorded = _gemm_time_us(row)
+            timed_us += recorded
+            bf16_us += recorded * seconds["bf16"] / seconds["fp32"]
+            tf32_us += recorded * seconds["tf32"] / seconds["fp32"]
+    finally:
+        matmul.allow_tf32 = was
+    per_step_ms = total_us / max(steps, 1) / 1e3
+    return {"before_ms": per_step_ms, "after_ms": per_step_ms * bf16_us / timed_us,
+            "tf32_ms": per_step_ms * tf32_us / timed_us, "shapes": len(shapes),
+            "cover": timed_us / total_us}
+
+
 def measure(section: Any, rules: set[str], device: str,
             optimizer: Any = None) -> dict[str, dict[str, Any]]:
     """The replacements of ``rules`` (the section's findings) that can be timed here;
@@ -172,4 +258,8 @@ def measure(section: Any, rules: set[str], device: str,
         timed = optimizer_foreach(optimizer, device)
         if timed is not None:
             out["single-tensor-optimizer"] = timed
+    if "fp32-gemm" in rules:
+        timed = gemm_precision(section.profile, device, steps)
+        if timed is not None:
+            out["fp32-gemm"] = timed
     return out

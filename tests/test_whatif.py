@@ -99,3 +99,31 @@ def test_a_replacement_that_fails_to_time_leaves_the_run_whole(tmp_path, monkeyp
                          tmp_path, progress=said.append)
     assert all(s.whatif == {} and s.profile.ops for s in run.sections)
     assert any("could not be timed (CUDA out of memory)" in m for m in said), said
+
+
+def test_fp32_products_timed_against_bf16_and_tf32_at_the_recorded_shapes():
+    """The shapes come from the recorded products (the cpu-transformer fixture's linear
+    layers and attention), most time first; the speed-ups measured at them apply to the
+    products' recorded time; the TF32 setting is left as it was."""
+    import torch
+
+    from reporter.whatif import GEMM_SHAPES, GEMMS, gemm_precision, gemm_shapes
+
+    section = load(FIXTURE).sections[0]
+    shapes, total_us = gemm_shapes(section.profile)
+    rows = [o for o in section.profile.ops_by_shape if o.name in GEMMS]
+    assert total_us == pytest.approx(sum(o.device_total_us or o.cpu_total_us for o in rows))
+    assert 0 < len(shapes) <= GEMM_SHAPES
+    for row, a, b in shapes:
+        assert row.name in GEMMS and a[-1] == b[-2] and row.calls > 0
+    covered = sum(row.cpu_total_us for row, _, _ in shapes)
+    # it stops at 90% of the products' time, at GEMM_SHAPES shapes, or when none is left
+    assert covered >= 0.9 * total_us or len(shapes) in (GEMM_SHAPES, len(rows))
+    was = torch.backends.cuda.matmul.allow_tf32
+    steps = len(section.profile.breakdown.steps_us)
+    timed = gemm_precision(section.profile, "cpu", steps)
+    assert torch.backends.cuda.matmul.allow_tf32 == was
+    assert timed["before_ms"] == pytest.approx(total_us / steps / 1e3)  # the recorded time
+    assert timed["shapes"] == len(shapes) and timed["cover"] == pytest.approx(
+        covered / total_us)
+    assert timed["after_ms"] > 0 and timed["tf32_ms"] > 0
