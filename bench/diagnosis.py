@@ -11,7 +11,7 @@ baseline had too (its fix should have removed it). Goal: each prediction within
 
 Not a test: run it by hand.
 
-    .venv/bin/python bench/diagnosis.py [--device cpu] [--time-budget 3]
+    .venv/bin/python bench/diagnosis.py [--device cpu|cuda] [--preset P] [--time-budget 3]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from reporter.analyzer import analyze_section  # noqa: E402
 from reporter.efficiency import of_section  # noqa: E402
-from reporter.runner import RunOptions, profile_target  # noqa: E402
+from reporter.runner import RunOptions, default_preset, profile_target  # noqa: E402
 from reporter.savings import ranked  # noqa: E402
 from reporter.target import resolve  # noqa: E402
 
@@ -36,8 +36,9 @@ def run(name: str, opts: RunOptions, scratch: Path):
     r = profile_target(spec, builder, opts, scratch)
     out = {}
     for s in r.sections:
-        main, _ = ranked(analyze_section(s, batch_size=r.target["batch_size"]), s.profile,
-                         of_section(s, r.target["batch_size"]), s.whatif)
+        batch = r.target["batch_size"]
+        main, _ = ranked(analyze_section(s, batch_size=batch), s.profile, of_section(s, batch),
+                         s.whatif, s.throughput.step_us(batch) if s.throughput else None)
         out[s.label] = (s, main)
     return out
 
@@ -45,9 +46,13 @@ def run(name: str, opts: RunOptions, scratch: Path):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--preset", default=None,
+                        help="model sizes (default: what `reporter run` takes on the device)")
     parser.add_argument("--time-budget", type=float, default=3.0)
     args = parser.parse_args()
-    opts = RunOptions(device=args.device, time_budget_s=args.time_budget)
+    opts = RunOptions(device=args.device, time_budget_s=args.time_budget,
+                      preset=default_preset(args.device, args.preset))
+    print(f"device {args.device}, preset {opts.preset}\n")
     scratch = Path(tempfile.mkdtemp(prefix="reporter-diagnosis-"))
     print("| baseline | mode | problems its twin fixed | predicted saving | measured saving "
           "| error | still in the twin |")

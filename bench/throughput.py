@@ -1,6 +1,6 @@
 """Benchmark: reporter's throughput against an independent timing of the same step.
 
-For three built-in targets (training step, default sizes, this machine's device),
+For three built-in targets (training step, the sizes `reporter run` takes on the device),
 in one process and interleaved round by round to cancel drift, it measures:
 - reporter: the timed windows of a run (reporter.runner._timed_windows with the
   default options: 5+ windows of ~0.25 s, up to the default budget, early stop at
@@ -11,7 +11,7 @@ It prints, per target, the median of each over the rounds, their ratio, whether
 the independent value lies in reporter's interval, and the interval's
 half-width and confidence. Goal: within 3%, and inside the interval.
 
-    .venv/bin/python bench/throughput.py [--rounds 3] [--device cpu]
+    .venv/bin/python bench/throughput.py [--rounds 3] [--device cpu|cuda] [--preset P]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from torch.utils.benchmark import Timer  # noqa: E402
 
 from reporter.runner import (RunOptions, _Stepper, _sync, _timed, _timed_windows,  # noqa: E402
-                             window_steps)
+                             default_preset, window_steps)
 from reporter.stats import median_interval  # noqa: E402
 from reporter.target import build, resolve  # noqa: E402
 
@@ -54,15 +54,18 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--preset", default=None,
+                        help="model sizes (default: what `reporter run` takes on the device)")
     args = parser.parse_args()
-    opts = RunOptions(device=args.device)
-    print(f"device {args.device}, torch {torch.__version__}, threads "
+    preset = default_preset(args.device, args.preset)
+    opts = RunOptions(device=args.device, preset=preset)
+    print(f"device {args.device}, preset {preset}, torch {torch.__version__}, threads "
           f"{torch.get_num_threads()}, {args.rounds} interleaved rounds")
     print(f"{'target':<26}{'reporter':>10}{'indep.':>10}{'ratio':>8}  {'interval (half, conf.)':<26}"
           f"{'inside':>7}{'windows':>9}")
     for name in TARGETS:
         spec, builder = resolve(name)
-        target = build(spec, builder, args.device, "default")
+        target = build(spec, builder, args.device, preset)
         stepper = _Stepper(target, "train", args.device)
         for _ in range(opts.warmup_steps):
             stepper()

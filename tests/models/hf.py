@@ -13,32 +13,50 @@ def _ids(vocab: int, batch: int, seq: int, n: int = 4):
     return [(torch.randint(0, vocab, (batch, seq), generator=gen),) for _ in range(n)]
 
 
+def _large(preset: str) -> bool:
+    """``large``: GPU-sized (what `reporter run` takes on CUDA); else CPU-sized."""
+    return preset == "large"
+
+
 def bert_inference(device: str = "cpu", preset: str = "default") -> Target:
     """A small BERT encoder in inference: matrix products do the work, as they should."""
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=1000, hidden_size=256, num_hidden_layers=2,
-                        num_attention_heads=4, intermediate_size=1024)
+    big = _large(preset)
+    config = BertConfig(vocab_size=1000, hidden_size=1024 if big else 256,
+                        num_hidden_layers=8 if big else 2, num_attention_heads=16 if big else 4,
+                        intermediate_size=4096 if big else 1024)
     model = BertModel(config).to(device).eval()
-    return Target(model=model, batches=_ids(1000, 8, 128), batch_size=8,
+    batch, seq = (32, 512) if big else (8, 128)
+    return Target(model=model, batches=_ids(1000, batch, seq), batch_size=batch,
                   forward=lambda m, batch: m(input_ids=batch[0]).last_hidden_state,
                   modes=("inference",))
 
 
-def llama_train(device: str = "cpu", preset: str = "default") -> Target:
+def llama_train(device: str = "cpu", preset: str = "default", autocast: str | None = None
+                ) -> Target:
     """A small Llama training step (AdamW, foreach)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=1000, hidden_size=256, intermediate_size=688,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=256)
+    big = _large(preset)
+    config = LlamaConfig(vocab_size=1000, hidden_size=1024 if big else 256,
+                         intermediate_size=2752 if big else 688,
+                         num_hidden_layers=4 if big else 2, num_attention_heads=16 if big else 4,
+                         num_key_value_heads=8 if big else 2, max_position_embeddings=512)
     model = LlamaForCausalLM(config).to(device)
-    return Target(model=model, batches=_ids(1000, 4, 128), batch_size=4,
+    batch, seq = (16, 512) if big else (4, 128)
+    return Target(model=model, batches=_ids(1000, batch, seq), batch_size=batch,
                   forward=lambda m, batch: m(input_ids=batch[0], labels=batch[0]).loss,
                   loss=lambda out, batch: out,
-                  optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4))
+                  optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4), autocast=autocast)
+
+
+def llama_train_bf16(device: str = "cpu", preset: str = "default") -> Target:
+    """The Llama training step under bf16 autocast: on tensor-core hardware, no
+    precision lever is left."""
+    return llama_train(device, preset, autocast="bf16")
 
 
 def gpt2_train(device: str = "cpu", preset: str = "default") -> Target:
