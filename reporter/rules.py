@@ -142,6 +142,10 @@ _FP32_GEMM = re.compile(r"sgemm|gemv2?N?_kernel<[^>]*float|gemvx|gemmSN_\w*kerne
 # Architectures whose GEMM kernels name themselves and that have tensor cores.
 _TC_ARCH = re.compile(r"^(volta|turing|ampere|sm[789]\d|hopper|ada|blackwell|sm1\d\d)_")
 _NO_TC_ARCH = re.compile(r"^(maxwell|kepler|pascal)_")
+# fp32 GEMM kernels that compute convolutions: cuDNN's implicit GEMMs (fprop, dgrad, wgrad:
+# "sm90_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_..."; with TF32 on they read
+# "..._f32f32_tf32f32_f32_..." and are not fp32 GEMMs) and implicit_convolve_sgemm.
+_CONV_KERNEL = re.compile(r"fprop|dgrad|wgrad|convolve", re.IGNORECASE)
 
 
 # Runtime calls in which the host waits for a copy: from pageable memory, or behind the
@@ -189,6 +193,9 @@ def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
                     "op": top.name, "op_share": top.self_device_us / profile.self_device_us,
                     "op_time_us": top.self_device_us, "calls": sum(o.calls for o in gemms),
                     "kernels": len(gemms), "arch": arch,
+                    # what the kernels compute: convolutions, matrix products, or both
+                    "convolutions": any(_CONV_KERNEL.search(o.name) for o in gemms),
+                    "products": any(not _CONV_KERNEL.search(o.name) for o in gemms),
                     # Volta (V100) and Turing (T4) tensor cores do fp16 only: no bf16, no TF32
                     "fp16_only": arch in ("volta_", "turing_")},
                    ops=[o.name for o in gemms])

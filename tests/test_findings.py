@@ -163,3 +163,27 @@ def test_every_rule_can_fire_and_reads_in_every_language(rule_id):
         assert words[lang] in text, text
         assert fmt.pct(finding.evidence["share"]) in text, (lang, text)  # the evidence, in numbers
         assert "{{" not in text and "None" not in text, text
+
+
+def test_fp32_convolutions_are_tensor_core_eligible_work_by_kernel_name():
+    """cuDNN's fp32 implicit GEMMs (as an H100 names them) count as fp32 matrix work and
+    the finding names convolutions; the same kernels with TF32 on do not count."""
+    fp32 = "sm90_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nhwckrsc_nhwc_tilesize128x64x32"
+    tf32 = ("sm90_xmma_wgrad_indexed_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_"
+            "tilesize128x64x32_warpgroupsize1x1x1_g1_execute_segment_k_on_kernel__5x_cudnn")
+    conv = _gpu([Op("aten::cudnn_convolution", calls=10, self_cpu_us=500, self_device_us=9000),
+                 Op(fp32, calls=10, self_device_us=9000, kind="kernel"),
+                 Op("elementwise_kernel", calls=10, self_device_us=1000, kind="kernel")])
+    f = next(f for f in analyze(conv) if f.rule == "fp32-gemm")
+    assert f.evidence["convolutions"] and not f.evidence["products"]
+    opening = {"en": "Convolutions run in full fp32", "ru": "Свёртки считаются в полном fp32",
+               "zh": "卷积以完整 fp32 计算"}
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                                "f": _finding_view(f, fmt)}, "findings/fp32-gemm.md.j2")
+        assert opening[lang] in text and "cudnn.allow_tf32" in text, text
+    tensor_cores = _gpu([Op("aten::cudnn_convolution", calls=10, self_device_us=9000),
+                         Op(tf32, calls=10, self_device_us=9000, kind="kernel")])
+    assert "fp32-gemm" not in {f.rule for f in analyze(tensor_cores)}
+
