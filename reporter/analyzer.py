@@ -79,6 +79,11 @@ def analyze(profile: Profile, overrides: dict[str, dict[str, float]] | None = No
         found = [_near_roofline(f, efficiency, overrides.get("near-roofline", {}))
                  if f.rule == "dominant-operator" else f for f in found]
         found = [f for f in found if f is not None]
+        if not any(f.rule in ("near-roofline", "dominant-operator", "fp32-gemm")
+                   for f in found):
+            bound = _matrix_bound(efficiency, overrides.get("near-roofline", {}))
+            if bound is not None:
+                found.append(bound)
     found.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.evidence.get("share", 0.0)))
     return found
 
@@ -111,6 +116,42 @@ def _near_roofline(dominant: Finding, efficiency: Any, limits: dict[str, float]
         "faster_fps": faster[1] if faster else None,
         "saving_us": saving, "saving_share": saving / step if saving and step else None,
     }, ops=dominant.ops)
+
+
+# Matrix products holding this share of the operators' time together bound the step.
+MATRIX_BOUND = 0.5
+
+
+def _matrix_bound(efficiency: Any, limits: dict[str, float]) -> Finding | None:
+    """A step bound by matrix products that no single one dominates (a ViT, say), all
+    running near their roofline: the same statement as for one dominant product, for
+    them together, with the lever a faster dtype would give them."""
+    rows = [o for o in efficiency.ops if o.matrix and o.bound == "compute" and o.time_us > 0]
+    time_us = sum(o.time_us for o in rows)
+    if not rows or not efficiency.total_us or \
+            time_us / efficiency.total_us < limits.get("share", MATRIX_BOUND):
+        return None
+    roofline = sum(min(o.roof_us, o.time_us) for o in rows) / time_us
+    if roofline < limits.get("roofline", NEAR_ROOFLINE):
+        return None
+    dtypes = sorted({d for o in rows for d in o.dtypes})
+    peaks = efficiency.peaks.flops
+    current = max((peaks.get(d, 0.0) for d in dtypes), default=0.0) or efficiency.peak_flops
+    faster = max(((k, v) for k, v in peaks.items() if k != "fp32" and v > current * 1.1),
+                 key=lambda kv: kv[1], default=None)
+    saving = time_us * (1 - current / faster[1]) if faster else None
+    step = efficiency.profiled_step_us
+    flops = sum(o.flops for o in rows)
+    return Finding("near-roofline", "low", {
+        "basis": efficiency.basis, "share": time_us / efficiency.total_us,
+        "op": rows[0].name, "op_share": time_us / efficiency.total_us,
+        "others": [o.name for o in rows[1:5]], "products": len(rows),
+        "roofline_share": roofline, "achieved_fps": flops / time_us * 1e6,
+        "peak_fps": current, "dtype": ", ".join(dtypes), "source": efficiency.peaks.source,
+        "faster_dtype": faster[0] if faster else None,
+        "faster_fps": faster[1] if faster else None,
+        "saving_us": saving, "saving_share": saving / step if saving and step else None,
+    }, ops=[o.name for o in rows])
 
 
 def analyze_section(section: Any, overrides: dict[str, dict[str, float]] | None = None,

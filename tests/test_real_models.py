@@ -1,4 +1,4 @@
-"""The analysis on models we did not write: transformers' BERT, Llama and GPT-2, built
+"""The analysis on models we did not write: transformers' BERT, Llama, GPT-2 and ViT, built
 from small configs with random weights (tests/models/hf.py), profiled on the CPU."""
 
 from __future__ import annotations
@@ -44,6 +44,29 @@ def test_matrix_bound_models_get_no_alarm(name, gemm, tmp_path):
     assert near.ops == [gemm] and near.evidence["roofline_share"] >= 0.5
     if near.evidence["faster_dtype"]:  # a dtype with a higher measured peak: its saving
         assert 0 < near.evidence["saving_us"] < top.time_us
+
+
+def test_a_step_bound_by_many_products_gets_their_lever(tmp_path):
+    """A ViT's products are spread over its layers: none dominates, yet together they
+    bound the step near their roofline, and the statement names the dtype lever."""
+    section, e, findings = profiled("vit_train", tmp_path)
+    matrix = [o for o in e.ops if o.matrix and o.bound == "compute"]
+    assert max(o.time_us for o in matrix) / e.total_us < 0.5  # no single product dominates
+    near = [f for f in findings if f.rule == "near-roofline"]
+    assert len(near) == 1 and near[0].evidence["products"] == len(matrix) >= 2
+    assert near[0].evidence["share"] >= 0.5 and near[0].evidence["roofline_share"] >= 0.5
+    assert "dominant-operator" not in {f.rule for f in findings}
+    if near[0].evidence["faster_dtype"]:  # a dtype with a higher peak here: its saving
+        assert 0 < near[0].evidence["saving_us"] < sum(o.time_us for o in matrix)
+    from reporter.render import render_markdown
+    from reporter.view import LANGUAGES, Fmt, _finding_view
+
+    words = {"en": "Matrix products", "ru": "Матричные произведения", "zh": "矩阵乘"}
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        text = render_markdown({"lang": lang, "on_gpu": False, "plural": fmt.plural,
+                                "f": _finding_view(near[0], fmt)}, "findings/near-roofline.md.j2")
+        assert words[lang] in text and "aten::mm" in text and "{{" not in text, text
 
 
 def test_gpt2_optimizer_updates_are_not_an_elementwise_blowup(tmp_path):

@@ -95,3 +95,22 @@ def bert_pairwise_blowup(device: str = "cpu", preset: str = "default") -> Target
     return Target(model=_PairwiseHead(bert.model).to(device).eval(), batches=bert.batches,
                   batch_size=bert.batch_size, forward=lambda m, batch: m(batch[0]),
                   modes=("inference",))
+
+
+def vit_train(device: str = "cpu", preset: str = "default") -> Target:
+    """A small ViT training step: its matrix products are spread over attention and MLP
+    layers, none of which dominates alone."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    config = ViTConfig(image_size=128, patch_size=8, hidden_size=96, num_hidden_layers=4,
+                       num_attention_heads=3, intermediate_size=384, num_labels=10)
+    model = ViTForImageClassification(config).to(device)
+    gen = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(8, 3, 128, 128, generator=gen),
+                torch.randint(0, 10, (8,), generator=gen)) for _ in range(4)]
+    return Target(model=model, batches=batches, batch_size=8,
+                  forward=lambda m, batch: m(pixel_values=batch[0], labels=batch[1]).loss,
+                  loss=lambda out, batch: out,
+                  optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4))
+
