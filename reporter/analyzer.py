@@ -110,6 +110,7 @@ def _near_roofline(dominant: Finding, efficiency: Any, limits: dict[str, float]
     step = efficiency.profiled_step_us
     return Finding("near-roofline", "low", {
         **{k: v for k, v in dominant.evidence.items() if k != "threshold"},
+        "products": 0,  # one operator (see _matrix_bound for several)
         "roofline_share": row.roofline_share, "achieved_fps": row.achieved_flops,
         "peak_fps": current, "dtype": ", ".join(row.dtypes), "source": efficiency.peaks.source,
         "faster_dtype": faster[0] if faster else None,

@@ -44,6 +44,22 @@ def test_matrix_bound_models_get_no_alarm(name, gemm, tmp_path):
     assert near.ops == [gemm] and near.evidence["roofline_share"] >= 0.5
     if near.evidence["faster_dtype"]:  # a dtype with a higher measured peak: its saving
         assert 0 < near.evidence["saving_us"] < top.time_us
+    for lang, text in _rendered(near).items():
+        assert gemm in text and "{{" not in text, (lang, text)
+
+
+def _rendered(finding) -> dict[str, str]:
+    """The finding's text in every language (StrictUndefined: a missing field fails)."""
+    from reporter.render import render_markdown
+    from reporter.view import LANGUAGES, Fmt, _finding_view
+
+    out = {}
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        out[lang] = render_markdown({"lang": lang, "on_gpu": False, "plural": fmt.plural,
+                                     "f": _finding_view(finding, fmt)},
+                                    f"findings/{finding.rule}.md.j2")
+    return out
 
 
 def test_a_step_bound_by_many_products_gets_their_lever(tmp_path):
@@ -58,14 +74,8 @@ def test_a_step_bound_by_many_products_gets_their_lever(tmp_path):
     assert "dominant-operator" not in {f.rule for f in findings}
     if near[0].evidence["faster_dtype"]:  # a dtype with a higher peak here: its saving
         assert 0 < near[0].evidence["saving_us"] < sum(o.time_us for o in matrix)
-    from reporter.render import render_markdown
-    from reporter.view import LANGUAGES, Fmt, _finding_view
-
     words = {"en": "Matrix products", "ru": "Матричные произведения", "zh": "矩阵乘"}
-    for lang in LANGUAGES:
-        fmt = Fmt(lang)
-        text = render_markdown({"lang": lang, "on_gpu": False, "plural": fmt.plural,
-                                "f": _finding_view(near[0], fmt)}, "findings/near-roofline.md.j2")
+    for lang, text in _rendered(near[0]).items():
         assert words[lang] in text and "aten::mm" in text and "{{" not in text, text
 
 
