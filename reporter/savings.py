@@ -1,8 +1,9 @@
 """What each finding is worth: the time it accounts for and what its fix would save.
 
 A pure function of a finding, its profile, and the profile's efficiency
-(reporter.efficiency). Times are per profiled step, in microseconds; shares are
-of the profiled step. Each estimate says how it is made:
+(reporter.efficiency). Times are per step, in microseconds; shares are of the
+profiled step, or on a GPU, when the run was timed, of the step timed without the
+profiler (see ``estimate``). Each estimate says how it is made:
 
 - the work goes away (element-wise blow-up, copies, CPU-side padding, unfused
   attention): all of their time, at least the time beyond the operators'
@@ -19,6 +20,7 @@ of the profiled step. Each estimate says how it is made:
   host's time in each; synchronisations count only while the device idled;
 - fp32 matrix work with a faster dtype at hand: its time x (1 - the fp32 peak /
   the faster peak), TF32 at the low end and bf16 at the high end;
+- a replacement timed on the device (reporter.whatif): what it measured;
 - no estimate where the profile cannot give one (memory pressure is about
   memory; a table has no timeline): ``note`` says so, and no number is shown.
 """
@@ -46,7 +48,7 @@ class Saving:
     saving_us: float | None  # the estimated saving of its fix, per step
     low_us: float | None
     high_us: float | None
-    step_us: float | None  # the profiled step the shares are of
+    step_us: float | None  # the step the shares are of (see estimate)
     note: str | None = None  # NOT_QUANTIFIABLE, or NOT_FASTER when timed here
     measured: dict[str, float] | None = None  # {"before_ms", "after_ms"}: timed here
     # Set when the step timed without the profiler bounded an idle-time saving.
