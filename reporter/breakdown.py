@@ -32,6 +32,9 @@ Interval = tuple[float, float]
 
 HOST_PHASES = ("data", "input_copy", "forward", "loss", "backward", "optimizer", "drain",
                "other")
+# The GPU runner's mark around its wait for the last recorded step's kernels
+# (reporter.runner._profiled_steps): the host waiting for the device.
+DRAIN_MARK = "device_drain"
 # Which phase an instant belongs to when several marks cover it.
 PRIORITY = ("drain", "data", "input_copy", "optimizer", "backward", "loss", "forward")
 DEVICE_ACTIVITIES = ("compute", "communication", "copy_h2d", "copy_d2h", "copy_d2d",
@@ -55,7 +58,7 @@ def phase_of(name: str) -> str | None:
         return "loss"
     if name == "forward":
         return "forward"
-    if name == "device_drain":  # reporter's runner: the wait for the last step's kernels
+    if name == DRAIN_MARK:
         return "drain"
     return None
 

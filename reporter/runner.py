@@ -26,7 +26,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from .errors import BadInput, WorkFailed, user_code
-from .breakdown import MODULE_MARK
+from .breakdown import DRAIN_MARK, MODULE_MARK
 from .keytable import format_table
 from .memprof import tensor_memory
 from .profile import Profile
@@ -259,11 +259,6 @@ def _filtered_native_stderr():
         os.dup2(saved, 2)  # the pipe's last writer here: the thread sees its end
         os.close(saved)
         thread.join(timeout=1.0)
-
-
-# The mark around the runner's wait for the last recorded step's kernels (see
-# _profiled_steps); the step breakdown counts it as the host waiting for the device.
-DRAIN_MARK = "device_drain"
 
 
 def _sync(device: str) -> None:
