@@ -505,7 +505,8 @@ def _whatif(section: Section, device: str, progress: Progress, optimizer: Any) -
     from .whatif import measure
 
     rules = {f.rule for f in analyze_section(section)}
-    if rules & {"unfused-attention", "single-tensor-optimizer", "fp32-gemm"}:
+    if rules & {"unfused-attention", "single-tensor-optimizer", "fp32-gemm",
+                 "elementwise-blowup"}:
         progress(f"{section.label}: timing the proposed replacements")
     try:
         with _filtered_native_stderr():

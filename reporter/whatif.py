@@ -15,7 +15,8 @@ on copies of the model's parameters and gradients; fp32 matrix products
 (mm, addmm, bmm, baddbmm) against the same products in bf16 and in TF32, at the
 shapes that hold most of their time, the speed-up applied to their recorded time
 (the casts that autocast adds are not counted: for weights it caches them within
-a step).
+a step); a blown-up pairwise product (repeat, then mul and sum over the last
+dimension) against the matrix product that computes it, likewise.
 """
 
 from __future__ import annotations
@@ -243,6 +244,80 @@ def gemm_precision(profile: Profile, device: str, steps: int) -> dict[str, Any] 
             "cover": timed_us / total_us}
 
 
+BLOWUP_SHAPES = 3  # pairwise shapes timed at most
+MIN_BLOWUP_NUMEL = 1 << 16  # smaller products are not a blow-up worth timing
+MATERIALISERS = ("aten::repeat", "aten::repeat_interleave")
+
+
+def _dims(o: Any) -> list[list[int]]:
+    dims = _shapes(o.input_shapes) or []
+    return [d for d in dims if isinstance(d, list) and all(type(x) is int for x in d)]
+
+
+def blowup_shapes(profile: Profile) -> list[list[int]]:
+    """The blown-up pairwise products: (..., X, Y, Z) shapes that an ``aten::mul`` makes
+    (its inputs broadcast to them) and an ``aten::sum`` reduces over the last dimension,
+    the pattern ``(a.unsqueeze(2) * b.unsqueeze(1)).sum(-1)`` that a matrix product
+    computes without materialising; the most time first."""
+    sums = {tuple(d[0]) for o in profile.ops_by_shape if o.name == "aten::sum"
+            for d in [_dims(o)] if d and len(d[0]) >= 4}
+    found: dict[tuple, float] = {}
+    for o in profile.ops_by_shape:
+        dims = _dims(o) if o.name == "aten::mul" else []
+        if len(dims) < 2 or len(dims[0]) != len(dims[1]) or len(dims[0]) < 4:
+            continue
+        out = tuple(max(a, b) for a, b in zip(dims[0], dims[1]))
+        if out in sums and math.prod(out) >= MIN_BLOWUP_NUMEL:
+            found[out] = found.get(out, 0.0) + (o.device_total_us or o.cpu_total_us)
+    return [list(k) for k in sorted(found, key=found.get, reverse=True)][:BLOWUP_SHAPES]
+
+
+def blowup_matmul(profile: Profile, device: str, steps: int) -> dict[str, Any] | None:
+    """The blown-up pairwise products against the matrix product that computes them: at
+    each recorded (..., X, Y, Z) shape, ``(a * b).sum(-1)`` on materialised operands is
+    timed against ``bmm`` of (..., X, Z) by (..., Z, Y). Each shape's ratio applies to the
+    recorded time of its ``mul`` and ``sum`` calls; the ``repeat`` copies that materialise
+    the operands go. {"before_ms", "after_ms"} per step, the recorded time of those
+    operators and what the products would take; None without the pattern."""
+    import torch
+
+    shapes = blowup_shapes(profile)
+    if not shapes:
+        return None
+    sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (
+        lambda: None)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+
+    def recorded(names: tuple[str, ...], match) -> float:
+        return sum(o.device_total_us or o.cpu_total_us for o in profile.ops_by_shape
+                   if o.name in names and match(_dims(o)))
+    before_us = after_us = 0.0
+    for shape in shapes:
+        *batch, x, y, z = shape
+        n = math.prod(batch)
+        if 2 * math.prod(shape) * 4 > MAX_OPERANDS_B:
+            continue
+        a = torch.randn(n, x, y, z, generator=gen).to(device)
+        b = torch.randn(n, x, y, z, generator=gen).to(device)
+        a3 = torch.randn(n, x, z, generator=gen).to(device)
+        b3 = torch.randn(n, z, y, generator=gen).to(device)
+        pairwise = _median_s(lambda: (a * b).sum(-1), sync, GEMM_BUDGET_S)
+        product = _median_s(lambda: torch.bmm(a3, b3), sync, GEMM_BUDGET_S)
+        del a, b, a3, b3
+        t = tuple(shape)
+        pattern = (recorded(("aten::mul",), lambda d: len(d) >= 2 and len(d[0]) == len(d[1])
+                            and tuple(max(p, q) for p, q in zip(d[0], d[1])) == t)
+                   + recorded(("aten::sum",), lambda d: bool(d) and tuple(d[0]) == t))
+        before_us += pattern
+        after_us += pattern * product / pairwise
+    if before_us <= 0:
+        return None
+    before_us += recorded(MATERIALISERS, lambda d: True)  # the copies that materialise it
+    per_step = 1e3 * max(steps, 1)
+    return {"before_ms": before_us / per_step, "after_ms": after_us / per_step,
+            "shapes": [list(s) for s in shapes]}
+
+
 def measure(section: Any, rules: set[str], device: str,
             optimizer: Any = None) -> dict[str, dict[str, Any]]:
     """The replacements of ``rules`` (the section's findings) that can be timed here;
@@ -262,4 +337,8 @@ def measure(section: Any, rules: set[str], device: str,
         timed = gemm_precision(section.profile, device, steps)
         if timed is not None:
             out["fp32-gemm"] = timed
+    if "elementwise-blowup" in rules:
+        timed = blowup_matmul(section.profile, device, steps)
+        if timed is not None:
+            out["elementwise-blowup"] = timed
     return out

@@ -127,3 +127,24 @@ def test_fp32_products_timed_against_bf16_and_tf32_at_the_recorded_shapes():
     assert timed["shapes"] == len(shapes) and timed["cover"] == pytest.approx(
         covered / total_us)
     assert timed["after_ms"] > 0 and timed["tf32_ms"] > 0
+
+
+def test_a_blown_up_pairwise_product_timed_against_its_matrix_product():
+    """transformer-bloat's (B, T, T, D) products, made by mul and reduced by sum over D,
+    are found at their recorded shape; the repeat copies that materialise them count in
+    the "before", and the matrix product takes less than the recorded operators."""
+    from reporter.whatif import blowup_matmul, blowup_shapes
+
+    section = load(FIXTURE.parent / "cpu-transformer-bloat").sections[0]
+    assert blowup_shapes(section.profile) == [[4, 64, 64, 64]]
+    steps = len(section.profile.breakdown.steps_us)
+    timed = blowup_matmul(section.profile, "cpu", steps)
+    mul_sum_repeat = sum(o.cpu_total_us for o in section.profile.ops_by_shape
+                         if (o.name in ("aten::mul", "aten::sum")
+                             and "[4, 64, 64, 64]" in (o.input_shapes or ""))
+                         or o.name == "aten::repeat")
+    assert timed["before_ms"] == pytest.approx(mul_sum_repeat / steps / 1e3)
+    assert 0 < timed["after_ms"] < timed["before_ms"]
+    # a profile without the pattern has nothing to time
+    assert blowup_matmul(load(FIXTURE.parent / "cpu-transformer-bloat-fixed").sections[0]
+                         .profile, "cpu", 3) is None
