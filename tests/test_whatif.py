@@ -78,6 +78,11 @@ def test_a_per_parameter_optimizer_against_foreach():
     timed = optimizer_foreach(opt, "cpu")
     assert timed is not None and timed["before_ms"] > 0 and timed["after_ms"] > 0
     assert timed["params"] == 16
+    # AdamW has a fused step on the CPU too (torch >= 2.4): both timed, the faster kept
+    assert "foreach_ms" in timed and timed["variant"] in ("foreach", "fused")
+    assert timed["after_ms"] == min(timed.get(f"{v}_ms", float("inf"))
+                                    for v in ("foreach", "fused"))
+    assert "fused_ms" in timed or tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 4)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert not opt.state  # the original optimizer never stepped
 
