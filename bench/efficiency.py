@@ -64,7 +64,8 @@ def analyze_s(trace: Path, out: Path, efficiency: bool) -> float:
 
 
 def spread(values: list[float]) -> str:
-    return f"median {statistics.median(values):.2f} s (min {min(values):.2f}, max {max(values):.2f})"
+    return (f"median {statistics.median(values):.2f} s "
+            f"(min {min(values):.2f}, max {max(values):.2f})")
 
 
 def main() -> None:
@@ -79,7 +80,7 @@ def main() -> None:
     print(f"trace: about {events:,} events, {trace.stat().st_size / 2**20:.0f} MiB; "
           f"torch {torch.__version__}; {os.cpu_count()} CPUs")
     with_eff, without = [], []
-    for i in range(args.repeats):  # interleaved: drift on a shared machine hits both
+    for _ in range(args.repeats):  # interleaved: drift on a shared machine hits both
         without.append(analyze_s(trace, folder / "off", efficiency=False))
         with_eff.append(analyze_s(trace, folder / "on", efficiency=True))
     ratios = [a / b for a, b in zip(with_eff, without)]

@@ -45,8 +45,8 @@ def main() -> None:
     print(f"{'run':<24} {'lang':<5} {'markdown':>10} {'pdf':>10} {'pdf/md':>8}")
     for name, run in runs.items():
         for lang in LANGUAGES:
-            md = timed(lambda: write_report(run_view(run, lang), out, "md"))
-            pdf = timed(lambda: write_report(run_view(run, lang), out, "pdf"))
+            md = timed(lambda run=run, lang=lang: write_report(run_view(run, lang), out, "md"))
+            pdf = timed(lambda run=run, lang=lang: write_report(run_view(run, lang), out, "pdf"))
             print(f"{name:<24} {lang:<5} {md * 1000:8.1f}ms {pdf * 1000:8.1f}ms {pdf / md:7.1f}x")
     copy = out / "cuda-seed001"
     shutil.copytree(FIXTURES / "cuda-seed001", copy)

@@ -61,7 +61,8 @@ def main() -> int:
     opts = RunOptions(device=args.device, preset=preset)
     print(f"device {args.device}, preset {preset}, torch {torch.__version__}, threads "
           f"{torch.get_num_threads()}, {args.rounds} interleaved rounds")
-    print(f"{'target':<26}{'reporter':>10}{'indep.':>10}{'ratio':>8}  {'interval (half, conf.)':<26}"
+    print(f"{'target':<26}{'reporter':>10}{'indep.':>10}{'ratio':>8}  "
+          f"{'interval (half, conf.)':<26}"
           f"{'inside':>7}{'windows':>9}")
     for name in TARGETS:
         spec, builder = resolve(name)

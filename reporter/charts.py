@@ -109,7 +109,8 @@ def memory_chart(memory: Any, names: dict[str, str], title: str, axis: str) -> s
 
 _PHASE_COLOURS = {"data": "#c44e52", "input_copy": "#dd8452", "forward": "#4c72b0",
                   "loss": "#8172b3", "backward": "#55a868", "optimizer": "#da8bc3",
-                  "drain": "#e8a0a0", "other": "#bbbbbb", "compute": "#4c72b0", "communication": "#8172b3",
+                  "drain": "#e8a0a0", "other": "#bbbbbb", "compute": "#4c72b0",
+                  "communication": "#8172b3",
                   "copy_h2d": "#dd8452", "copy_d2h": "#937860", "copy_d2d": "#ccb974",
                   "memset": "#64b5cd", "idle_data": "#c44e52", "idle_sync": "#e8a0a0",
                   "idle_host": "#dddddd"}

@@ -120,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "Chrome trace (.json or .json.gz), a folder of per-rank traces, a run "
                         "folder, a run.json, or a run id")
     p.add_argument("--json", action="store_true",
-                   help="print {profiles: [{label, totals, breakdown, efficiency, ops, findings}]} instead of a report")
+                   help="print {profiles: [{label, totals, breakdown, efficiency, ops, "
+                        "findings}]} instead of a report")
     p.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
                    help="where reports of table files go (default: the current folder); "
                         "a run's reports go into its folder")

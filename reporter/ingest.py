@@ -158,7 +158,8 @@ def _fixed_tables(lines: list[str]) -> list[Table]:
         j = i + 3
         while j < len(lines):
             raw = _strip_prefix(lines[j], prefix).rstrip()
-            if _separator(raw) is not None or _FOOTER.search(raw) or raw.lstrip().startswith(("```", "#", "<")):
+            if (_separator(raw) is not None or _FOOTER.search(raw)
+                    or raw.lstrip().startswith(("```", "#", "<"))):
                 break
             if raw.strip() in ("", "..."):
                 j += 1

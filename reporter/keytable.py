@@ -58,7 +58,8 @@ def format_table(profile: Profile, sort_by: str = "self_cpu_time_total", row_lim
         cells = [name, _pct(o.self_cpu_us, cpu), _time(o.self_cpu_us),
                  _pct(o.cpu_total_us, cpu), _time(o.cpu_total_us), _time(o.cpu_total_us / calls)]
         if device:
-            cells += [_time(o.self_device_us), _pct(o.self_device_us, dev), _time(o.device_total_us),
+            cells += [_time(o.self_device_us), _pct(o.self_device_us, dev),
+                      _time(o.device_total_us),
                       _time(o.device_total_us / calls)]
         cells += [_mem(o.cpu_mem_b), _mem(o.self_cpu_mem_b)]
         if device:

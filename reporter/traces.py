@@ -39,7 +39,8 @@ HOST_CATS = {"cpu_op", "Operator", "user_annotation", "cuda_runtime", "Runtime",
 RUNTIME_CATS = {"cuda_runtime", "Runtime", "cuda_driver", "Driver", "xpu_runtime",
                 "mtia_runtime", "privateuse1_runtime"}
 # Device work: kernels, copies and sets (AMD traces use the same categories).
-DEVICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "mtia_ccp_events"}
+DEVICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset",
+               "mtia_ccp_events"}
 DEVICE_ANNOTATION_CATS = {"gpu_user_annotation"}
 OP_CATS = {"cpu_op", "Operator"}
 _EPS = 1e-3  # microseconds of slack when deciding whether one event encloses another

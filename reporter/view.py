@@ -190,7 +190,8 @@ def _op_row(op: Op, profile: Profile, fmt: Fmt, device: bool) -> dict[str, str]:
         "name": md_name(op.name),
         "calls": fmt.int(op.calls),
         "self_cpu": fmt.time(op.self_cpu_us),
-        "self_cpu_pct": fmt.pct(op.self_cpu_us / profile.self_cpu_us if profile.self_cpu_us else None),
+        "self_cpu_pct": fmt.pct(op.self_cpu_us / profile.self_cpu_us
+                                if profile.self_cpu_us else None),
         "cpu_total": fmt.time(op.cpu_total_us),
         "cpu_avg": fmt.time(op.cpu_total_us / op.calls if op.calls else None),
         "self_device": fmt.time(op.self_device_us) if device else "—",
@@ -585,7 +586,8 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
                        if run.target.get("batch_size") else None),
         "on_gpu": run.device.startswith("cuda"),
         "device_name": env.get("device_name") or run.device,
-        "device_memory": fmt.bytes(env.get("device_memory_b")) if env.get("device_memory_b") else None,
+        "device_memory": (fmt.bytes(env.get("device_memory_b"))
+                          if env.get("device_memory_b") else None),
         "created": fmt.date(run.created), "created_iso": run.created,
         "torch": env.get("torch"), "cuda": env.get("cuda"), "driver": env.get("driver"),
         "cpu": env.get("cpu"), "cpu_count": env.get("cpu_count"), "threads": env.get("threads"),

@@ -11,11 +11,11 @@ a replacement that is not faster here is not given as a main problem.
 Measured now: unfused attention (bmm/matmul + softmax + bmm/matmul) against
 ``scaled_dot_product_attention``, forward (and backward for a training step);
 a per-parameter optimizer step against the same optimizer with ``foreach=True`` and
-``fused=True`` (where it has one), on copies of the model's parameters and gradients; fp32 matrix products
-(mm, addmm, bmm, baddbmm) against the same products in bf16 and in TF32, at the
-shapes that hold most of their time, the speed-up applied to their recorded time
-(the casts that autocast adds are not counted: for weights it caches them within
-a step); a blown-up pairwise product (repeat, then mul and sum over the last
+``fused=True`` (where it has one), on copies of the model's parameters and gradients;
+fp32 matrix products (mm, addmm, bmm, baddbmm) against the same products in bf16
+and in TF32, at the shapes that hold most of their time, the speed-up applied to
+their recorded time (the casts that autocast adds are not counted: for weights it
+caches them within a step); a blown-up pairwise product (repeat, then mul and sum over the last
 dimension) against the matrix product that computes it, likewise.
 """
 
@@ -239,7 +239,8 @@ def gemm_precision(profile: Profile, device: str, steps: int) -> dict[str, Any] 
             for key, tf32, (p, q) in (("fp32", was, (x, y)), ("bf16", was, (xb, yb)),
                                       ("tf32", True, (x, y))):
                 matmul.allow_tf32 = tf32
-                seconds[key] = _median_s(lambda: torch.matmul(p, q), sync, GEMM_BUDGET_S)
+                seconds[key] = _median_s(lambda p=p, q=q: torch.matmul(p, q), sync,
+                                         GEMM_BUDGET_S)
             del x, y, xb, yb
             recorded = _gemm_time_us(row)
             timed_us += recorded
@@ -310,13 +311,14 @@ def blowup_matmul(profile: Profile, device: str, steps: int) -> dict[str, Any] |
         b = torch.randn(n, x, y, z, generator=gen).to(device)
         a3 = torch.randn(n, x, z, generator=gen).to(device)
         b3 = torch.randn(n, z, y, generator=gen).to(device)
-        pairwise = _median_s(lambda: (a * b).sum(-1), sync, GEMM_BUDGET_S)
-        product = _median_s(lambda: torch.bmm(a3, b3), sync, GEMM_BUDGET_S)
+        pairwise = _median_s(lambda a=a, b=b: (a * b).sum(-1), sync, GEMM_BUDGET_S)
+        product = _median_s(lambda a=a3, b=b3: torch.bmm(a, b), sync, GEMM_BUDGET_S)
         del a, b, a3, b3
         t = tuple(shape)
-        pattern = (recorded(("aten::mul",), lambda d: len(d) >= 2 and len(d[0]) == len(d[1])
+        pattern = (recorded(("aten::mul",), lambda d, t=t: len(d) >= 2
+                            and len(d[0]) == len(d[1])
                             and tuple(max(p, q) for p, q in zip(d[0], d[1])) == t)
-                   + recorded(("aten::sum",), lambda d: bool(d) and tuple(d[0]) == t))
+                   + recorded(("aten::sum",), lambda d, t=t: bool(d) and tuple(d[0]) == t))
         before_us += pattern
         after_us += pattern * product / pairwise
     if before_us <= 0:

@@ -91,7 +91,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, runs):
     assert not runs.exists() or not any(runs.iterdir())
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="checks the message on a machine without CUDA")
 def test_device_cuda_without_gpu(runs):
     res = cli("run", "--target", "tensor-ops", "--device", "cuda", "--runs", runs)
     _one_line_error(res, 2, "no CUDA device")

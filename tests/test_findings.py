@@ -79,7 +79,8 @@ def test_no_finding_below_its_threshold():
             if f.rule == "low-device-utilization":
                 assert share < limit, (name, f)
             elif f.rule == "launch-overhead":
-                assert share >= limit or f.evidence["mean_kernel_us"] < f.evidence["short_kernel_us"]
+                assert (share >= limit
+                        or f.evidence["mean_kernel_us"] < f.evidence["short_kernel_us"])
             else:
                 assert share > limit, (name, f)
             assert f.severity in ("high", "medium", "low")
@@ -89,7 +90,8 @@ def test_no_finding_below_its_threshold():
 
 def test_tiny_profiles_give_no_findings():
     tiny = Profile(self_cpu_us=40, ops=[Op("aten::mul", calls=1, self_cpu_us=30, cpu_total_us=30),
-                                        Op("aten::copy_", calls=1, self_cpu_us=10, cpu_total_us=10)])
+                                        Op("aten::copy_", calls=1, self_cpu_us=10,
+                                           cpu_total_us=10)])
     assert analyze(tiny) == []
     assert analyze(Profile()) == []
 

@@ -88,7 +88,8 @@ def test_github_mode_writes_mermaid_and_the_job_summary(tmp_path, stored, monkey
     md = Path(res.out.strip()).read_text()
     assert "```mermaid\npie showData" in md and "![" not in md
     text = summary.read_text()
-    assert text.startswith("earlier step\n") and "<!-- reporter:report:transformer-bloat -->" in text
+    assert text.startswith("earlier step\n")
+    assert "<!-- reporter:report:transformer-bloat -->" in text
     res = cli("compare", FIXTURES / "runs" / "cpu-transformer-bloat",
               FIXTURES / "runs" / "cpu-transformer-bloat-fixed", "--github", "--lang", "zh",
               "--out", tmp_path / "cmp")

@@ -41,7 +41,8 @@ def test_units():
     assert parse_mem_b("436.30 Gb") == round(436.30 * (1 << 30))
     assert parse_mem_b("-1.27 Gb") == -round(1.27 * (1 << 30))
     assert parse_mem_b("9.57 Kb") == round(9.57 * 1024)
-    assert parse_mem_b("2.00 KB") == 2048 and parse_mem_b("0 b") == 0 and parse_mem_b("800 B") == 800
+    assert parse_mem_b("2.00 KB") == 2048 and parse_mem_b("0 b") == 0
+    assert parse_mem_b("800 B") == 800
 
 
 @needs_seeds
@@ -181,7 +182,8 @@ def test_round_trip_of_a_table_grouped_by_input_shape():
     (b"\x00\x01\x02binary\xff" * 10, ["binary"]),
     (b'{"traceEvents": []}', ["without profiler events"]),
     (b"\x1f\x8b\x08\x00cut-off gzip", ["gzip"]),
-    ("---------  ---------\n     Name  Self CPU\n---------  ---------\n".encode(), ["no profiler table"]),
+    ("---------  ---------\n     Name  Self CPU\n---------  ---------\n".encode(),
+     ["no profiler table"]),
     (b"\xff\xfe not utf8 \xc3\x28", ["not UTF-8"]),
 ])
 def test_bad_files_give_one_line_and_exit_2(tmp_path, content, words):

@@ -94,7 +94,8 @@ def test_a_profile_is_named_by_its_first_sentence_cut_between_words(text, title)
 
 def test_imported_profiles_are_framed_by_their_number():
     table = ("-------  ---------  ---------\nName     Self CPU   # of Calls\n"
-             "-------  ---------  ---------\naten::mm   2.000ms   1\n-------  ---------  ---------\n"
+             "-------  ---------  ---------\naten::mm   2.000ms   1\n"
+             "-------  ---------  ---------\n"
              "Self CPU time total: 2.000ms\n")
     text = "Первый прогон модели:\n" + table + "\nПосле правок:\n" + table.replace("2.000", "1.000")
     profiles = parse_tables(text)

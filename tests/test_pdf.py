@@ -18,7 +18,8 @@ from reporter.view import LANGUAGES, import_view, run_view
 from conftest import FIXTURES, cli
 
 pytestmark = pytest.mark.skipif(shutil.which("pdftotext") is None,
-                                reason="poppler-utils is not installed (scripts/setup.sh installs it)")
+                                reason="poppler-utils is not installed "
+                                       "(scripts/setup.sh installs it)")
 
 TITLES = {"en": "Profiling report", "ru": "Результаты профайлинга", "zh": "性能分析报告"}
 FINDING = {"en": "What to change", "ru": "Что сделать", "zh": "优化建议"}

@@ -46,7 +46,8 @@ def test_seq2seq_loop_and_one_call_decode_the_same():
 
 
 def test_seq2seq_pads_on_the_cpu_with_pad_sequence():
-    items = [(torch.tensor([1, 2, 3]), torch.tensor([4])), (torch.tensor([5]), torch.tensor([6, 7]))]
+    items = [(torch.tensor([1, 2, 3]), torch.tensor([4])),
+             (torch.tensor([5]), torch.tensor([6, 7]))]
     src, tgt = seq2seq.collate(items)
     assert src.tolist() == [[1, 2, 3], [5, 0, 0]]
     assert tgt.tolist() == [[4, 0], [6, 7]]

@@ -66,7 +66,8 @@ class Precomputed(Dataset):
         chunks = []
         with torch.no_grad():
             for start in range(0, count, 64):
-                raw = torch.stack([raw_image(i, size) for i in range(start, min(count, start + 64))])
+                raw = torch.stack([raw_image(i, size)
+                                   for i in range(start, min(count, start + 64))])
                 chunks.append(augment(raw, blur, size))
         self.images = torch.cat(chunks)
         self.labels = [i % 10 for i in range(count)]
