@@ -41,7 +41,7 @@ def read_profiles(path: Path) -> list[Profile]:
     from .traces import is_trace, read_trace_folder
 
     if path.is_dir():
-        profiles = read_trace_folder(path)
+        profiles = read_trace_folder(path, costs=costs_wanted())
     elif is_trace(path):
         profiles = _trace_or_table(path)
     else:

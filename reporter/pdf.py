@@ -208,22 +208,26 @@ def check_fonts(lang: str) -> None:
                          error_id="no-font")
 
 
-def render_pdf(view: dict[str, Any]) -> bytes:
-    """The PDF of a report view (charts are read from ``view['asset_dir']``)."""
-    from .render import render_markdown
+def pdf_view(view: dict[str, Any]) -> dict[str, Any]:
+    """The report view as the handout shows it: its own charts and room for whole logs (no
+    Mermaid, no character limit, and the charts a GitHub comment cannot show)."""
+    parts = "modes" if view.get("kind") == "compare" else "sections"
+    return {**view, "max_chars": None, "github": False,
+            parts: [{**p, "mermaid": None} for p in view[parts]]}
 
+
+def render_pdf(view: dict[str, Any], markdown_text: str) -> bytes:
+    """The PDF of a report: ``view`` from pdf_view, ``markdown_text`` its Markdown (the
+    caller renders it: this module does not depend on the renderer). Charts are read from
+    ``view['asset_dir']``."""
     check_fonts(view["lang"])
     try:
         from weasyprint import HTML
     except (ImportError, OSError) as exc:  # OSError: Pango or its friends are missing
         raise WorkFailed(f"PDF needs WeasyPrint and Pango ({exc}); run scripts/setup.sh",
                          error_id="no-weasyprint") from exc
-    # The handout has its own charts and room for whole logs: no Mermaid, no character
-    # limit, and the charts a GitHub comment cannot show.
     parts = "modes" if view.get("kind") == "compare" else "sections"
-    view = {**view, "max_chars": None, "github": False,
-            parts: [{**p, "mermaid": None} for p in view[parts]]}
-    page = to_html(render_markdown(view), view["lang"], view.get("created_iso"))
+    page = to_html(markdown_text, view["lang"], view.get("created_iso"))
     folder = Path(view["asset_dir"][0]) if view.get("asset_dir") else Path.cwd()
     charts = {p[key] for p in view[parts]
               for key in ("chart", "memory_chart", "breakdown_chart", "roofline_chart")

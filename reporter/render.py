@@ -113,9 +113,10 @@ class Renderer:
 
 
 def _render_pdf(view: dict[str, Any]) -> bytes:
-    from .pdf import render_pdf  # WeasyPrint only when a PDF is asked for
+    from .pdf import pdf_view, render_pdf  # WeasyPrint only when a PDF is asked for
 
-    return render_pdf(view)
+    view = pdf_view(view)
+    return render_pdf(view, render_markdown(view))
 
 
 RENDERERS: dict[str, Renderer] = {

@@ -936,16 +936,15 @@ def _release(source: list) -> None:
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-def read_trace_folder(folder: Path) -> list[Profile]:
-    """One profile per trace file in a folder (per-rank traces), ordered by rank or name."""
+def read_trace_folder(folder: Path, costs: bool = True) -> list[Profile]:
+    """One profile per trace file in a folder (per-rank traces), ordered by rank or name;
+    ``costs`` as for read_trace."""
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
                    and p.name != "run.json")
     if not files:
         raise BadInput(f"{folder}: no run.json and no Chrome traces (*.json, *.json.gz)",
                        error_id="bad-input")
-    from .inputs import costs_wanted
-
-    profiles = [read_trace(p, costs=costs_wanted()) for p in files]
+    profiles = [read_trace(p, costs=costs) for p in files]
 
     def order(p: Profile):
         label = p.label
