@@ -13,6 +13,7 @@ which element-wise work runs at; "tf32", "bf16", "fp16", "fp8" are matrix
 
 from __future__ import annotations
 
+import platform
 import re
 import time
 from dataclasses import asdict, dataclass
@@ -233,7 +234,7 @@ def measure(device: str, tf32: bool = False) -> Peaks:
     src = torch.empty(size // 4, device=device)
     dst = torch.empty_like(src)
     bandwidth = _best_rate(lambda: dst.copy_(src), 2.0 * size, sync, 0.25)
-    name = torch.cuda.get_device_name(device) if on_gpu else _cpu_name()
+    name = torch.cuda.get_device_name(device) if on_gpu else cpu_name()
     return Peaks(source=MEASURED, device=name, flops={k: v for k, v in flops.items() if v > 0},
                  bandwidth=bandwidth, seconds=time.perf_counter() - started,
                  threads=None if on_gpu else torch.get_num_threads())
@@ -253,9 +254,16 @@ def _fp32_rate(torch: Any, device: str, sync: Callable[[], None], tf32: bool) ->
         setattr(matmul, attr, saved)
 
 
-def _cpu_name() -> str:
-    from .runner import _cpu_name as name
-    return name()
+def cpu_name() -> str:
+    """The CPU's model name (for the environment and for measured peaks)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 _CACHE: dict[tuple[str, bool], Peaks] = {}

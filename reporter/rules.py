@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .analyzer import (Finding, basis, dataloader_rows, op_evidence, operators, rule, share,
+from .findings import (Finding, basis, dataloader_rows, op_evidence, operators, rule, share,
                        step_share)
 from .profile import Profile
 

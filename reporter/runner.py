@@ -34,7 +34,7 @@ from .run import Run, Section, Throughput
 from .stats import median_interval
 from .target import BUILTINS, Target, build
 from . import peaks as peaks_module
-from .peaks import Peaks
+from .peaks import Peaks, cpu_name
 from .traces import read_trace
 
 Progress = Callable[[str], None]
@@ -89,7 +89,7 @@ def environment(device: str) -> dict[str, Any]:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "cuda": torch.version.cuda,
@@ -104,17 +104,6 @@ def environment(device: str) -> dict[str, Any]:
                    cudnn=torch.backends.cudnn.version(), driver=_driver_version(),
                    capability=f"{props.major}.{props.minor}")
     return env
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _driver_version() -> str | None:

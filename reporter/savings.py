@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .analyzer import Finding, step_wall_us
+from .findings import Finding, step_wall_us
 from .profile import Profile
 
 # A finding whose fix saves less than this share of the step is minor.
