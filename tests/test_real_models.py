@@ -64,16 +64,27 @@ def _rendered(finding) -> dict[str, str]:
 
 def test_a_step_bound_by_many_products_gets_their_lever(tmp_path):
     """A ViT's products are spread over its layers: none dominates, yet together they
-    bound the step near their roofline, and the statement names the dtype lever."""
+    bound the step, and, at half their roofline or more, the statement says so with the
+    dtype lever. How near the roofline they run depends on the machine's measured peaks
+    (0.57-0.72 on the development machine; a CI machine once measured less), so the
+    statement is checked against the rule's own threshold, and once with it at zero."""
+    from reporter.analyzer import analyze
+
     section, e, findings = profiled("vit_train", tmp_path)
     matrix = [o for o in e.ops if o.matrix and o.bound == "compute"]
+    time_us = sum(o.time_us for o in matrix)
     assert max(o.time_us for o in matrix) / e.total_us < 0.5  # no single product dominates
-    near = [f for f in findings if f.rule == "near-roofline"]
-    assert len(near) == 1 and near[0].evidence["products"] == len(matrix) >= 2
-    assert near[0].evidence["share"] >= 0.5 and near[0].evidence["roofline_share"] >= 0.5
+    assert time_us / e.total_us >= 0.5  # together they hold most of the time
     assert "dominant-operator" not in {f.rule for f in findings}
+    roofline = sum(min(o.roof_us, o.time_us) for o in matrix) / time_us
+    near = [f for f in findings if f.rule == "near-roofline"]
+    assert len(near) == (1 if roofline >= 0.5 else 0), (roofline, [f.rule for f in findings])
+    near = [f for f in analyze(section.profile, {"near-roofline": {"roofline": 0.0}}, e)
+            if f.rule == "near-roofline"]
+    assert len(near) == 1 and near[0].evidence["products"] == len(matrix) >= 2
+    assert near[0].evidence["roofline_share"] == pytest.approx(roofline)
     if near[0].evidence["faster_dtype"]:  # a dtype with a higher peak here: its saving
-        assert 0 < near[0].evidence["saving_us"] < sum(o.time_us for o in matrix)
+        assert 0 < near[0].evidence["saving_us"] < time_us
     words = {"en": "Matrix products", "ru": "Матричные произведения", "zh": "矩阵乘"}
     for lang, text in _rendered(near[0]).items():
         assert words[lang] in text and "aten::mm" in text and "{{" not in text, text
