@@ -73,22 +73,28 @@ def _near_roofline(dominant: Finding, efficiency: Any, limits: dict[str, float]
     if row is None or not row.matrix or row.bound != "compute" or \
             row.roofline_share < limits.get("roofline", NEAR_ROOFLINE):
         return dominant
-    peaks = efficiency.peaks.flops
-    current = max((peaks.get(d, 0.0) for d in row.dtypes), default=0.0) or \
-        efficiency.peak_flops
-    faster = max(((k, v) for k, v in peaks.items() if k != "fp32" and v > current * 1.1),
-                 key=lambda kv: kv[1], default=None)
-    saving = row.time_us * (1 - current / faster[1]) if faster else None
-    step = efficiency.profiled_step_us
     return Finding("near-roofline", "low", {
         **{k: v for k, v in dominant.evidence.items() if k != "threshold"},
         "products": 0,  # one operator (see _matrix_bound for several)
         "roofline_share": row.roofline_share, "achieved_fps": row.achieved_flops,
-        "peak_fps": current, "dtype": ", ".join(row.dtypes), "source": efficiency.peaks.source,
-        "faster_dtype": faster[0] if faster else None,
-        "faster_fps": faster[1] if faster else None,
-        "saving_us": saving, "saving_share": saving / step if saving and step else None,
+        **_lever(efficiency, row.dtypes, row.time_us),
     }, ops=dominant.ops)
+
+
+def _lever(efficiency: Any, dtypes: list[str], time_us: float) -> dict[str, Any]:
+    """The near-roofline lever: the peak of ``dtypes`` (the products' own), the dtype with
+    the highest peak above it on this machine (fp32 aside), and what ``time_us`` of
+    products would save at that peak, per step."""
+    peaks = efficiency.peaks.flops
+    current = max((peaks.get(d, 0.0) for d in dtypes), default=0.0) or efficiency.peak_flops
+    faster = max(((k, v) for k, v in peaks.items() if k != "fp32" and v > current * 1.1),
+                 key=lambda kv: kv[1], default=None)
+    saving = time_us * (1 - current / faster[1]) if faster else None
+    step = efficiency.profiled_step_us
+    return {"peak_fps": current, "dtype": ", ".join(dtypes), "source": efficiency.peaks.source,
+            "faster_dtype": faster[0] if faster else None,
+            "faster_fps": faster[1] if faster else None,
+            "saving_us": saving, "saving_share": saving / step if saving and step else None}
 
 
 # Matrix products holding this share of the operators' time together bound the step.
@@ -107,23 +113,13 @@ def _matrix_bound(efficiency: Any, limits: dict[str, float]) -> Finding | None:
     roofline = sum(min(o.roof_us, o.time_us) for o in rows) / time_us
     if roofline < limits.get("roofline", NEAR_ROOFLINE):
         return None
-    dtypes = sorted({d for o in rows for d in o.dtypes})
-    peaks = efficiency.peaks.flops
-    current = max((peaks.get(d, 0.0) for d in dtypes), default=0.0) or efficiency.peak_flops
-    faster = max(((k, v) for k, v in peaks.items() if k != "fp32" and v > current * 1.1),
-                 key=lambda kv: kv[1], default=None)
-    saving = time_us * (1 - current / faster[1]) if faster else None
-    step = efficiency.profiled_step_us
     flops = sum(o.flops for o in rows)
     return Finding("near-roofline", "low", {
         "basis": efficiency.basis, "share": time_us / efficiency.total_us,
         "op": rows[0].name, "op_share": time_us / efficiency.total_us,
         "others": [o.name for o in rows[1:5]], "products": len(rows),
         "roofline_share": roofline, "achieved_fps": flops / time_us * 1e6,
-        "peak_fps": current, "dtype": ", ".join(dtypes), "source": efficiency.peaks.source,
-        "faster_dtype": faster[0] if faster else None,
-        "faster_fps": faster[1] if faster else None,
-        "saving_us": saving, "saving_share": saving / step if saving and step else None,
+        **_lever(efficiency, sorted({d for o in rows for d in o.dtypes}), time_us),
     }, ops=[o.name for o in rows])
 
 

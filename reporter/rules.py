@@ -116,14 +116,20 @@ SYNC_OPS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchron
             "aten::_local_scalar_dense")
 
 
+def _host_calls(profile: Profile, names: tuple[str, ...]) -> tuple[list, float]:
+    """The rows of these calls with self CPU time, longest first, and their share of the
+    CPU time (the host blocked in them)."""
+    rows = sorted((o for o in profile.ops if o.name in names and o.self_cpu_us > 0),
+                  key=lambda o: o.self_cpu_us, reverse=True)
+    return rows, sum(o.self_cpu_us for o in rows) / profile.self_cpu_us
+
+
 @rule("sync-stall", share=0.10, high=0.30)
 def sync_stall(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """The host waits for the device: synchronisations hold a share of CPU time."""
     if profile.self_cpu_us <= 0:
         return None
-    rows = sorted((o for o in profile.ops if o.name in SYNC_OPS and o.self_cpu_us > 0),
-                  key=lambda o: o.self_cpu_us, reverse=True)
-    total = sum(o.self_cpu_us for o in rows) / profile.self_cpu_us
+    rows, total = _host_calls(profile, SYNC_OPS)
     if not rows or total <= limits["share"]:
         return None
     top = rows[0]
@@ -160,9 +166,7 @@ def host_copy_blocked(profile: Profile, limits: dict[str, float]) -> Finding | N
     synchronisation)."""
     if not profile.has_device or profile.self_cpu_us <= 0:
         return None
-    rows = sorted((o for o in profile.ops if o.name in COPY_CALLS and o.self_cpu_us > 0),
-                  key=lambda o: o.self_cpu_us, reverse=True)
-    total = sum(o.self_cpu_us for o in rows) / profile.self_cpu_us
+    rows, total = _host_calls(profile, COPY_CALLS)
     if not rows or total <= limits["share"]:
         return None
     top = rows[0]

@@ -71,6 +71,15 @@ def attention_shapes(profile: Profile) -> dict[str, Any] | None:
     return None
 
 
+def _sync_for(device: str) -> Callable[[], None]:
+    """What waits for the device's queued work: a CUDA synchronisation, or nothing."""
+    if device.startswith("cuda"):
+        import torch
+
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
 def _median_s(fn: Callable[[], Any], sync: Callable[[], None], budget_s: float = BUDGET_S
               ) -> float:
     for _ in range(3):
@@ -96,8 +105,7 @@ def attention(profile: Profile, device: str, train: bool, steps: int) -> dict[st
     shape = attention_shapes(profile)
     if shape is None:
         return None
-    sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (
-        lambda: None)
+    sync = _sync_for(device)
     gen = torch.Generator(device="cpu").manual_seed(0)
 
     def make(*size):
@@ -140,8 +148,7 @@ def optimizer_foreach(optimizer: Any, device: str) -> dict[str, Any] | None:
     cls, defaults = type(optimizer), dict(optimizer.defaults)
     if "foreach" not in defaults:
         return None  # an optimizer without a foreach implementation
-    sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (
-        lambda: None)
+    sync = _sync_for(device)
 
     def copy(foreach: bool, fused: bool = False):
         copies = []
@@ -224,8 +231,7 @@ def gemm_precision(profile: Profile, device: str, steps: int) -> dict[str, Any] 
     shapes, total_us = gemm_shapes(profile)
     if not shapes or total_us <= 0:
         return None
-    on_gpu = device.startswith("cuda")
-    sync = (lambda: torch.cuda.synchronize(device)) if on_gpu else (lambda: None)
+    sync = _sync_for(device)
     gen = torch.Generator(device="cpu").manual_seed(0)
     matmul = torch.backends.cuda.matmul
     was = matmul.allow_tf32
@@ -294,8 +300,7 @@ def blowup_matmul(profile: Profile, device: str, steps: int) -> dict[str, Any] |
     shapes = blowup_shapes(profile)
     if not shapes:
         return None
-    sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (
-        lambda: None)
+    sync = _sync_for(device)
     gen = torch.Generator(device="cpu").manual_seed(0)
 
     def recorded(names: tuple[str, ...], match) -> float:
