@@ -27,8 +27,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from reporter.runner import _Stepper  # noqa: E402
-from reporter.target import build, resolve  # noqa: E402
+from reporter.collect.runner import _Stepper  # noqa: E402
+from reporter.collect.target import build, resolve  # noqa: E402
 
 # Peak memory is VmHWM, the high-water mark of the process's own memory: ru_maxrss
 # would carry the parent's peak across fork and exec.

@@ -2,7 +2,7 @@
 
 For every built-in baseline and its fixed twin, profiled here one after the
 other: the share of the step that the baseline's main problems which the twin no
-longer has were predicted to save (reporter.savings, with its low-high band),
+longer has were predicted to save (reporter.analyze.savings, with its low-high band),
 against the share the twin actually saves (1 - baseline throughput / twin
 throughput, the medians of the timed windows, with the noise of both
 intervals), and the error. It also lists any main problem of the twin that its
@@ -22,11 +22,11 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from reporter.analyzer import analyze_section  # noqa: E402
-from reporter.efficiency import of_section  # noqa: E402
-from reporter.runner import RunOptions, default_preset, profile_target  # noqa: E402
-from reporter.savings import ranked  # noqa: E402
-from reporter.target import resolve  # noqa: E402
+from reporter.analyze.analyzer import analyze_section  # noqa: E402
+from reporter.analyze.efficiency import of_section  # noqa: E402
+from reporter.collect.runner import RunOptions, default_preset, profile_target  # noqa: E402
+from reporter.analyze.savings import ranked  # noqa: E402
+from reporter.collect.target import resolve  # noqa: E402
 
 PAIRS = ("seq2seq", "transformer-bloat", "cnn", "transformer")
 STATEMENTS = ("near-roofline",)  # findings that are no fault for a twin to fix

@@ -4,7 +4,7 @@
    at least --min-events events, with the efficiency section and without it
    (REPORTER_EFFICIENCY=0), interleaved; prints the medians, their spread and the
    ratio (goal: under 1.2).
-2. The calibration of this machine's peaks (``reporter.peaks.measure``), timed
+2. The calibration of this machine's peaks (``reporter.analyze.peaks.measure``), timed
    --repeats times in this process: median and spread of its duration (goal:
    under 2 s), and the peaks it found.
 
@@ -28,9 +28,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from reporter.peaks import measure  # noqa: E402
-from reporter.runner import _Stepper  # noqa: E402
-from reporter.target import build, resolve  # noqa: E402
+from reporter.analyze.peaks import measure  # noqa: E402
+from reporter.collect.runner import _Stepper  # noqa: E402
+from reporter.collect.target import build, resolve  # noqa: E402
 
 
 def make_trace(target: str, min_events: int, folder: Path) -> tuple[Path, int]:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from reporter.render import write_report  # noqa: E402
+from reporter.render.report import write_report  # noqa: E402
 from reporter.store import load  # noqa: E402
-from reporter.view import LANGUAGES, run_view  # noqa: E402
+from reporter.render.view import LANGUAGES, run_view  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "runs"
 

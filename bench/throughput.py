@@ -2,7 +2,7 @@
 
 For three built-in targets (training step, the sizes `reporter run` takes on the device),
 in one process and interleaved round by round to cancel drift, it measures:
-- reporter: the timed windows of a run (reporter.runner._timed_windows with the
+- reporter: the timed windows of a run (reporter.collect.runner._timed_windows with the
   default options: 5+ windows of ~0.25 s, up to the default budget, early stop at
   +-2%), giving the median and its confidence interval;
 - independent: torch.utils.benchmark.Timer.blocked_autorange on the same step
@@ -27,10 +27,10 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch.utils.benchmark import Timer  # noqa: E402
 
-from reporter.runner import (RunOptions, _Stepper, _sync, _timed, _timed_windows,  # noqa: E402
+from reporter.collect.runner import (RunOptions, _Stepper, _sync, _timed, _timed_windows,  # noqa: E402
                              default_preset, window_steps)
-from reporter.stats import median_interval  # noqa: E402
-from reporter.target import build, resolve  # noqa: E402
+from reporter.analyze.stats import median_interval  # noqa: E402
+from reporter.collect.target import build, resolve  # noqa: E402
 
 TARGETS = ("transformer-bloat-fixed", "seq2seq-fixed", "transformer")
 

@@ -11,6 +11,6 @@ def __getattr__(name: str):
     # ``from reporter import Target`` for users' targets, without importing
     # the target registry (and later torch) for every other use of the package.
     if name == "Target":
-        from .target import Target
+        from .collect.target import Target
         return Target
     raise AttributeError(name)

@@ -41,8 +41,8 @@ class Progress:
 
 
 def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:
-    from .render import GITHUB_COMMENT_LIMIT
-    from .view import LANGUAGES, default_language
+    from .render.report import GITHUB_COMMENT_LIMIT
+    from .render.view import LANGUAGES, default_language
 
     p.add_argument("--lang", default=None, metavar="|".join(LANGUAGES),
                    help=f"report language (default: from your locale, else en; "
@@ -62,7 +62,7 @@ def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .target import PRESETS
+    from .collect.target import PRESETS
 
     parser = _Parser(prog="reporter", description="Profile PyTorch models and write "
                      "performance reports in English, Russian or Chinese.")
@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _for_output(view: dict, args) -> dict:
     """Options that shape the Markdown: the character limit and GitHub's flavour."""
-    from .view import Fmt
+    from .render.view import Fmt
 
     if args.max_chars < 0:
         raise BadInput("--max-chars must be 0 (no limit) or more", error_id="usage")
@@ -166,22 +166,22 @@ def _publish(path: Path, args) -> None:
 def _write_reports(view: dict, folder: Path, formats: list[str], args,
                    stem: str = "report") -> None:
     """Write the view in each format into ``folder`` and publish each file."""
-    from .render import write_report
+    from .render.report import write_report
 
     for fmt in formats:
         _publish(write_report(view, folder, fmt, stem=stem), args)
 
 
 def _lang(args) -> str:
-    from .view import check_language, default_language
+    from .render.view import check_language, default_language
 
     return check_language(args.lang or default_language())
 
 
 def cmd_run(args) -> int:
-    from .distributed import check_devices, launch, world_from_env
-    from .render import parse_formats
-    from .target import DEFAULT_SUITE, resolve
+    from .collect.distributed import check_devices, launch, world_from_env
+    from .collect.target import DEFAULT_SUITE, resolve
+    from .render.report import parse_formats
 
     lang, formats = _lang(args), parse_formats(args.format)
     root = (args.out or args.runs).resolve()  # a target that changes folder keeps it
@@ -198,7 +198,7 @@ def cmd_run(args) -> int:
         check_devices(args.nproc, args.device)
         return launch(_without_nproc(args.argv), args.nproc)
     progress = Progress(args.quiet or (world is not None and world.rank != 0))
-    from .runner import RunOptions, default_preset, resolve_device  # imports torch
+    from .collect.runner import RunOptions, default_preset, resolve_device  # imports torch
 
     device = resolve_device(args.device)
     opts = RunOptions(device=device, preset=default_preset(device, args.preset),
@@ -206,7 +206,7 @@ def cmd_run(args) -> int:
     if world is not None:
         from dataclasses import replace
 
-        from . import distributed
+        from .collect import distributed
 
         opts = replace(opts, device=distributed.init(world, opts.device, args.rank_timeout))
         kv = distributed.Peers(distributed.store(world, args.rank_timeout), world,
@@ -224,10 +224,10 @@ def cmd_run(args) -> int:
 def _run_targets(specs, builders, opts, root: Path, lang: str, formats: list[str], args,
                  world, kv, progress: Progress) -> int:
     """Profile each target (with the other ranks, in a distributed run) and store its run."""
-    from .render import write_report
-    from .runner import profile_target
+    from .collect.runner import profile_target
+    from .render.report import write_report
+    from .render.view import run_view
     from .store import commit, staging
-    from .view import run_view
 
     _remove_stale(root)
     progress(f"profiling {len(specs)} target(s) on {opts.device}, preset {opts.preset}"
@@ -294,8 +294,8 @@ def _run_other_rank(world, peers, specs, builders, opts, args) -> int:
     import tempfile
     from dataclasses import replace
 
-    from . import distributed
-    from .runner import profile_target
+    from .collect import distributed
+    from .collect.runner import profile_target
 
     for i, (spec, (_, builder)) in enumerate(zip(specs, builders), 1):
         key = f"reporter/{i}"
@@ -315,8 +315,8 @@ def _gather_ranks(world, peers, i, spec, builder, opts, stage, step, args):
     """Rank 0: profile, then wait for the other ranks and merge them into one run."""
     from dataclasses import replace
 
-    from . import distributed
-    from .runner import profile_target
+    from .collect import distributed
+    from .collect.runner import profile_target
 
     key = f"reporter/{i}"
     own, own_error = None, None
@@ -343,7 +343,7 @@ def _write_comparison(comparison, lang: str, formats: list[str], runs: Path,
                       out: Path | None, args) -> None:
     from datetime import datetime, timezone
 
-    from .view import compare_view
+    from .render.view import compare_view
 
     out = out or _new_folder(runs, f"compare-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}")
     _write_reports(_for_output(compare_view(comparison, lang), args), out, formats, args,
@@ -366,7 +366,7 @@ def _new_folder(root: Path, name: str) -> Path:
 
 def cmd_compare(args) -> int:
     from .compare import compare, compare_json, load_step, regression
-    from .render import parse_formats
+    from .render.report import parse_formats
 
     lang, formats = _lang(args), parse_formats(args.format)
     if args.fail_if_slower is not None and not 0 <= args.fail_if_slower < 100:
@@ -387,9 +387,9 @@ def cmd_compare(args) -> int:
 
 
 def cmd_render(args) -> int:
-    from .render import parse_formats
+    from .render.report import parse_formats
+    from .render.view import run_view
     from .store import find, load
-    from .view import run_view
 
     lang, formats = _lang(args), parse_formats(args.format)
     folder = find(args.run, args.runs)
@@ -400,12 +400,13 @@ def cmd_render(args) -> int:
 def cmd_analyze(args) -> int:
     from dataclasses import asdict
 
-    from . import efficiency
-    from .analyzer import profiles_json
-    from .inputs import read_profiles, run_folder as find_run
-    from .render import parse_formats
+    from .analyze import efficiency
+    from .analyze.analyzer import profiles_json
+    from .inputs import read_profiles
+    from .inputs import run_folder as find_run
+    from .render.report import parse_formats
+    from .render.view import import_view, run_view
     from .store import load
-    from .view import import_view, run_view
 
     lang = _lang(args)
     formats = parse_formats(args.format)
@@ -451,7 +452,7 @@ def _finite(data: Any) -> Any:
 
 def _report_stem(path: Path) -> str:
     """x.txt -> x.report, and a trace's x.json or x.json.gz -> x.report too."""
-    from .traces import TRACE_SUFFIXES
+    from .ingest.traces import TRACE_SUFFIXES
 
     for suffix in sorted(TRACE_SUFFIXES, key=len, reverse=True):
         if path.name.endswith(suffix) and len(path.name) > len(suffix):
@@ -460,8 +461,8 @@ def _report_stem(path: Path) -> str:
 
 
 def cmd_list(args) -> int:
+    from .render.view import Fmt
     from .store import list_runs
-    from .view import Fmt
 
     fmt = Fmt(_lang(args))
     _remove_stale(args.runs)
@@ -481,7 +482,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_targets(args) -> int:
-    from .target import BUILTINS
+    from .collect.target import BUILTINS
 
     lang = _lang(args)
     width = max(len(n) for n in BUILTINS)

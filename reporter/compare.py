@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .analyzer import Finding, analyze_section
+from .analyze.analyzer import Finding, analyze_section
+from .analyze.profile import KIND_KERNEL, Profile
+from .analyze.stats import Interval
 from .errors import BadInput
-from .profile import KIND_KERNEL, Profile
 from .run import Run, Section
-from .stats import Interval
 
 
 @dataclass
@@ -223,7 +223,7 @@ def regression(comparison: Comparison, max_slowdown_pct: float) -> tuple[bool, l
 
 
 def _efficiency(section: Any, step: Any) -> dict[str, Any]:
-    from .efficiency import of_section, to_json
+    from .analyze.efficiency import of_section, to_json
 
     doc = to_json(of_section(section, step.batch_size))
     doc.pop("ops", None)  # the per-step figures; each report has the operators

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .analyze.profile import Profile
 from .errors import BadInput
-from .profile import Profile
 
 # Longer names are refused rather than carried through every table and chart: the
 # longest real operator and kernel names (templated CUDA kernels) are a few KB.
@@ -37,8 +37,8 @@ def run_folder(arg: str, runs: Path) -> Path | None:
 
 def read_profiles(path: Path) -> list[Profile]:
     """Profiles from a table file, a Chrome trace, or a folder of per-rank traces."""
-    from .ingest import parse_tables, read_text
-    from .traces import is_trace, read_trace_folder
+    from .ingest.tables import parse_tables, read_text
+    from .ingest.traces import is_trace, read_trace_folder
 
     if path.is_dir():
         profiles = read_trace_folder(path, costs=costs_wanted())
@@ -53,8 +53,8 @@ def read_profiles(path: Path) -> list[Profile]:
 def _trace_or_table(path: Path) -> list[Profile]:
     """A file that looks like JSON: a trace if it reads as one, else a table (lines that
     start with "[0] ", as mpirun -l prints them, look like JSON too)."""
-    from .ingest import parse_tables, read_text
-    from .traces import is_gzip, read_trace
+    from .ingest.tables import parse_tables, read_text
+    from .ingest.traces import is_gzip, read_trace
 
     try:
         return [read_trace(path, costs=costs_wanted())]

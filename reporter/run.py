@@ -11,8 +11,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .profile import Profile
-from .stats import Interval, median_interval, outliers
+from .analyze.profile import Profile
+from .analyze.stats import Interval, median_interval, outliers
 
 
 @dataclass

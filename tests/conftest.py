@@ -52,8 +52,8 @@ def live_run():
     """Profile a built-in target once per test session (default size, CPU) and share the Run."""
     import tempfile
 
-    from reporter.runner import RunOptions, profile_target
-    from reporter.target import resolve
+    from reporter.collect.runner import RunOptions, profile_target
+    from reporter.collect.target import resolve
 
     cache = {}
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from reporter.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
-from reporter.traces import read_trace
+from reporter.analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
+from reporter.ingest.traces import read_trace
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "traces"
 
@@ -189,8 +189,8 @@ def test_the_tb_plugin_resnet_waits_for_its_dataloader():
 @pytest.mark.parametrize("target, data_largest", [("cnn", True), ("cnn-fixed", False)])
 def test_live_cnn_breakdown(target, data_largest, tmp_path):
     """seed 002: the baseline's step is mostly data loading; its fix's is not."""
-    from reporter.runner import RunOptions, profile_target
-    from reporter.target import resolve
+    from reporter.collect.runner import RunOptions, profile_target
+    from reporter.collect.target import resolve
 
     spec, builder = resolve(target)
     run = profile_target(spec, builder, RunOptions(device="cpu", windows=3, time_budget_s=0.5,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from reporter.compare import Step, compare, load_step
-from reporter.render import render_markdown
-from reporter.view import LANGUAGES, compare_view
+from reporter.render.report import render_markdown
+from reporter.render.view import LANGUAGES, compare_view
 from conftest import FIXTURES, SHARED, cli
 
 GOLD = Path(__file__).resolve().parent / "gold"

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from conftest import FIXTURES
-from reporter.render import render_markdown
+from reporter.render.report import render_markdown
 from reporter.store import load
-from reporter.view import LANGUAGES, run_view
+from reporter.render.view import LANGUAGES, run_view
 
 FIXTURE = FIXTURES / "runs" / "cuda-h100-transformer"
 

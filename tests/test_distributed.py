@@ -109,7 +109,7 @@ def test_a_payload_over_the_store_limit_travels_in_parts():
 
     import torch.distributed as dist
 
-    from reporter import distributed
+    from reporter.collect import distributed
 
     port = distributed.free_port()
     kv = dist.TCPStore("127.0.0.1", port, world_size=None, is_master=True,
@@ -123,7 +123,7 @@ def test_a_payload_over_the_store_limit_travels_in_parts():
 
 
 def test_a_result_the_store_refuses_becomes_a_failure_that_says_why():
-    from reporter import distributed
+    from reporter.collect import distributed
 
     class Refusing(dict):
         def set(self, key, value):
@@ -143,7 +143,7 @@ def test_a_result_the_store_refuses_becomes_a_failure_that_says_why():
 def test_nproc_beyond_the_gpus_is_refused_before_starting(monkeypatch):
     import torch
 
-    from reporter import distributed
+    from reporter.collect import distributed
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
@@ -159,7 +159,7 @@ def test_nccl_errors_raise_in_the_rank(monkeypatch):
     import torch
     import torch.distributed as dist
 
-    from reporter import distributed
+    from reporter.collect import distributed
 
     monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
     seen = {}

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from reporter.efficiency import (NO_PEAKS, NO_SHAPES, NOT_RECORDED, assess, of_section,
+from reporter.analyze.efficiency import (NO_PEAKS, NO_SHAPES, NOT_RECORDED, assess, of_section,
                                  peaks_for, to_json)
-from reporter.peaks import DATASHEET, MEASURED, TABLE, Peaks, lookup
-from reporter.profile import Breakdown, Profile
+from reporter.analyze.peaks import DATASHEET, MEASURED, TABLE, Peaks, lookup
+from reporter.analyze.profile import Breakdown, Profile
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "traces"
 T = 1e12
@@ -147,7 +147,7 @@ def test_missing_inputs_say_why():
 def test_corpus_traces():
     """The A100 trace with shapes is judged against the A100 80GB SXM datasheet; traces
     without shapes, or from a device the table does not know, say why not."""
-    from reporter.traces import read_trace
+    from reporter.ingest.traces import read_trace
 
     p = read_trace(CORPUS / "07_hta-a100-80gb-rank0.json.gz")
     e = assess(p, peaks_for(p))
@@ -175,11 +175,11 @@ def test_old_runs_say_not_recorded():
 
 
 def test_live_cpu_run_measures_peaks_and_reports_efficiency(tmp_path):
-    from reporter.render import render_markdown
-    from reporter.runner import RunOptions, profile_target
+    from reporter.render.report import render_markdown
+    from reporter.collect.runner import RunOptions, profile_target
     from reporter.store import commit, load, staging
-    from reporter.target import resolve
-    from reporter.view import run_view
+    from reporter.collect.target import resolve
+    from reporter.render.view import run_view
 
     spec, builder = resolve("transformer")
     opts = RunOptions(device="cpu", preset="tiny", windows=3, time_budget_s=0.5,
@@ -215,9 +215,9 @@ def test_crafted_run_json(tmp_path):
     import shutil
 
     from reporter.errors import BadInput
-    from reporter.render import render_markdown
+    from reporter.render.report import render_markdown
     from reporter.store import load
-    from reporter.view import run_view
+    from reporter.render.view import run_view
 
     src = Path(__file__).parent / "fixtures" / "runs" / "cpu-transformer"
     folder = tmp_path / "run"

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from reporter.analyzer import RULES, Finding, analyze
-from reporter.ingest import parse_tables
-from reporter.profile import Op, Profile
-from reporter.render import render_markdown
-from reporter.view import LANGUAGES, Fmt, _finding_view
+from reporter.analyze.analyzer import RULES, Finding, analyze
+from reporter.ingest.tables import parse_tables
+from reporter.analyze.profile import Op, Profile
+from reporter.render.report import render_markdown
+from reporter.render.view import LANGUAGES, Fmt, _finding_view
 from conftest import SHARED, cli
 
 SEEDS = SHARED / "seeds"

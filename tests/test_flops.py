@@ -1,4 +1,4 @@
-"""reporter.flops: each formula on the inputs torch.profiler really records, against
+"""reporter.analyze.flops: each formula on the inputs torch.profiler really records, against
 torch.utils.flop_counter.FlopCounterMode where it counts the op, by hand otherwise."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from torch.nn import functional as F
 from torch.profiler import profile
 from torch.utils.flop_counter import FlopCounterMode
 
-from reporter.flops import MATRIX, OTHER, cost
+from reporter.analyze.flops import MATRIX, OTHER, cost
 
 
 def recorded(fn, tmp_path) -> dict[str, list[tuple]]:

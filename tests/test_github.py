@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from reporter.keytable import format_table
-from reporter.profile import Op, Profile
-from reporter.render import GITHUB_COMMENT_LIMIT, render_markdown
+from reporter.collect.keytable import format_table
+from reporter.analyze.profile import Op, Profile
+from reporter.render.report import GITHUB_COMMENT_LIMIT, render_markdown
 from reporter.run import Run, Section, Throughput
 from reporter.store import load
-from reporter.view import LANGUAGES, run_view
+from reporter.render.view import LANGUAGES, run_view
 from conftest import FIXTURES, cli
 
 GFM = MarkdownIt("commonmark").enable("table")
@@ -111,7 +111,7 @@ def test_the_pdf_keeps_whole_logs_and_its_own_charts(tmp_path):
     import shutil
     if shutil.which("pdftotext") is None:
         pytest.skip("poppler-utils is not installed")
-    from reporter.render import write_report
+    from reporter.render.report import write_report
     view = run_view(load(FIXTURES / "runs" / "cpu-transformer-bloat"), "en")
     view.update(max_chars=3000, max_chars_text="3,000", github=True)
     pdf = write_report(view, tmp_path, "pdf")

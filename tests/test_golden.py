@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from reporter.render import render_markdown
+from reporter.render.report import render_markdown
 from reporter.store import load
-from reporter.view import LANGUAGES, run_view
+from reporter.render.view import LANGUAGES, run_view
 from conftest import FIXTURES
 
 GOLD = Path(__file__).resolve().parent / "gold"

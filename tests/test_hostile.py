@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from reporter.keytable import format_table
-from reporter.profile import Op, Profile
+from reporter.collect.keytable import format_table
+from reporter.analyze.profile import Op, Profile
 from conftest import ROOT, cli
 
 
@@ -382,8 +382,8 @@ def test_two_reports_in_one_folder_link_their_own_charts(tmp_path):
 
 
 def test_no_per_call_memory_under_1_kb_or_negative_and_no_minus_zero():
-    from reporter.analyzer import Finding
-    from reporter.view import Fmt, _finding_view
+    from reporter.analyze.analyzer import Finding
+    from reporter.render.view import Fmt, _finding_view
 
     for lang in ("en", "ru", "zh"):
         fmt = Fmt(lang)
@@ -394,7 +394,7 @@ def test_no_per_call_memory_under_1_kb_or_negative_and_no_minus_zero():
 
 
 def test_missing_templates_are_an_installation_error(tmp_path, monkeypatch):
-    from reporter import render
+    from reporter.render import report as render
 
     monkeypatch.setattr(render, "TEMPLATES", tmp_path)
     render.environment.cache_clear()

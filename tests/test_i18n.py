@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from reporter.analyzer import RULES
-from reporter.render import TEMPLATES, environment
-from reporter.view import LANGUAGES, Fmt, default_language
+from reporter.analyze.analyzer import RULES
+from reporter.render.report import TEMPLATES, environment
+from reporter.render.view import LANGUAGES, Fmt, default_language
 
 
 def _files(lang: str) -> set[str]:

@@ -1,7 +1,8 @@
 """The package's import graph, read from the source (imports inside functions included):
-no cycles. Arrows point one way: rules and savings import findings (the registry and the
-helpers rules share), the analyzer imports rules and findings; efficiency and the runner
-import peaks; render imports pdf, never the other way."""
+no cycles, and the stages (collect, ingest, analyze, render) import one way. Within
+analyze, rules and savings import findings (the registry and the helpers rules share), the
+analyzer imports rules and findings, efficiency imports peaks; render.report imports
+render.pdf, never the other way."""
 
 from __future__ import annotations
 
@@ -69,7 +70,45 @@ def test_the_reader_finds_a_planted_cycle():
 
 def test_no_import_cycle():
     graph = _graph()
-    assert {"reporter.render", "reporter.pdf", "reporter.analyzer", "reporter.rules",
-            "reporter.targets.cnn"} <= set(graph)  # the reader saw them
-    assert "reporter.findings" in graph["reporter.rules"]  # and their imports
+    assert {"reporter.render.report", "reporter.render.pdf", "reporter.analyze.analyzer",
+            "reporter.analyze.rules", "reporter.collect.targets.cnn"} <= set(graph)  # seen
+    assert "reporter.analyze.findings" in graph["reporter.analyze.rules"]  # and their imports
     assert _cycles(graph) == []
+
+
+# What each stage may import (besides itself and the shared modules errors, run and
+# store): collect and ingest produce Profiles, analyze reads them, render reads what
+# analyze made; nothing below imports what is above it.
+MAY_IMPORT = {
+    "analyze": set(),
+    "ingest": {"analyze"},
+    "collect": {"analyze", "ingest"},
+    "render": {"analyze"},
+}
+SHARED = {"reporter.errors", "reporter.run", "reporter.store", "reporter.validate"}
+
+
+def _stage(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in MAY_IMPORT else None
+
+
+def test_the_stages_import_one_way():
+    graph = _graph()
+    wrong = []
+    for module, deps in graph.items():
+        stage = _stage(module)
+        if stage is None:
+            continue
+        for dep in deps:
+            other = _stage(dep)
+            allowed = dep in SHARED or other == stage or other in MAY_IMPORT[stage]
+            if not allowed:
+                wrong.append(f"{module} -> {dep}")
+    assert wrong == []
+
+
+def test_the_shared_modules_import_no_stage_above_analyze():
+    graph = _graph()
+    for module in SHARED:
+        assert {_stage(d) for d in graph[module]} <= {None, "analyze"}, module

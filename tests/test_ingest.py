@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from reporter.ingest import parse_mem_b, parse_tables, parse_time_us
+from reporter.ingest.tables import parse_mem_b, parse_tables, parse_time_us
 from conftest import SHARED, cli
 
 SEEDS = SHARED / "seeds"
@@ -224,8 +224,8 @@ def test_analyze_writes_a_report_for_a_table_file(tmp_path):
 
 
 def test_the_runners_tables_read_back(tmp_path):
-    """reporter.keytable writes key_averages' layout; reporter.ingest reads it back."""
-    from reporter.keytable import format_table
+    """collect.keytable writes key_averages' layout; ingest.tables reads it back."""
+    from reporter.collect.keytable import format_table
     from reporter.store import load
     from conftest import FIXTURES
 

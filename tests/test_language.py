@@ -6,12 +6,12 @@ import re
 
 import pytest
 
-from reporter.analyzer import Finding, analyze
+from reporter.analyze.analyzer import Finding, analyze
 from reporter.compare import compare, load_step
-from reporter.ingest import _title, parse_tables
-from reporter.profile import Op, Profile
-from reporter.render import render_markdown
-from reporter.view import LANGUAGES, Fmt, _finding_view, compare_view, import_view
+from reporter.ingest.tables import _title, parse_tables
+from reporter.analyze.profile import Op, Profile
+from reporter.render.report import render_markdown
+from reporter.render.view import LANGUAGES, Fmt, _finding_view, compare_view, import_view
 from conftest import FIXTURES, SHARED
 
 SEEDS = SHARED / "seeds"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reporter.memprof import MAX_POINTS, summarize
+from reporter.collect.memprof import MAX_POINTS, summarize
 from reporter.run import MEMORY_CATEGORIES
 
 COLUMNS = {0: "unknown", 1: "inputs", 2: "activations", 3: "parameters"}
@@ -38,8 +38,8 @@ def test_summarize_keeps_the_peak_when_it_downsamples():
 
 
 def _run(name: str, scratch: Path):
-    from reporter.runner import RunOptions, profile_target
-    from reporter.target import resolve
+    from reporter.collect.runner import RunOptions, profile_target
+    from reporter.collect.target import resolve
 
     spec, builder = resolve(name)
     return profile_target(spec, builder, RunOptions(device="cpu", windows=3, time_budget_s=0.3,
@@ -72,8 +72,8 @@ def test_a_targets_memory_does_not_depend_on_what_ran_before(tmp_path):
     ("zh", ("存活张量峰值", "激活值", "优化器状态")),
 ])
 def test_the_report_shows_the_breakdown_and_its_chart(live_run, tmp_path, lang, words):
-    from reporter.render import write_report
-    from reporter.view import run_view
+    from reporter.render.report import write_report
+    from reporter.render.view import run_view
 
     run = live_run("transformer-bloat-fixed")
     view = run_view(run, lang)
@@ -88,9 +88,9 @@ def test_the_report_shows_the_breakdown_and_its_chart(live_run, tmp_path, lang, 
 
 def test_a_run_without_a_memory_profile_says_so(stored, tmp_path):
     """Runs stored before the memory profile render, and say why the breakdown is missing."""
-    from reporter.render import write_report
+    from reporter.render.report import write_report
     from reporter.store import load
-    from reporter.view import run_view
+    from reporter.render.view import run_view
 
     _, folder = stored("cpu-transformer")
     data = json.loads((folder / "run.json").read_text())

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from reporter.errors import WorkFailed
-from reporter.pdf import check_fonts
-from reporter.profile import Op, Profile
-from reporter.render import write_report
+from reporter.render.pdf import check_fonts
+from reporter.analyze.profile import Op, Profile
+from reporter.render.report import write_report
 from reporter.store import load
-from reporter.view import LANGUAGES, import_view, run_view
+from reporter.render.view import LANGUAGES, import_view, run_view
 from conftest import FIXTURES, cli
 
 pytestmark = pytest.mark.skipif(shutil.which("pdftotext") is None,

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from reporter.errors import BadInput
-from reporter.ingest import parse_tables
+from reporter.ingest.tables import parse_tables
 from conftest import ROOT, SHARED, cli
 
 CORPUS_TABLES = SHARED / "corpus" / "tables"

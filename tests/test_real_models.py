@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from reporter.analyzer import analyze_section
-from reporter.efficiency import of_section
+from reporter.analyze.analyzer import analyze_section
+from reporter.analyze.efficiency import of_section
 
 # A test-only dependency (pyproject's test extras install it): without it, these skip.
 pytest.importorskip("transformers")
@@ -17,8 +17,8 @@ HF = Path(__file__).parent / "models" / "hf.py"
 
 
 def profiled(name: str, tmp_path):
-    from reporter.runner import RunOptions, profile_target
-    from reporter.target import resolve
+    from reporter.collect.runner import RunOptions, profile_target
+    from reporter.collect.target import resolve
 
     spec, builder = resolve(f"{HF}:{name}")
     run = profile_target(spec, builder, RunOptions(device="cpu", windows=3, time_budget_s=0.5,
@@ -50,8 +50,8 @@ def test_matrix_bound_models_get_no_alarm(name, gemm, tmp_path):
 
 def _rendered(finding) -> dict[str, str]:
     """The finding's text in every language (StrictUndefined: a missing field fails)."""
-    from reporter.render import render_markdown
-    from reporter.view import LANGUAGES, Fmt, _finding_view
+    from reporter.render.report import render_markdown
+    from reporter.render.view import LANGUAGES, Fmt, _finding_view
 
     out = {}
     for lang in LANGUAGES:
@@ -68,7 +68,7 @@ def test_a_step_bound_by_many_products_gets_their_lever(tmp_path):
     dtype lever. How near the roofline they run depends on the machine's measured peaks
     (0.57-0.72 on the development machine; a CI machine once measured less), so the
     statement is checked against the rule's own threshold, and once with it at zero."""
-    from reporter.analyzer import analyze
+    from reporter.analyze.analyzer import analyze
 
     section, e, findings = profiled("vit_train", tmp_path)
     matrix = [o for o in e.ops if o.matrix and o.bound == "compute"]
@@ -102,7 +102,7 @@ def test_gpt2_optimizer_updates_are_not_an_elementwise_blowup(tmp_path):
 
 def test_a_planted_blow_up_comes_first(tmp_path):
     """The same BERT with seed 001's mistake planted in a head: that problem first."""
-    from reporter.savings import ranked
+    from reporter.analyze.savings import ranked
 
     section, e, findings = profiled("bert_pairwise_blowup", tmp_path)
     main, _ = ranked(findings, section.profile, e)

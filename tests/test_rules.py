@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reporter.analyzer import RULES, analyze
-from reporter.profile import Op, Profile
+from reporter.analyze.analyzer import RULES, analyze
+from reporter.analyze.profile import Op, Profile
 
 
 def profile(*ops: Op, device: bool = False) -> Profile:

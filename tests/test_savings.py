@@ -1,4 +1,4 @@
-"""reporter.savings: what each finding is worth, and the order of the main problems."""
+"""reporter.analyze.savings: what each finding is worth, and the order of the main problems."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from reporter.analyzer import Finding
-from reporter.profile import Breakdown, Op, Profile
-from reporter.savings import MINOR_SHARE, NOT_QUANTIFIABLE, estimate, ranked
+from reporter.analyze.analyzer import Finding
+from reporter.analyze.profile import Breakdown, Op, Profile
+from reporter.analyze.savings import MINOR_SHARE, NOT_QUANTIFIABLE, estimate, ranked
 
 
 def _profile(**host) -> Profile:

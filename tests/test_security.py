@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from reporter.keytable import format_table
-from reporter.profile import Op, Profile
-from reporter.view import LANGUAGES
+from reporter.collect.keytable import format_table
+from reporter.analyze.profile import Op, Profile
+from reporter.render.view import LANGUAGES
 from conftest import FIXTURES, cli
 
 pypdf = pytest.importorskip("pypdf")
@@ -212,7 +212,7 @@ def test_a_hostile_stored_run_renders_and_compares_safely(tmp_path, listener, la
 
 
 def test_the_pdf_fetcher_refuses_everything_but_the_report_charts(tmp_path, listener):
-    from reporter.pdf import url_fetcher
+    from reporter.render.pdf import url_fetcher
 
     (tmp_path / "report-chart-1-train.en.svg").write_text("<svg/>")
     (tmp_path / "other.svg").write_text("<svg/>")
@@ -233,8 +233,8 @@ def test_the_pdf_fetcher_refuses_everything_but_the_report_charts(tmp_path, list
 
 from hypothesis import HealthCheck, example, given, settings, strategies as st  # noqa: E402
 
-from reporter import markup  # noqa: E402
-from reporter.pdf import sanitize, to_html  # noqa: E402
+from reporter.render import markup  # noqa: E402
+from reporter.render.pdf import sanitize, to_html  # noqa: E402
 
 GFM = MarkdownIt("commonmark").enable("table")
 # Any text, with a bias towards what Markdown and HTML treat specially.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reporter.target import DEFAULT_SUITE, build, resolve
-from reporter.targets import bloat, seq2seq
+from reporter.collect.target import DEFAULT_SUITE, build, resolve
+from reporter.collect.targets import bloat, seq2seq
 
 
 @pytest.mark.parametrize("name", DEFAULT_SUITE)  # ddp needs ranks: tests/test_distributed.py
@@ -81,7 +81,7 @@ def test_profiled_gpu_window_holds_exactly_the_recorded_steps_device_work(monkey
 
     import torch
 
-    from reporter import runner
+    from reporter.collect import runner
 
     log: list = []
     _FakeEvent.log = log
@@ -124,8 +124,8 @@ def test_profiled_gpu_window_holds_exactly_the_recorded_steps_device_work(monkey
 def test_device_memory_uses_the_allocated_peak_after_emptying_the_cache(monkeypatch):
     import torch
 
-    from reporter import runner
-    from reporter.profile import Profile
+    from reporter.collect import runner
+    from reporter.analyze.profile import Profile
 
     calls = []
     monkeypatch.setattr(runner.gc, "collect", lambda: calls.append("gc"))
@@ -151,7 +151,7 @@ def test_an_unsupported_autocast_is_refused_not_run_in_fp32(value):
     import torch
 
     from reporter.errors import BadInput
-    from reporter.target import Target
+    from reporter.collect.target import Target
 
     target = Target(model=torch.nn.Linear(2, 2), batches=[(torch.randn(1, 2),)], batch_size=1,
                     modes=("inference",), autocast=value)
@@ -163,7 +163,7 @@ def test_a_distributed_run_id_has_no_colon_and_compares_as_cuda():
     from datetime import datetime, timezone
 
     from reporter.compare import Step
-    from reporter.runner import new_run_id
+    from reporter.collect.runner import new_run_id
 
     run_id = new_run_id("ddp", "cuda:0", datetime(2026, 1, 1, tzinfo=timezone.utc))
     assert ":" not in run_id and "-cuda-" in run_id
@@ -174,14 +174,14 @@ def test_a_distributed_run_id_has_no_colon_and_compares_as_cuda():
 
 
 def test_the_real_gemmsn_kernel_name_counts_as_fp32_gemm():
-    from reporter.rules import _FP32_GEMM
+    from reporter.analyze.rules import _FP32_GEMM
 
     assert _FP32_GEMM.search("void gemmSN_TN_kernel<float, 128, 16, 2, 4, 4, 4, true, "
                              "cublasGemvTensorStridedBatched<float const> >(...)")
 
 
 def test_tensor_ops_builds_its_inputs_on_the_device():
-    from reporter.targets.tensor_ops import build
+    from reporter.collect.targets.tensor_ops import build
 
     target = build(device="meta", preset="tiny")  # any device: no copy in the step
     assert all(t.device.type == "meta" for t in target.batches[0])
@@ -190,8 +190,8 @@ def test_tensor_ops_builds_its_inputs_on_the_device():
 def test_a_cpu_run_benchmarks_the_cpu_only_even_with_a_gpu(monkeypatch):
     import torch
 
-    from reporter import runner
-    from reporter.targets.tensor_ops import build
+    from reporter.collect import runner
+    from reporter.collect.targets.tensor_ops import build
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     asked = []
@@ -204,7 +204,7 @@ def test_a_cpu_run_benchmarks_the_cpu_only_even_with_a_gpu(monkeypatch):
 def test_tf32_flags_are_left_alone_unless_the_target_asks(monkeypatch):
     import torch
 
-    from reporter import runner
+    from reporter.collect import runner
 
     class Untouchable:
         def __getattr__(self, name):
@@ -227,10 +227,10 @@ def test_tf32_flags_are_left_alone_unless_the_target_asks(monkeypatch):
 
 
 def test_a_forced_tf32_is_recorded_and_reported(monkeypatch, stored):
-    from reporter import runner
-    from reporter.render import render_markdown
+    from reporter.collect import runner
+    from reporter.render.report import render_markdown
     from reporter.store import load
-    from reporter.view import LANGUAGES, run_view
+    from reporter.render.view import LANGUAGES, run_view
 
     monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1")
     state = runner.tf32_state()
@@ -245,7 +245,7 @@ def test_a_forced_tf32_is_recorded_and_reported(monkeypatch, stored):
 
 
 def test_a_cuda_run_without_a_preset_uses_sizes_that_fill_the_gpu():
-    from reporter.runner import default_preset
+    from reporter.collect.runner import default_preset
 
     assert default_preset("cuda", None) == "large" and default_preset("cuda:1", None) == "large"
     assert default_preset("cpu", None) == "default"
@@ -253,10 +253,10 @@ def test_a_cuda_run_without_a_preset_uses_sizes_that_fill_the_gpu():
 
 
 def test_a_report_says_when_kernels_are_too_small_for_the_gpu(stored):
-    from reporter.profile import Op
-    from reporter.render import render_markdown
+    from reporter.analyze.profile import Op
+    from reporter.render.report import render_markdown
     from reporter.store import load
-    from reporter.view import LANGUAGES, run_view
+    from reporter.render.view import LANGUAGES, run_view
 
     _, folder = stored("cuda-seed001")
     run = load(folder)
@@ -272,10 +272,10 @@ def test_a_report_says_when_kernels_are_too_small_for_the_gpu(stored):
 
 
 def test_a_cuda_run_without_kernels_says_so(stored, capsys):
-    from reporter import runner
-    from reporter.render import render_markdown
+    from reporter.collect import runner
+    from reporter.render.report import render_markdown
     from reporter.store import load
-    from reporter.view import LANGUAGES, run_view
+    from reporter.render.view import LANGUAGES, run_view
 
     _, folder = stored("cuda-seed001")
     run = load(folder)
@@ -295,8 +295,8 @@ def test_a_cuda_run_without_kernels_says_so(stored, capsys):
 def test_device_annotations_are_not_host_marks_or_steps(tmp_path):
     import json
 
-    from reporter.analyzer import step_wall_us
-    from reporter.traces import read_trace
+    from reporter.analyze.analyzer import step_wall_us
+    from reporter.ingest.traces import read_trace
 
     events = [
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
@@ -323,7 +323,7 @@ def test_native_stderr_is_passed_on_as_it_comes_without_kinetos_lines(capfd):
     import os
     import time
 
-    from reporter.runner import _filtered_native_stderr
+    from reporter.collect.runner import _filtered_native_stderr
 
     with _filtered_native_stderr():
         os.write(2, b"USDT: profiler_start\nNCCL WARN something broke\n")
@@ -339,7 +339,7 @@ def test_native_stderr_is_passed_on_as_it_comes_without_kinetos_lines(capfd):
 
 
 def test_cnn_fixed_prefetches_no_more_than_shared_memory_holds():
-    from reporter.targets.cnn import _worker_settings
+    from reporter.collect.targets.cnn import _worker_settings
 
     batch = 256 * 3 * 128 * 128 * 4  # the large preset: 50 MB a batch
     assert _worker_settings(batch, 64 << 20) == {"num_workers": 0}  # Docker's default /dev/shm

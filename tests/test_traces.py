@@ -13,11 +13,11 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from reporter.runner import _Stepper
-from reporter.target import build, resolve
-from reporter import traces
+from reporter.collect.runner import _Stepper
+from reporter.collect.target import build, resolve
+from reporter.ingest import traces
 from reporter.errors import BadInput
-from reporter.traces import read_trace, read_trace_folder
+from reporter.ingest.traces import read_trace, read_trace_folder
 from conftest import SHARED, cli
 
 TRACES = SHARED / "corpus" / "traces"

@@ -1,4 +1,4 @@
-"""reporter.whatif: proposed replacements timed at the recorded shapes, and what the
+"""reporter.analyze.whatif: proposed replacements timed at the recorded shapes, and what the
 report does with the result."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from reporter.analyzer import analyze_section
-from reporter.savings import NOT_FASTER, ranked
+from reporter.analyze.analyzer import analyze_section
+from reporter.analyze.savings import NOT_FASTER, ranked
 from reporter.store import load
-from reporter.whatif import attention_shapes, measure
+from reporter.analyze.whatif import attention_shapes, measure
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "cpu-transformer"
 
@@ -45,8 +45,8 @@ def test_timed_on_the_cpu_and_used_over_the_estimate():
 
 def test_a_stored_whatif_is_checked_and_shown(tmp_path):
     from reporter.errors import BadInput
-    from reporter.render import render_markdown
-    from reporter.view import run_view
+    from reporter.render.report import render_markdown
+    from reporter.render.view import run_view
 
     folder = tmp_path / "run"
     shutil.copytree(FIXTURE, folder)
@@ -69,7 +69,7 @@ def test_a_per_parameter_optimizer_against_foreach():
     """Both steps timed on copies: the model's own parameters are not touched."""
     import torch
 
-    from reporter.whatif import optimizer_foreach
+    from reporter.analyze.whatif import optimizer_foreach
 
     model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(8)])
     model(torch.randn(4, 32)).sum().backward()
@@ -90,13 +90,13 @@ def test_a_per_parameter_optimizer_against_foreach():
 def test_a_replacement_that_fails_to_time_leaves_the_run_whole(tmp_path, monkeypatch):
     """Timing a replacement may fail (out of device memory, say): the run keeps its
     profile and its estimates."""
-    import reporter.whatif
-    from reporter.runner import RunOptions, profile_target
-    from reporter.target import resolve
+    import reporter.analyze.whatif
+    from reporter.collect.runner import RunOptions, profile_target
+    from reporter.collect.target import resolve
 
     def fail(*args, **kwargs):
         raise RuntimeError("CUDA out of memory")
-    monkeypatch.setattr(reporter.whatif, "measure", fail)
+    monkeypatch.setattr(reporter.analyze.whatif, "measure", fail)
     said = []
     spec, builder = resolve("transformer")
     run = profile_target(spec, builder, RunOptions(device="cpu", preset="tiny", windows=3,
@@ -112,7 +112,7 @@ def test_fp32_products_timed_against_bf16_and_tf32_at_the_recorded_shapes():
     products' recorded time; the TF32 setting is left as it was."""
     import torch
 
-    from reporter.whatif import GEMM_SHAPES, GEMMS, gemm_precision, gemm_shapes
+    from reporter.analyze.whatif import GEMM_SHAPES, GEMMS, gemm_precision, gemm_shapes
 
     section = load(FIXTURE).sections[0]
     shapes, total_us = gemm_shapes(section.profile)
@@ -138,7 +138,7 @@ def test_a_blown_up_pairwise_product_timed_against_its_matrix_product():
     """transformer-bloat's (B, T, T, D) products, made by mul and reduced by sum over D,
     are found at their recorded shape; the repeat copies that materialise them count in
     the "before", and the matrix product takes less than the recorded operators."""
-    from reporter.whatif import blowup_matmul, blowup_shapes
+    from reporter.analyze.whatif import blowup_matmul, blowup_shapes
 
     section = load(FIXTURE.parent / "cpu-transformer-bloat").sections[0]
     assert blowup_shapes(section.profile) == [[4, 64, 64, 64]]

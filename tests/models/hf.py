@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from reporter.target import Target
+from reporter.collect.target import Target
 
 
 def _ids(vocab: int, batch: int, seq: int, n: int = 4):

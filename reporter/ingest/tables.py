@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import html
 import re
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from .errors import BadInput, read_error
-from .profile import Op, Profile, classify
+from ..analyze.profile import Op, Profile, classify
+from ..errors import BadInput, read_error
 
 _TOKEN = re.compile(r"\S+(?: \S+)*")  # cells are separated by two or more spaces
 # Bounded repetitions and a word boundary keep every search linear in the line's length.

@@ -17,9 +17,23 @@ from __future__ import annotations
 from typing import Any
 
 from . import rules  # noqa: F401  (registers the built-in rules)
-from .findings import (MATMUL_OPS, MIN_PROFILE_US, RULES, SEVERITIES, Basis, Finding, Rule,
-                       basis, dataloader_rows, op_evidence, operators, rule, share,
-                       step_share, step_wall_us)
+from .findings import (
+    MATMUL_OPS,
+    MIN_PROFILE_US,
+    RULES,
+    SEVERITIES,
+    Basis,
+    Finding,
+    Rule,
+    basis,
+    dataloader_rows,
+    op_evidence,
+    operators,
+    rule,
+    share,
+    step_share,
+    step_wall_us,
+)
 from .profile import Profile
 
 __all__ = ["analyze", "analyze_section", "profiles_json", "NEAR_ROOFLINE", "MATRIX_BOUND",

@@ -25,17 +25,17 @@ from typing import Any, Callable
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from .errors import BadInput, WorkFailed, user_code
-from .breakdown import DRAIN_MARK, MODULE_MARK
+from ..analyze import peaks as peaks_module
+from ..analyze.breakdown import DRAIN_MARK, MODULE_MARK
+from ..analyze.peaks import Peaks, cpu_name
+from ..analyze.profile import Profile
+from ..analyze.stats import median_interval
+from ..errors import BadInput, WorkFailed, user_code
+from ..ingest.traces import read_trace
+from ..run import Run, Section, Throughput
 from .keytable import format_table
 from .memprof import tensor_memory
-from .profile import Profile
-from .run import Run, Section, Throughput
-from .stats import median_interval
 from .target import BUILTINS, Target, build
-from . import peaks as peaks_module
-from .peaks import Peaks, cpu_name
-from .traces import read_trace
 
 Progress = Callable[[str], None]
 
@@ -401,8 +401,10 @@ def _module_marks(model: Any):
         if id(module) in names and open_marks:
             open_marks.pop().__exit__(None, None, None)
 
-    from torch.nn.modules.module import (register_module_forward_hook,
-                                         register_module_forward_pre_hook)
+    from torch.nn.modules.module import (
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
+    )
     handles = [register_module_forward_pre_hook(before), register_module_forward_hook(after)]
     try:
         yield
@@ -490,8 +492,8 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
 
 def _whatif(section: Section, device: str, progress: Progress, optimizer: Any) -> None:
     """Time on the device the replacements the section's findings propose."""
-    from .analyzer import analyze_section
-    from .whatif import measure
+    from ..analyze.analyzer import analyze_section
+    from ..analyze.whatif import measure
 
     rules = {f.rule for f in analyze_section(section)}
     if rules & {"unfused-attention", "single-tensor-optimizer", "fp32-gemm",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..errors import BadInput
+from ...errors import BadInput
 from ..target import Target
 from . import sizes, synthetic_batches
 

@@ -14,10 +14,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
+from ..errors import BadInput, WorkFailed
+from ..store import write_atomic
 from . import markup
-from .errors import BadInput, WorkFailed
-from .store import write_atomic
 from .view import LANGUAGES
+
 
 def _templates() -> Path:
     """The template folders: $REPORTER_TEMPLATES, else the installed package's templates/,
@@ -27,7 +28,7 @@ def _templates() -> Path:
     installed = Path(str(resources.files("reporter").joinpath("templates")))
     if installed.is_dir():
         return installed
-    return Path(__file__).resolve().parent.parent / "templates"
+    return Path(__file__).resolve().parents[2] / "templates"
 
 
 TEMPLATES = _templates()

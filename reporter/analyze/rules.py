@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import re
 
-from .findings import (Finding, basis, dataloader_rows, op_evidence, operators, rule, share,
-                       step_share)
+from .findings import (
+    Finding,
+    basis,
+    dataloader_rows,
+    op_evidence,
+    operators,
+    rule,
+    share,
+    step_share,
+)
 from .profile import Profile
 
 ELEMENTWISE = {

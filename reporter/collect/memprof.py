@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from .run import TensorMemory
+from ..run import TensorMemory
 
 # torch.profiler._memory_profiler.Category names -> ours; None is memory the
 # profiler saw allocated but could not attribute to a tensor.
@@ -43,8 +43,7 @@ def tensor_memory(step: Callable[[], None], device: str) -> TensorMemory | str:
     """Profile one ``step`` for memory: a TensorMemory, or why there is none (a note id
     that terms.j2 words: torch-version, failed, no-allocations)."""
     try:
-        from torch.profiler._memory_profiler import (_CATEGORY_TO_INDEX,
-                                                     MemoryProfileTimeline)
+        from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX, MemoryProfileTimeline
     except ImportError:
         return "torch-version"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]

@@ -9,7 +9,7 @@ anyone used to the profiler's output.
 
 from __future__ import annotations
 
-from .profile import Op, Profile
+from ..analyze.profile import Op, Profile
 
 _SORT_KEYS = {"self_cpu_time_total": "self_cpu_us", "self_cuda_time_total": "self_device_us",
               "cpu_time_total": "cpu_total_us", "count": "calls"}

@@ -26,7 +26,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .errors import BadInput, WorkFailed
+from ..errors import BadInput, WorkFailed
 
 
 @dataclass(frozen=True)
@@ -275,7 +275,7 @@ def merge(own, own_error: str | None, results: dict[int, dict[str, Any]], stage:
     that finished); its entry in ``ranks`` is marked ``main`` and holds no
     sections of its own. Returns None when no rank finished profiling.
     """
-    from .run import Run
+    from ..run import Run
 
     runs: dict[int, Any] = {0: own} if own is not None else {}
     ranks: list[dict[str, Any]] = [{"rank": 0, "status": "ok" if own else "failed",

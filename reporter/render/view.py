@@ -19,14 +19,14 @@ from babel.dates import format_datetime
 from babel.numbers import format_decimal, format_percent
 from babel.units import format_unit
 
+from ..analyze.analyzer import Finding, analyze, step_wall_us
+from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
+from ..analyze.efficiency import of_section
+from ..analyze.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
+from ..analyze.savings import Saving, ranked
+from ..errors import BadInput
+from ..run import MEMORY_CATEGORIES, Run, Section
 from . import markup
-from .analyzer import Finding, analyze, step_wall_us
-from .breakdown import DEVICE_ACTIVITIES, HOST_PHASES
-from .efficiency import of_section
-from .savings import Saving, ranked
-from .errors import BadInput
-from .profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
-from .run import MEMORY_CATEGORIES, Run, Section
 
 LANGUAGES = ("en", "ru", "zh")
 SMALL_KERNEL_US = 10.0  # a GPU profile whose kernels average less is launch-bound

@@ -1,7 +1,7 @@
 """What a target is, and how a target spec on the command line is resolved.
 
 A target is a function ``build(device: str, preset: str) -> Target``. Built-in
-targets live in ``reporter.targets``; a user's own target is named
+targets live in ``reporter.collect.targets``; a user's own target is named
 ``module:function`` or ``path/to/file.py:function``. This module imports torch
 only when a target is built.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .errors import BadInput, user_code
+from ..errors import BadInput, user_code
 
 PRESETS = ("tiny", "default", "large")
 
@@ -66,13 +66,13 @@ class Target:
 @dataclass(frozen=True)
 class BuiltinTarget:
     name: str
-    module: str  # module under reporter.targets holding the builder
+    module: str  # module under reporter.collect.targets holding the builder
     function: str
     seed: str  # which seed report it reproduces
     summary: dict[str, str]  # one line per language: what it reproduces
 
     def builder(self) -> Callable[..., Target]:
-        mod = importlib.import_module(f"reporter.targets.{self.module}")
+        mod = importlib.import_module(f"reporter.collect.targets.{self.module}")
         return getattr(mod, self.function)
 
 

@@ -24,7 +24,6 @@ def _pyplot():
 
     matplotlib.use("svg", force=True)
     import matplotlib.pyplot as plt
-
     from matplotlib import font_manager
 
     installed = {f.name for f in font_manager.fontManager.ttflist}
@@ -85,7 +84,7 @@ _CATEGORY_COLOURS = ["#4c72b0", "#dd8452", "#8172b3", "#55a868", "#c44e52", "#93
 
 def memory_chart(memory: Any, names: dict[str, str], title: str, axis: str) -> str:
     """Live tensor memory over one step, stacked by category (MiB against ms)."""
-    from .run import MEMORY_CATEGORIES
+    from ..run import MEMORY_CATEGORIES
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.0, 3.4))
@@ -119,7 +118,7 @@ _PHASE_COLOURS = {"data": "#c44e52", "input_copy": "#dd8452", "forward": "#4c72b
 def breakdown_chart(breakdown: Any, names: dict[str, str], titles: dict[str, str],
                     step_word: str) -> str:
     """One stacked bar per profiled step (ms): host phases, and device activity on a GPU."""
-    from .breakdown import DEVICE_ACTIVITIES, HOST_PHASES
+    from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 
     plt = _pyplot()
     parts = [("host", breakdown.host_us, HOST_PHASES)]
@@ -243,7 +242,7 @@ def write_charts(view: dict[str, Any], folder, terms: Any, stem: str) -> list[st
 
     Chart files are named after their report (``<stem>-chart-...``): reports that share
     a folder never show each other's charts."""
-    from .store import write_atomic
+    from ..store import write_atomic
 
     written = []
     if view.get("kind") == "compare":

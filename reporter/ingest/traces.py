@@ -27,11 +27,19 @@ from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
 
 import msgspec
 
-from .breakdown import overlap, step_breakdown, union
-from .errors import BadInput, read_error
-from .flops import FORMULAS, MATRIX, cost, modelled
-from .profile import (KIND_ANNOTATION, KIND_DEVICE_ANNOTATION, KIND_KERNEL, KIND_OP,
-                      KIND_RUNTIME, Op, Profile, classify)
+from ..analyze.breakdown import overlap, step_breakdown, union
+from ..analyze.flops import FORMULAS, MATRIX, cost, modelled
+from ..analyze.profile import (
+    KIND_ANNOTATION,
+    KIND_DEVICE_ANNOTATION,
+    KIND_KERNEL,
+    KIND_OP,
+    KIND_RUNTIME,
+    Op,
+    Profile,
+    classify,
+)
+from ..errors import BadInput, read_error
 
 # Host events that nest on a thread and count as CPU time, like key_averages' events.
 HOST_CATS = {"cpu_op", "Operator", "user_annotation", "cuda_runtime", "Runtime",

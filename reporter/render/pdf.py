@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from . import __version__
-from .errors import WorkFailed
+from .. import __version__
+from ..errors import WorkFailed
 
 # fontconfig language code per report language, and the Debian package that covers it.
 FONT_LANG = {"en": ("en", "fonts-dejavu-core"), "ru": ("ru", "fonts-dejavu-core"),
