@@ -1,4 +1,5 @@
-"""The command line. Each subcommand parses its options and calls the library.
+"""The command line. Each subcommand parses its options and calls one function of
+``reporter.pipeline``; what it prints and its exit code are decided here.
 
 Exit codes: 0 success, 1 failure while working, 2 bad usage or bad input,
 3 a throughput regression (compare --fail-if-slower), 130 interrupted (Ctrl-C),
@@ -16,8 +17,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import __version__
+from . import __version__, pipeline
 from .errors import BadInput, ReporterError, Terminated, WorkFailed, install_signal_handlers
+from .pipeline import Output
 
 DEFAULT_RUNS = Path(os.environ.get("REPORTER_RUNS", "runs"))
 
@@ -138,16 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _for_output(view: dict, args) -> dict:
-    """Options that shape the Markdown: the character limit and GitHub's flavour."""
-    from .render.view import Fmt
+def _output(args) -> Output:
+    """The report options of a command, checked."""
+    from .render.view import default_language
 
-    if args.max_chars < 0:
-        raise BadInput("--max-chars must be 0 (no limit) or more", error_id="usage")
-    view["max_chars"] = args.max_chars or None
-    view["max_chars_text"] = Fmt(view["lang"]).int(args.max_chars)
-    view["github"] = args.github
-    return view
+    return Output.parse(args.lang or default_language(), args.format, args.max_chars,
+                        args.github, published=lambda path: _publish(path, args))
 
 
 def _publish(path: Path, args) -> None:
@@ -163,15 +161,6 @@ def _publish(path: Path, args) -> None:
                              f"{exc.strerror}", error_id="github") from exc
 
 
-def _write_reports(view: dict, folder: Path, formats: list[str], args,
-                   stem: str = "report") -> None:
-    """Write the view in each format into ``folder`` and publish each file."""
-    from .render.report import write_report
-
-    for fmt in formats:
-        _publish(write_report(view, folder, fmt, stem=stem), args)
-
-
 def _lang(args) -> str:
     from .render.view import check_language, default_language
 
@@ -179,102 +168,23 @@ def _lang(args) -> str:
 
 
 def cmd_run(args) -> int:
-    from .collect.distributed import check_devices, launch, world_from_env
-    from .collect.target import DEFAULT_SUITE, resolve
-    from .render.report import parse_formats
+    from .collect import distributed
+    from .collect.target import DEFAULT_SUITE
 
-    lang, formats = _lang(args), parse_formats(args.format)
-    root = (args.out or args.runs).resolve()  # a target that changes folder keeps it
-    specs = args.target or list(DEFAULT_SUITE)
-    builders = [resolve(spec) for spec in specs]  # bad specs fail before any work
-    if not 0 < args.time_budget <= 3600:
-        raise BadInput("--time-budget takes seconds, more than 0 and at most 3600",
-                       error_id="usage")
-    world = world_from_env()
+    output = _output(args)
+    request = pipeline.RunRequest(tuple(args.target or DEFAULT_SUITE), args.device,
+                                  args.preset, args.time_budget, args.rank_timeout,
+                                  args.compare)
+    pipeline.check_run_request(request)  # bad specs fail before any work
+    world = distributed.world_from_env()
     if args.nproc is not None:
         if world is not None:
             raise BadInput("--nproc inside a distributed run: drop it, torchrun started the ranks",
                            error_id="usage")
-        check_devices(args.nproc, args.device)
-        return launch(_without_nproc(args.argv), args.nproc)
+        distributed.check_devices(args.nproc, args.device)
+        return distributed.launch(_without_nproc(args.argv), args.nproc)
     progress = Progress(args.quiet or (world is not None and world.rank != 0))
-    from .collect.runner import RunOptions, default_preset, resolve_device  # imports torch
-
-    device = resolve_device(args.device)
-    opts = RunOptions(device=device, preset=default_preset(device, args.preset),
-                      time_budget_s=args.time_budget)
-    if world is not None:
-        from dataclasses import replace
-
-        from .collect import distributed
-
-        opts = replace(opts, device=distributed.init(world, opts.device, args.rank_timeout))
-        kv = distributed.Peers(distributed.store(world, args.rank_timeout), world,
-                               args.rank_timeout)
-        try:
-            if world.rank != 0:
-                return _run_other_rank(world, kv, specs, builders, opts, args)
-            return _run_targets(specs, builders, opts, root, lang, formats, args, world, kv,
-                                progress)
-        finally:
-            distributed.finish()
-    return _run_targets(specs, builders, opts, root, lang, formats, args, None, None, progress)
-
-
-def _run_targets(specs, builders, opts, root: Path, lang: str, formats: list[str], args,
-                 world, kv, progress: Progress) -> int:
-    """Profile each target (with the other ranks, in a distributed run) and store its run."""
-    from .collect.runner import profile_target
-    from .render.report import write_report
-    from .render.view import run_view
-    from .store import commit, staging
-
-    _remove_stale(root)
-    progress(f"profiling {len(specs)} target(s) on {opts.device}, preset {opts.preset}"
-             + (f", {world.size} ranks" if world else ""))
-    failed = 0
-    done = []
-    for i, (spec, (name, builder)) in enumerate(zip(specs, builders), 1):
-        step = lambda msg, i=i, name=name: progress(f"[{i}/{len(specs)}] {name}: {msg}")
-        try:
-            with staging(root) as stage:
-                if world is None:
-                    run = profile_target(spec, builder, opts, stage, step)
-                else:
-                    run = _gather_ranks(world, kv, i, spec, builder, opts, stage, step, args)
-                view = _for_output(run_view(run, lang), args)
-                reports = [write_report(view, stage, fmt).name for fmt in formats]
-                final = commit(run, stage, root)
-        except ReporterError as exc:
-            if isinstance(exc, BadInput):
-                raise
-            print(exc.one_line(), file=sys.stderr)
-            failed += 1
-            continue
-        for name_ in reports:
-            _publish(final / name_, args)
-        done.append(run)
-        step(f"done: ~{view['sections'][0]['throughput']} samples/s, "
-             f"{view['n_findings']} finding(s)")
-    if args.compare:
-        if len(done) < 2:
-            print(BadInput("--compare needs two runs that succeeded",
-                           error_id="usage").one_line(), file=sys.stderr)
-            return 1 if failed else 2
-        from .compare import Step, compare
-
-        steps = [Step(run.target["name"], run.id, run.sections, run) for run in done]
-        _write_comparison(compare(steps), lang, formats, root, None, args)
-    return 1 if failed else 0
-
-
-def _remove_stale(root: Path) -> None:
-    from .store import remove_stale
-
-    removed = remove_stale(root)
-    if removed:
-        print(f"reporter: removed {removed} unfinished run folder(s) under {root}/ left by "
-              "processes that are gone", file=sys.stderr)
+    return pipeline.run_targets(request, (args.out or args.runs).resolve(), output, progress)
 
 
 def _without_nproc(argv: list[str]) -> list[str]:
@@ -289,95 +199,17 @@ def _without_nproc(argv: list[str]) -> list[str]:
     return out
 
 
-def _run_other_rank(world, peers, specs, builders, opts, args) -> int:
-    """A rank other than 0: profile each target, post the result to rank 0, write nothing."""
-    import tempfile
-    from dataclasses import replace
-
-    from .collect import distributed
-    from .collect.runner import profile_target
-
-    for i, (spec, (_, builder)) in enumerate(zip(specs, builders), 1):
-        key = f"reporter/{i}"
-        target_opts = replace(opts, agree=lambda n, key=key: peers.agree(key, n))
-        with tempfile.TemporaryDirectory() as scratch:
-            try:
-                run = profile_target(spec, builder, target_opts, Path(scratch))
-                result = {"status": "ok", "error": None, "run": run.to_dict()}
-                traces = distributed.trace_files(Path(scratch))
-            except ReporterError as exc:
-                result, traces = {"status": "failed", "error": str(exc)}, {}
-            distributed.post(peers.kv, key, world.rank, result, traces)
-    return 0
-
-
-def _gather_ranks(world, peers, i, spec, builder, opts, stage, step, args):
-    """Rank 0: profile, then wait for the other ranks and merge them into one run."""
-    from dataclasses import replace
-
-    from .collect import distributed
-    from .collect.runner import profile_target
-
-    key = f"reporter/{i}"
-    own, own_error = None, None
-    try:
-        own = profile_target(spec, builder, replace(opts, agree=lambda n: peers.agree(key, n)),
-                             stage, step)
-    except ReporterError as exc:
-        own_error = str(exc)
-        print(f"reporter: rank 0: {exc.one_line()}", file=sys.stderr)
-    step(f"waiting for ranks 1-{world.size - 1} (up to {args.rank_timeout:g} s)")
-    results = peers.collect(key)
-    run = distributed.merge(own, own_error, results, stage)
-    if run is None:
-        why = "; ".join(f"rank {r}: {res.get('error')}" for r, res in sorted(results.items()))
-        raise WorkFailed(f"no rank finished profiling {spec}: rank 0: {own_error}; {why}",
-                         error_id="ranks-failed")
-    for entry in run.ranks:
-        if entry["status"] != "ok":
-            step(f"rank {entry['rank']} {entry['status']}: {entry['error']}")
-    return run
-
-
-def _write_comparison(comparison, lang: str, formats: list[str], runs: Path,
-                      out: Path | None, args) -> None:
-    from datetime import datetime, timezone
-
-    from .render.view import compare_view
-
-    out = out or _new_folder(runs, f"compare-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}")
-    _write_reports(_for_output(compare_view(comparison, lang), args), out, formats, args,
-                   stem="compare")
-
-
-def _new_folder(root: Path, name: str) -> Path:
-    """A folder created here and now, never one another command made: name, name-2, ..."""
-    root.mkdir(parents=True, exist_ok=True)
-    for n in range(1, 1000):
-        path = root / (name if n == 1 else f"{name}-{n}")
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
-    raise WorkFailed(f"{root}: 999 folders named {name}*: clean up old comparisons",
-                     error_id="io")
-
-
 def cmd_compare(args) -> int:
-    from .compare import compare, compare_json, load_step, regression
-    from .render.report import parse_formats
+    from .compare import compare_json, regression
 
-    lang, formats = _lang(args), parse_formats(args.format)
+    output = _output(args)
     if args.fail_if_slower is not None and not 0 <= args.fail_if_slower < 100:
         raise BadInput("--fail-if-slower takes a percentage from 0 to 100", error_id="usage")
-    if len(args.inputs) < 2:
-        raise BadInput("compare needs at least two inputs: BASE NEW", error_id="usage")
-    comparison = compare([load_step(arg, args.runs) for arg in args.inputs])
+    comparison = pipeline.compare_inputs(args.inputs, args.runs)
     if args.json:
         _print_json(compare_json(comparison))
     else:
-        _write_comparison(comparison, lang, formats, args.runs, args.out, args)
+        pipeline.write_comparison(comparison, args.runs, args.out, output)
     if args.fail_if_slower is not None:
         failed, why = regression(comparison, args.fail_if_slower)
         if failed:
@@ -387,49 +219,16 @@ def cmd_compare(args) -> int:
 
 
 def cmd_render(args) -> int:
-    from .render.report import parse_formats
-    from .render.view import run_view
-    from .store import find, load
-
-    lang, formats = _lang(args), parse_formats(args.format)
-    folder = find(args.run, args.runs)
-    _write_reports(_for_output(run_view(load(folder), lang), args), folder, formats, args)
+    pipeline.render_run(args.run, args.runs, _output(args))
     return 0
 
 
 def cmd_analyze(args) -> int:
-    from dataclasses import asdict
-
-    from .analyze import efficiency
-    from .analyze.analyzer import profiles_json
-    from .inputs import read_profiles
-    from .inputs import run_folder as find_run
-    from .render.report import parse_formats
-    from .render.view import import_view, run_view
-    from .store import load
-
-    lang = _lang(args)
-    formats = parse_formats(args.format)
-    path = Path(args.path)
-    run_folder = find_run(args.path, args.runs)
-    if run_folder is not None:
-        run = load(run_folder)
-        if args.json:
-            _print_json(profiles_json(
-                [s.profile for s in run.sections],
-                [{**s.memory, "tensors": asdict(s.tensor_memory) if s.tensor_memory else None,
-                  "tensors_note": s.tensor_memory_note} for s in run.sections],
-                [efficiency.of_section(s, run.target.get("batch_size")) for s in run.sections],
-                [s.whatif for s in run.sections]))
-            return 0
-        _write_reports(_for_output(run_view(run, lang), args), run_folder, formats, args)
-        return 0
-    profiles = read_profiles(path)
+    output = _output(args)
     if args.json:
-        _print_json(profiles_json(profiles))
-        return 0
-    _write_reports(_for_output(import_view(profiles, path.name, lang), args), args.out,
-                   formats, args, stem=_report_stem(path))
+        _print_json(pipeline.analysis_json(args.path, args.runs))
+    else:
+        pipeline.analyze(args.path, args.runs, args.out, output)
     return 0
 
 
@@ -450,22 +249,12 @@ def _finite(data: Any) -> Any:
     return data
 
 
-def _report_stem(path: Path) -> str:
-    """x.txt -> x.report, and a trace's x.json or x.json.gz -> x.report too."""
-    from .ingest.traces import TRACE_SUFFIXES
-
-    for suffix in sorted(TRACE_SUFFIXES, key=len, reverse=True):
-        if path.name.endswith(suffix) and len(path.name) > len(suffix):
-            return path.name[:-len(suffix)] + ".report"
-    return f"{path.stem}.report"
-
-
 def cmd_list(args) -> int:
     from .render.view import Fmt
     from .store import list_runs
 
     fmt = Fmt(_lang(args))
-    _remove_stale(args.runs)
+    pipeline.remove_stale(args.runs)
     rows = list_runs(args.runs)
     if not rows:
         print(f"no stored runs under {args.runs}/ (make one with: reporter run)",
@@ -482,12 +271,10 @@ def cmd_list(args) -> int:
 
 
 def cmd_targets(args) -> int:
-    from .collect.target import BUILTINS
-
-    lang = _lang(args)
-    width = max(len(n) for n in BUILTINS)
-    for name, t in BUILTINS.items():
-        print(f"{name:<{width}}  [seed {t.seed}] {t.summary[lang]}")
+    rows = pipeline.target_summaries(_lang(args))
+    width = max(len(name) for name, _, _ in rows)
+    for name, seed, summary in rows:
+        print(f"{name:<{width}}  [seed {seed}] {summary}")
     print("\nYour own: --target module:function or --target path/to/file.py:function "
           "(see README: 'Your own target')")
     return 0

@@ -1,0 +1,308 @@
+"""The work behind each command, one function per command, usable from Python.
+
+``run_targets`` is the whole pipeline of a live run: profile each target (with the other
+ranks, in a distributed run), analyze it, render its reports into a staging folder and
+commit the folder into ``runs/`` only once everything in it is written. The other
+functions re-render, analyze and compare what is already stored or recorded. The command
+line (``reporter.cli``) parses arguments and calls one of them.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import BadInput, ReporterError, WorkFailed
+from .render.report import GITHUB_COMMENT_LIMIT, parse_formats, write_report
+
+Say = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Output:
+    """What shapes the written reports, and who hears of each file written."""
+
+    lang: str
+    formats: tuple[str, ...] = ("md",)
+    max_chars: int | None = GITHUB_COMMENT_LIMIT  # None: no limit
+    github: bool = False  # Mermaid charts, for a pull request or a job summary
+    published: Callable[[Path], None] = field(default=lambda path: None)
+
+    @classmethod
+    def parse(cls, lang: str, formats: str, max_chars: int, github: bool,
+              published: Callable[[Path], None]) -> Output:
+        """Check the options as a user typed them (BadInput when wrong)."""
+        from .render.view import check_language
+
+        if max_chars < 0:
+            raise BadInput("--max-chars must be 0 (no limit) or more", error_id="usage")
+        return cls(check_language(lang), tuple(parse_formats(formats)), max_chars or None,
+                   github, published)
+
+    def shape(self, view: dict[str, Any]) -> dict[str, Any]:
+        from .render.view import Fmt
+
+        view["max_chars"] = self.max_chars
+        view["max_chars_text"] = Fmt(view["lang"]).int(self.max_chars or 0)
+        view["github"] = self.github
+        return view
+
+    def write(self, view: dict[str, Any], folder: Path, stem: str = "report",
+              publish: bool = True) -> list[Path]:
+        """The view in each format, written into ``folder``; each file published."""
+        paths = [write_report(view, folder, fmt, stem=stem) for fmt in self.formats]
+        if publish:
+            for path in paths:
+                self.published(path)
+        return paths
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What ``reporter run`` profiles, and how."""
+
+    specs: tuple[str, ...]  # built-in names, module:function or file.py:function
+    device: str = "auto"  # auto, cuda or cpu
+    preset: str | None = None  # None: large on CUDA, else default
+    time_budget_s: float = 1.5
+    rank_timeout_s: float = 300.0
+    compare: bool = False  # also compare the runs in order, the first as the base
+
+
+def check_run_request(request: RunRequest) -> list[tuple[str, Callable[..., Any]]]:
+    """The builders of the request's targets; bad specs and options fail before any work."""
+    from .collect.target import resolve
+
+    builders = [resolve(spec) for spec in request.specs]
+    if not 0 < request.time_budget_s <= 3600:
+        raise BadInput("--time-budget takes seconds, more than 0 and at most 3600",
+                       error_id="usage")
+    return builders
+
+
+def run_targets(request: RunRequest, root: Path, output: Output,
+                progress: Say = _stderr, warn: Say = _stderr) -> int:
+    """Profile, analyze and report each target; store each run under ``root``. Returns the
+    exit code: 0, or 1 when a target failed (the others are still stored)."""
+    from .collect import distributed
+    from .collect.runner import RunOptions, default_preset, resolve_device  # imports torch
+
+    builders = check_run_request(request)
+    world = distributed.world_from_env()
+    device = resolve_device(request.device)
+    opts = RunOptions(device=device, preset=default_preset(device, request.preset),
+                      time_budget_s=request.time_budget_s)
+    if world is None:
+        return _run_targets(request, builders, opts, root, output, progress, warn, None, None)
+    opts = replace(opts, device=distributed.init(world, opts.device, request.rank_timeout_s))
+    peers = distributed.Peers(distributed.store(world, request.rank_timeout_s), world,
+                              request.rank_timeout_s)
+    try:
+        if world.rank != 0:
+            return _serve_rank(world, peers, request, builders, opts)
+        return _run_targets(request, builders, opts, root, output, progress, warn, world, peers)
+    finally:
+        distributed.finish()
+
+
+def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output,
+                 progress: Say, warn: Say, world, peers) -> int:
+    from .collect.runner import profile_target
+    from .render.view import run_view
+    from .store import commit, staging
+
+    remove_stale(root, warn)
+    specs = request.specs
+    progress(f"profiling {len(specs)} target(s) on {opts.device}, preset {opts.preset}"
+             + (f", {world.size} ranks" if world else ""))
+    failed = 0
+    done = []
+    for i, (spec, (name, builder)) in enumerate(zip(specs, builders), 1):
+        step = lambda msg, i=i, name=name: progress(f"[{i}/{len(specs)}] {name}: {msg}")
+        try:
+            with staging(root) as stage:
+                if world is None:
+                    run = profile_target(spec, builder, opts, stage, step)
+                else:
+                    run = _gather_ranks(world, peers, i, spec, builder, opts, stage, step,
+                                        request.rank_timeout_s)
+                view = output.shape(run_view(run, output.lang))
+                reports = [p.name for p in output.write(view, stage, publish=False)]
+                final = commit(run, stage, root)
+        except ReporterError as exc:
+            if isinstance(exc, BadInput):
+                raise
+            warn(exc.one_line())
+            failed += 1
+            continue
+        for name_ in reports:
+            output.published(final / name_)
+        done.append(run)
+        step(f"done: ~{view['sections'][0]['throughput']} samples/s, "
+             f"{view['n_findings']} finding(s)")
+    if request.compare:
+        if len(done) < 2:
+            warn(BadInput("--compare needs two runs that succeeded", error_id="usage").one_line())
+            return 1 if failed else 2
+        from .compare import Step, compare
+
+        steps = [Step(run.target["name"], run.id, run.sections, run) for run in done]
+        write_comparison(compare(steps), root, None, output)
+    return 1 if failed else 0
+
+
+def _serve_rank(world, peers, request: RunRequest, builders, opts) -> int:
+    """A rank other than 0: profile each target, post the result to rank 0, write nothing."""
+    import tempfile
+
+    from .collect import distributed
+    from .collect.runner import profile_target
+
+    for i, (spec, (_, builder)) in enumerate(zip(request.specs, builders), 1):
+        key = f"reporter/{i}"
+        target_opts = replace(opts, agree=lambda n, key=key: peers.agree(key, n))
+        with tempfile.TemporaryDirectory() as scratch:
+            try:
+                run = profile_target(spec, builder, target_opts, Path(scratch))
+                result = {"status": "ok", "error": None, "run": run.to_dict()}
+                traces = distributed.trace_files(Path(scratch))
+            except ReporterError as exc:
+                result, traces = {"status": "failed", "error": str(exc)}, {}
+            distributed.post(peers.kv, key, world.rank, result, traces)
+    return 0
+
+
+def _gather_ranks(world, peers, i: int, spec: str, builder, opts, stage: Path, step: Say,
+                  rank_timeout_s: float):
+    """Rank 0: profile, then wait for the other ranks and merge them into one run."""
+    from .collect import distributed
+    from .collect.runner import profile_target
+
+    key = f"reporter/{i}"
+    own, own_error = None, None
+    try:
+        own = profile_target(spec, builder, replace(opts, agree=lambda n: peers.agree(key, n)),
+                             stage, step)
+    except ReporterError as exc:
+        own_error = str(exc)
+        _stderr(f"reporter: rank 0: {exc.one_line()}")
+    step(f"waiting for ranks 1-{world.size - 1} (up to {rank_timeout_s:g} s)")
+    results = peers.collect(key)
+    run = distributed.merge(own, own_error, results, stage)
+    if run is None:
+        why = "; ".join(f"rank {r}: {res.get('error')}" for r, res in sorted(results.items()))
+        raise WorkFailed(f"no rank finished profiling {spec}: rank 0: {own_error}; {why}",
+                         error_id="ranks-failed")
+    for entry in run.ranks:
+        if entry["status"] != "ok":
+            step(f"rank {entry['rank']} {entry['status']}: {entry['error']}")
+    return run
+
+
+def remove_stale(root: Path, warn: Say = _stderr) -> None:
+    """Remove run folders left unfinished by processes that are gone, and say so."""
+    from .store import remove_stale as remove
+
+    removed = remove(root)
+    if removed:
+        warn(f"reporter: removed {removed} unfinished run folder(s) under {root}/ left by "
+             "processes that are gone")
+
+
+def render_run(ref: str, runs: Path, output: Output) -> list[Path]:
+    """Reports of a stored run, rendered again into its folder (no profiling)."""
+    from .render.view import run_view
+    from .store import find, load
+
+    folder = find(ref, runs)
+    return output.write(output.shape(run_view(load(folder), output.lang)), folder)
+
+
+def analysis_json(path: str, runs: Path) -> dict[str, Any]:
+    """``analyze --json``: {profiles: [...]} of a stored run or of recorded profiles."""
+    from .analyze import efficiency
+    from .analyze.analyzer import profiles_json
+    from .inputs import read_profiles, run_folder
+    from .store import load
+
+    folder = run_folder(path, runs)
+    if folder is None:
+        return profiles_json(read_profiles(Path(path)))
+    run = load(folder)
+    return profiles_json(
+        [s.profile for s in run.sections],
+        [{**s.memory, "tensors": asdict(s.tensor_memory) if s.tensor_memory else None,
+          "tensors_note": s.tensor_memory_note} for s in run.sections],
+        [efficiency.of_section(s, run.target.get("batch_size")) for s in run.sections],
+        [s.whatif for s in run.sections])
+
+
+def analyze(path: str, runs: Path, out: Path, output: Output) -> list[Path]:
+    """Reports of a stored run (into its folder) or of profiler tables and traces (into
+    ``out``, named after the file)."""
+    from .inputs import read_profiles, run_folder
+    from .render.view import import_view, run_view
+    from .store import load
+
+    folder = run_folder(path, runs)
+    if folder is not None:
+        return output.write(output.shape(run_view(load(folder), output.lang)), folder)
+    source = Path(path)
+    view = import_view(read_profiles(source), source.name, output.lang)
+    return output.write(output.shape(view), out, stem=report_stem(source))
+
+
+def report_stem(path: Path) -> str:
+    """x.txt -> x.report, and a trace's x.json or x.json.gz -> x.report too."""
+    from .ingest.traces import TRACE_SUFFIXES
+
+    for suffix in sorted(TRACE_SUFFIXES, key=len, reverse=True):
+        if path.name.endswith(suffix) and len(path.name) > len(suffix):
+            return path.name[:-len(suffix)] + ".report"
+    return f"{path.stem}.report"
+
+
+def compare_inputs(inputs: list[str], runs: Path):
+    """The comparison of runs or recorded profiles, in order (the first is the base)."""
+    from .compare import compare, load_step
+
+    if len(inputs) < 2:
+        raise BadInput("compare needs at least two inputs: BASE NEW", error_id="usage")
+    return compare([load_step(arg, runs) for arg in inputs])
+
+
+def write_comparison(comparison, runs: Path, out: Path | None, output: Output) -> list[Path]:
+    """The comparison's reports, in ``out`` or a new runs/compare-<time>/ folder."""
+    from .render.view import compare_view
+
+    out = out or _new_folder(runs, f"compare-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}")
+    return output.write(output.shape(compare_view(comparison, output.lang)), out,
+                        stem="compare")
+
+
+def _new_folder(root: Path, name: str) -> Path:
+    """A folder created here and now, never one another command made: name, name-2, ..."""
+    root.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        path = root / (name if n == 1 else f"{name}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise WorkFailed(f"{root}: 999 folders named {name}*: clean up old comparisons",
+                     error_id="io")
+
+
+def target_summaries(lang: str) -> list[tuple[str, str, str]]:
+    """(name, seed, what it reproduces) for each built-in target, in ``lang``."""
+    from .collect.target import BUILTINS
+
+    return [(name, t.seed, t.summary[lang]) for name, t in BUILTINS.items()]
