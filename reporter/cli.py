@@ -44,9 +44,9 @@ class Progress:
 
 def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:
     from .render.report import GITHUB_COMMENT_LIMIT
-    from .render.view import LANGUAGES, default_language
+    from .render.languages import codes, default_language
 
-    p.add_argument("--lang", default=None, metavar="|".join(LANGUAGES),
+    p.add_argument("--lang", default=None, metavar="|".join(codes()),
                    help=f"report language (default: from your locale, else en; "
                         f"now {default_language()})")
     if formats:
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _output(args) -> Output:
     """The report options of a command, checked."""
-    from .render.view import default_language
+    from .render.languages import default_language
 
     return Output.parse(args.lang or default_language(), args.format, args.max_chars,
                         args.github, published=lambda path: _publish(path, args))
@@ -162,9 +162,9 @@ def _publish(path: Path, args) -> None:
 
 
 def _lang(args) -> str:
-    from .render.view import check_language, default_language
+    from .render.languages import default_language, language
 
-    return check_language(args.lang or default_language())
+    return language(args.lang or default_language()).code
 
 
 def cmd_run(args) -> int:

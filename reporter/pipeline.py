@@ -302,7 +302,10 @@ def _new_folder(root: Path, name: str) -> Path:
 
 
 def target_summaries(lang: str) -> list[tuple[str, str, str]]:
-    """(name, seed, what it reproduces) for each built-in target, in ``lang``."""
+    """(name, seed, what it reproduces) for each built-in target, in ``lang`` (the words are
+    the language's: templates/<lang>/targets.j2)."""
     from .collect.target import BUILTINS
+    from .render.report import environment
 
-    return [(name, t.seed, t.summary[lang]) for name, t in BUILTINS.items()]
+    words = environment(lang).get_template("targets.j2").module.summary  # type: ignore
+    return [(name, t.seed, words.get(name, "")) for name, t in BUILTINS.items()]

@@ -24,7 +24,7 @@ echo "$deps" > "$site/reporter-deps.pth"
     | grep -v "^WARNING: Location" >&2 || true
 cp -r tests/fixtures/runs/cpu-transformer "$work/run"
 cd "$work"  # away from the checkout: nothing may come from it
-where=$("$work/venv/bin/python" -c 'import reporter.render.report as r; print(r.__file__, r.TEMPLATES)')
+where=$("$work/venv/bin/python" -c 'import reporter.render.languages as r; print(r.__file__, r.builtin_templates())')
 case "$where" in
     "$work/venv/"*) ;;
     *) say "reporter was imported from outside the wheel's install: $where"; exit 1 ;;

@@ -394,17 +394,47 @@ def test_no_per_call_memory_under_1_kb_or_negative_and_no_minus_zero():
 
 
 def test_missing_templates_are_an_installation_error(tmp_path, monkeypatch):
-    from reporter.render import report as render
+    from reporter.render import languages
 
-    monkeypatch.setattr(render, "TEMPLATES", tmp_path)
-    render.environment.cache_clear()
-    try:
-        (tmp_path / "t.txt").write_text(_table(["aten::mm"]))
-        res = cli("analyze", tmp_path / "t.txt", "--lang", "ru", "--out", tmp_path)
-    finally:
-        render.environment.cache_clear()
+    monkeypatch.setattr(languages, "builtin_templates", lambda: tmp_path / "nothing")
+    monkeypatch.delenv("REPORTER_TEMPLATES", raising=False)
+    (tmp_path / "t.txt").write_text(_table(["aten::mm"]))
+    res = cli("analyze", tmp_path / "t.txt", "--lang", "ru", "--out", tmp_path)
     line = one_line(res.err)
     assert res.code == 1 and "[install]" in line and "incomplete" in line
+
+
+def test_a_language_folder_without_its_report_is_an_installation_error(tmp_path,
+                                                                         monkeypatch):
+    (tmp_path / "xx").mkdir()
+    (tmp_path / "xx" / "language.json").write_text(
+        '{"name": "X", "locale": "en", "fonts": ["DejaVu Sans"], "fontconfig": "en", '
+        '"font_package": "fonts-dejavu-core"}')
+    monkeypatch.setenv("REPORTER_TEMPLATES", str(tmp_path))
+    (tmp_path / "t.txt").write_text(_table(["aten::mm"]))
+    res = cli("analyze", tmp_path / "t.txt", "--lang", "xx", "--out", tmp_path)
+    line = one_line(res.err)
+    assert res.code == 1 and "[install]" in line and "report.md.j2" in line
+    assert not list(tmp_path.glob("t.report*"))
+
+
+@pytest.mark.parametrize("config,why", [
+    ("{", "cannot read"),
+    ('["en"]', "JSON object"),
+    ('{"name": "X"}', "missing locale"),
+    ('{"name": "X", "locale": "xx_NOPE", "fonts": ["A"], "fontconfig": "en", '
+     '"font_package": "p"}', "unknown locale"),
+    ('{"name": "X", "locale": "en", "fonts": ["A\\"; } body { x: \\""], '
+     '"fontconfig": "en", "font_package": "p"}', "font family names"),
+])
+def test_a_broken_language_json_is_one_clear_line(tmp_path, monkeypatch, config, why):
+    (tmp_path / "xx").mkdir()
+    (tmp_path / "xx" / "language.json").write_text(config)
+    monkeypatch.setenv("REPORTER_TEMPLATES", str(tmp_path))
+    (tmp_path / "t.txt").write_text(_table(["aten::mm"]))
+    res = cli("analyze", tmp_path / "t.txt", "--lang", "en", "--out", tmp_path)
+    line = one_line(res.err)
+    assert res.code == 1 and "[install]" in line and why in line, line
 
 
 def test_a_double_quote_in_a_record_function_name_fails_the_target_clearly(tmp_path):

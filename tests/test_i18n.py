@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from reporter.analyze.analyzer import RULES
-from reporter.render.report import TEMPLATES, environment
-from reporter.render.view import LANGUAGES, Fmt, default_language
+from reporter.analyze.analyzer import RULES, finding_ids
+from reporter.collect.target import BUILTINS
+from reporter.render.languages import default_language, language
+from reporter.render.report import environment
+from reporter.render.view import LANGUAGES, Fmt
 
 
 def _files(lang: str) -> set[str]:
-    root = TEMPLATES / lang
+    root = language(lang).folder
     return {str(p.relative_to(root)) for p in root.rglob("*.j2")}
 
 
@@ -23,8 +25,22 @@ def test_every_language_has_every_template():
 
 @pytest.mark.parametrize("lang", LANGUAGES)
 def test_every_rule_has_its_text(lang):
-    for rule_id in RULES:
-        assert (TEMPLATES / lang / "findings" / f"{rule_id}.md.j2").is_file(), (lang, rule_id)
+    """From the rule registry: every rule's finding text, and its name in the comparison's
+    table of which findings stayed and which went (terms.j2: rule)."""
+    terms = environment(lang).get_template("terms.j2").module
+    assert set(RULES) < set(finding_ids())
+    for rule_id in finding_ids():
+        assert (language(lang).folder / "findings" / f"{rule_id}.md.j2").is_file(), (lang,
+                                                                                    rule_id)
+        assert terms.rule.get(rule_id), (lang, rule_id)
+    assert set(terms.rule) == set(finding_ids()), "a name for a rule that does not exist"
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_builtin_target_is_described(lang):
+    words = environment(lang).get_template("targets.j2").module.summary
+    assert set(words) == set(BUILTINS)
+    assert all(words[name].strip() for name in BUILTINS)
 
 
 def test_terms_have_the_same_keys_in_every_language():

@@ -76,6 +76,14 @@ def analyze(profile: Profile, overrides: dict[str, dict[str, float]] | None = No
 
 # An operator at this share of its roofline or more runs as well as can be expected.
 NEAR_ROOFLINE = 0.5
+# Findings the analyzer makes itself, from the rules' findings and the efficiency.
+ANALYZER_FINDINGS = ("near-roofline",)
+
+
+def finding_ids() -> tuple[str, ...]:
+    """Every id a finding can have: the registered rules', then the analyzer's own. Each
+    needs its text in every language (findings/<id>.md.j2, and its name in terms.j2)."""
+    return (*RULES, *ANALYZER_FINDINGS)
 
 
 def _near_roofline(dominant: Finding, efficiency: Any, limits: dict[str, float]

@@ -65,89 +65,31 @@ class Target:
 
 @dataclass(frozen=True)
 class BuiltinTarget:
+    """A built-in target. What it reproduces is told in each language's templates
+    (``targets.j2``), like every other word a user reads."""
+
     name: str
     module: str  # module under reporter.collect.targets holding the builder
     function: str
-    seed: str  # which seed report it reproduces
-    summary: dict[str, str]  # one line per language: what it reproduces
+    seed: str  # which seed report it reproduces ("—": none)
 
     def builder(self) -> Callable[..., Target]:
         mod = importlib.import_module(f"reporter.collect.targets.{self.module}")
         return getattr(mod, self.function)
 
 
-def _b(name, module, function, seed, en, ru, zh):
-    return BuiltinTarget(name, module, function, seed, {"en": en, "ru": ru, "zh": zh})
-
-
 BUILTINS: dict[str, BuiltinTarget] = {t.name: t for t in [
-    _b("seq2seq", "seq2seq", "baseline", "000",
-       "RNN encoder-decoder, teacher forcing by a Python loop writing each step into a "
-       "preallocated tensor (CopySlices, aten::copy_); pad_sequence on the CPU",
-       "RNN энкодер-декодер, teacher forcing циклом на Python с записью каждого шага в "
-       "заранее выделенный тензор (CopySlices, aten::copy_); pad_sequence на CPU",
-       "RNN 编码器-解码器，用 Python 循环逐步做 teacher forcing，"
-       "每步切片写入预分配张量（CopySlices、aten::copy_）；pad_sequence 在 CPU 上"),
-    _b("seq2seq-fixed", "seq2seq", "fixed", "000",
-       "the same model decoding the whole teacher-forced sequence in one call",
-       "та же модель, весь teacher-forced декодинг одним вызовом",
-       "同一模型，一次调用解码整个 teacher forcing 序列"),
-    _b("transformer-bloat", "bloat", "baseline", "001",
-       "transformer block whose mixing layer materialises huge tensors with "
-       "repeat/permute/expand, then multiplies and sums them (aten::mul, aten::copy_)",
-       "трансформер, у которого слой смешивания раздувает тензоры через "
-       "repeat/permute/expand, а потом перемножает и суммирует их (aten::mul, aten::copy_)",
-       "Transformer 块的混合层用 repeat/permute/expand 生成巨大张量再相乘求和"
-       "（aten::mul、aten::copy_）"),
-    _b("transformer-bloat-fixed", "bloat", "fixed", "001",
-       "the same function with matmul/einsum and broadcasting",
-       "та же функция через matmul/einsum и broadcasting",
-       "用 matmul/einsum 和广播计算同一函数"),
-    _b("cnn", "cnn", "baseline", "002",
-       "conv/batch-norm/ReLU/max-pool CNN fed by a DataLoader with a heavy per-sample "
-       "CPU transform, num_workers=0, pageable memory",
-       "CNN (conv/batch-norm/ReLU/max-pool), DataLoader с тяжёлым CPU-преобразованием "
-       "каждого примера, num_workers=0, pageable-память",
-       "CNN（conv/batch-norm/ReLU/max-pool），DataLoader 对每个样本做繁重的 CPU 变换，"
-       "num_workers=0，可分页内存"),
-    _b("cnn-fixed", "cnn", "fixed", "002",
-       "the same CNN: the augmentation computed once up front, then DataLoader workers, "
-       "pin_memory and non_blocking copies",
-       "та же CNN: аугментация посчитана один раз заранее, дальше воркеры DataLoader, "
-       "pin_memory и non_blocking-копирование",
-       "同一 CNN：数据增强预先计算一次，再使用 DataLoader 多进程、pin_memory 和 "
-       "non_blocking 拷贝"),
-    _b("tensor-ops", "tensor_ops", "build", "003",
-       "matmul, element-wise add and mul, transpose and a full sum on large tensors, "
-       "timed on CPU and GPU with synchronisation and warm-up",
-       "matmul, поэлементные add и mul, транспонирование и полная сумма на больших "
-       "тензорах; замеры на CPU и GPU с синхронизацией и прогревом",
-       "大张量上的 matmul、逐元素 add 和 mul、转置与全量求和，"
-       "在 CPU 和 GPU 上计时（含同步与预热）"),
-    _b("transformer", "transformer", "baseline", "004",
-       "encoder-decoder transformer in fp32 with hand-written attention "
-       "(bmm + softmax), profiled in a training step and in inference",
-       "трансформер энкодер-декодер в fp32 с вручную написанным attention "
-       "(bmm + softmax), профилирование шага обучения и инференса",
-       "fp32 编码器-解码器 Transformer，手写注意力（bmm + softmax），"
-       "分别分析训练步与推理"),
-    _b("transformer-fixed", "transformer", "fixed", "004",
-       "the same transformer with bf16 autocast (TF32 where bf16 does not apply) and "
-       "scaled_dot_product_attention",
-       "тот же трансформер с bf16 autocast (TF32, где bf16 неприменим) и "
-       "scaled_dot_product_attention",
-       "同一 Transformer，使用 bf16 autocast（不适用时用 TF32）和 "
-       "scaled_dot_product_attention"),
+    BuiltinTarget("seq2seq", "seq2seq", "baseline", "000"),
+    BuiltinTarget("seq2seq-fixed", "seq2seq", "fixed", "000"),
+    BuiltinTarget("transformer-bloat", "bloat", "baseline", "001"),
+    BuiltinTarget("transformer-bloat-fixed", "bloat", "fixed", "001"),
+    BuiltinTarget("cnn", "cnn", "baseline", "002"),
+    BuiltinTarget("cnn-fixed", "cnn", "fixed", "002"),
+    BuiltinTarget("tensor-ops", "tensor_ops", "build", "003"),
+    BuiltinTarget("transformer", "transformer", "baseline", "004"),
+    BuiltinTarget("transformer-fixed", "transformer", "fixed", "004"),
+    BuiltinTarget("ddp", "ddp", "build", "—"),  # needs several ranks: --nproc 2
 ]}
-
-BUILTINS["ddp"] = _b(
-    "ddp", "ddp", "build", "—",
-    "a model trained with DistributedDataParallel on several ranks (gloo on the CPU, NCCL on "
-    "GPUs): communication per rank; run with --nproc 2",
-    "модель, обучаемая через DistributedDataParallel на нескольких рангах (gloo на CPU, NCCL на "
-    "GPU): коммуникация по рангам; запуск с --nproc 2",
-    "在多个 rank 上用 DistributedDataParallel 训练的模型（CPU 用 gloo，GPU 用 NCCL）："
-    "各 rank 的通信；用 --nproc 2 运行")
 
 # The default suite: the seed workloads (ddp needs several ranks).
 DEFAULT_SUITE = tuple(name for name in BUILTINS if name != "ddp")

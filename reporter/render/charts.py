@@ -15,20 +15,15 @@ from typing import Any
 
 from .markup import clean, mermaid_label, shorten
 
-# Sans fonts with Cyrillic (DejaVu) and CJK (WenQuanYi, Noto) glyphs, in order.
-FONTS = ["DejaVu Sans", "WenQuanYi Micro Hei", "Noto Sans CJK SC", "Noto Sans CJK JP"]
-
 
 def _pyplot():
+    """pyplot, set up for our charts (the fonts are set by write_charts)."""
     import matplotlib
 
     matplotlib.use("svg", force=True)
     import matplotlib.pyplot as plt
-    from matplotlib import font_manager
 
-    installed = {f.name for f in font_manager.fontManager.ttflist}
-    families = [f for f in FONTS if f in installed] or ["DejaVu Sans"]
-    plt.rcParams.update({"font.family": families, "svg.fonttype": "path",
+    plt.rcParams.update({"svg.fonttype": "path",
                          "text.parse_math": False,  # names are text: "$5 and $6" is no formula
                          "text.usetex": False,
                          "svg.hashsalt": "reporter",  # the same input gives the same file
@@ -242,6 +237,19 @@ def write_charts(view: dict[str, Any], folder, terms: Any, stem: str) -> list[st
 
     Chart files are named after their report (``<stem>-chart-...``): reports that share
     a folder never show each other's charts."""
+    from matplotlib import font_manager
+
+    from .languages import all_fonts
+
+    plt = _pyplot()
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    # The language's fonts first, then the other languages' (a name may be in any script).
+    families = [f for f in all_fonts(view["lang"]) if f in installed] or ["DejaVu Sans"]
+    with plt.rc_context({"font.family": families}):
+        return _write_charts(view, folder, terms, stem)
+
+
+def _write_charts(view: dict[str, Any], folder, terms: Any, stem: str) -> list[str]:
     from ..store import write_atomic
 
     written = []

@@ -22,10 +22,8 @@ from urllib.parse import unquote, urlsplit
 
 from .. import __version__
 from ..errors import WorkFailed
+from .languages import all_fonts, language
 
-# fontconfig language code per report language, and the Debian package that covers it.
-FONT_LANG = {"en": ("en", "fonts-dejavu-core"), "ru": ("ru", "fonts-dejavu-core"),
-             "zh": ("zh-cn", "fonts-wqy-microhei (or fonts-noto-cjk)")}
 
 CSS = """
 @page {
@@ -34,7 +32,7 @@ CSS = """
   @bottom-right { content: counter(page) " / " counter(pages); font-size: 8pt; color: #666; }
 }
 @page logs { size: A4 landscape; margin: 12mm 10mm 14mm 10mm; }
-html { font-family: "DejaVu Sans", "WenQuanYi Micro Hei", "Noto Sans CJK SC", sans-serif;
+html { font-family: FONTS, sans-serif;
        font-size: 9.5pt; line-height: 1.4; color: #1a1a1a; }
 h1 { string-set: doctitle content(); font-size: 17pt; margin: 0 0 3mm 0;
      border-bottom: 2px solid #4c72b0; padding-bottom: 2mm; }
@@ -187,13 +185,19 @@ def to_html(md_text: str, lang: str, created_iso: str | None) -> str:
     if created_iso:
         meta.append(f'<meta name="dcterms.created" content="{html.escape(created_iso)}">')
     return (f'<!doctype html><html lang="{lang}"><head><meta charset="utf-8">'
-            f"<title>{html.escape(title)}</title>{''.join(meta)}<style>{CSS}</style>"
+            f"<title>{html.escape(title)}</title>{''.join(meta)}<style>{css(lang)}</style>"
             f"</head><body>{body}</body></html>")
+
+
+def css(lang: str) -> str:
+    """The stylesheet, its fonts those of the report's language first (languages.json)."""
+    return CSS.replace("FONTS", ", ".join(f'"{f}"' for f in all_fonts(lang)))
 
 
 def check_fonts(lang: str) -> None:
     """Stop with one clear line when no installed font covers the report's script."""
-    code, package = FONT_LANG[lang]
+    lang_ = language(lang)
+    code, package = lang_.fontconfig, lang_.font_package
     if shutil.which("fc-list") is None:
         raise WorkFailed("PDF needs fontconfig (fc-list) and fonts: apt-get install fontconfig "
                          f"{package.split(' ')[0]}, or run scripts/setup.sh", error_id="no-font")

@@ -1,51 +1,32 @@
 """Renderers: a view model in, a report out; one function writes the files.
 
 Each output format is one entry in ``RENDERERS`` (name, file extension and a
-render function returning text or bytes). Templates come from
-``templates/<lang>/``; they only loop and print what ``reporter.view`` built.
+render function returning text or bytes). Templates come from the language's folder
+(``reporter.render.languages``); they only loop and print what ``reporter.render.view``
+built.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import BadInput, WorkFailed
 from ..store import write_atomic
 from . import markup
-from .view import LANGUAGES
-
-
-def _templates() -> Path:
-    """The template folders: $REPORTER_TEMPLATES, else the installed package's templates/,
-    else the checkout's top-level templates/ (an editable install or a clone)."""
-    if os.environ.get("REPORTER_TEMPLATES"):
-        return Path(os.environ["REPORTER_TEMPLATES"])
-    installed = Path(str(resources.files("reporter").joinpath("templates")))
-    if installed.is_dir():
-        return installed
-    return Path(__file__).resolve().parents[2] / "templates"
-
-
-TEMPLATES = _templates()
+from .languages import language
 
 
 @lru_cache(maxsize=None)
-def environment(lang: str):
+def _environment(folder: Path):
     import jinja2
 
-    if lang not in LANGUAGES:
-        raise BadInput(f"unknown language {lang!r}; reports exist in {', '.join(LANGUAGES)}",
-                       error_id="bad-lang")
-    folder = TEMPLATES / lang
     if not (folder / "report.md.j2").is_file():
-        raise WorkFailed(f"reporter's installation is incomplete: no {lang} templates in "
-                         f"{TEMPLATES} (reinstall reporter, or set REPORTER_TEMPLATES to the "
-                         "templates/ folder of a checkout)", error_id="install")
+        raise WorkFailed(f"reporter's installation is incomplete: no report.md.j2 in {folder} "
+                         "(reinstall reporter, or complete that language folder)",
+                         error_id="install")
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(folder)),
         # Markdown, not HTML: every printed value goes through markup.finalize, which
@@ -57,6 +38,11 @@ def environment(lang: str):
     env.filters.update(code=markup.code, fence=markup.fence, comment=markup.comment,
                        url=markup.url, join=markup.join)
     return env
+
+
+def environment(lang: str):
+    """The Jinja environment of a language's templates (BadInput for an unknown one)."""
+    return _environment(language(lang).folder)
 
 
 GITHUB_COMMENT_LIMIT = 65_536  # characters in a GitHub issue or pull-request comment
@@ -138,8 +124,7 @@ def parse_formats(text: str) -> list[str]:
 def write_report(view: dict[str, Any], folder: Path, fmt: str, stem: str = "report") -> Path:
     """Render and write one report (and its charts, once); the file is whole or absent."""
     renderer = RENDERERS[fmt]
-    if view["lang"] not in LANGUAGES:
-        raise BadInput(f"unknown language {view['lang']!r}", error_id="bad-lang")
+    language(view["lang"])  # BadInput for an unknown language
     folder = Path(folder)
     if view.get("asset_dir") != (folder, stem):  # charts once per report, named after it
         from .charts import mermaid_charts, write_charts

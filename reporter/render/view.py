@@ -7,11 +7,10 @@ through Babel.
 
 from __future__ import annotations
 
-import locale as _locale
-import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import cached_property
 from typing import Any
 
 from babel import Locale
@@ -24,34 +23,16 @@ from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 from ..analyze.efficiency import of_section
 from ..analyze.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from ..analyze.savings import Saving, ranked
-from ..errors import BadInput
 from ..run import MEMORY_CATEGORIES, Run, Section
 from . import markup
+from .languages import Language, codes, language
 
-LANGUAGES = ("en", "ru", "zh")
 SMALL_KERNEL_US = 10.0  # a GPU profile whose kernels average less is launch-bound
-
-
-def default_language() -> str:
-    """The user's language when it is one of ours, else English."""
-    for var in ("LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE"):
-        value = os.environ.get(var, "")
-        for part in value.split(":"):
-            code = part.split("_")[0].split(".")[0].lower()
-            if code in LANGUAGES:
-                return code
-    try:
-        code = (_locale.getlocale()[0] or "").split("_")[0].lower()
-    except ValueError:
-        code = ""
-    return code if code in LANGUAGES else "en"
+LANGUAGES = codes()  # the languages found when reporter was imported (see languages.py)
 
 
 def check_language(lang: str) -> str:
-    if lang not in LANGUAGES:
-        raise BadInput(f"unknown language {lang!r}; reports exist in {', '.join(LANGUAGES)}",
-                       error_id="bad-lang")
-    return lang
+    return language(lang).code
 
 
 @dataclass(frozen=True)
@@ -60,9 +41,13 @@ class Fmt:
 
     lang: str
 
-    @property
+    @cached_property
+    def language(self) -> Language:
+        return language(self.lang)
+
+    @cached_property
     def locale(self) -> Locale:
-        return Locale.parse(self.lang)
+        return Locale.parse(self.language.locale)
 
     def num(self, value: float | None, digits: int | None = None) -> str:
         if value is None:
@@ -72,17 +57,17 @@ class Fmt:
             digits = 0 if a >= 100 else 1 if a >= 10 else 2 if a >= 0.1 else 3
         pattern = "#,##0" + ("." + "0" * digits if digits else "")
         return self._minus(format_decimal(_no_negative_zero(value, digits), format=pattern,
-                                          locale=self.lang))
+                                          locale=self.locale))
 
     def int(self, value: int | None) -> str:
-        return "—" if value is None else self._minus(format_decimal(int(value), locale=self.lang))
+        return "—" if value is None else self._minus(format_decimal(int(value), locale=self.locale))
 
     def pct(self, share: float | None) -> str:
         if share is None:
             return "—"
         # The locale's own pattern (ru puts a space before %), with one decimal.
         return self._minus(format_percent(_no_negative_zero(share, 3),
-                                          format=_one_decimal(self.locale), locale=self.lang))
+                                          format=_one_decimal(self.locale), locale=self.locale))
 
     def signed_pct(self, share: float) -> str:
         return ("+" if share > 0 else "−" if share < 0 else "") + self.pct(abs(share))
@@ -124,39 +109,30 @@ class Fmt:
 
     def _unit(self, value: float, unit: str, pattern: str) -> str:
         """A number and its unit as this language's engineers write them: Babel's unit, or
-        the one in _UNITS; a no-break space between them; the language's minus sign."""
-        words = _UNITS.get(self.lang, {})
-        if unit in words:
-            text = format_decimal(value, format=pattern, locale=self.lang) + " " + words[unit]
+        the language's own word for it (language.json: units); a no-break space between them;
+        the language's minus sign."""
+        lang = self.language
+        if unit in lang.units:
+            text = (format_decimal(value, format=pattern, locale=self.locale) + " "
+                    + lang.units[unit])
         else:
-            text = format_unit(value, unit, length="short", locale=self.lang, format=pattern)
-        for old, new in words.get("replace", ()):
+            text = format_unit(value, unit, length="short", locale=self.locale, format=pattern)
+        for old, new in lang.replace:
             text = text.replace(old, new)
         return self._minus(text.replace(" ", "\u00a0"))
 
     def _minus(self, text: str) -> str:
-        sign = _MINUS.get(self.lang)
+        sign = self.language.minus
         return sign + text[1:] if sign and text.startswith("-") else text
 
     def date(self, iso: str) -> str:
-        return format_datetime(datetime.fromisoformat(iso), "medium", locale=self.lang,
+        return format_datetime(datetime.fromisoformat(iso), "medium", locale=self.locale,
                                tzinfo=None)
 
     def plural(self, n: float, **forms: str) -> str:
         """The word for n in this language: forms named by CLDR category (one, few, many, other)."""
         category = self.locale.plural_form(n)
         return forms.get(category) or forms.get("other") or next(iter(forms.values()))
-
-
-# What Babel's CLDR data does not settle the way the seeds' authors write: Chinese
-# engineers write times in ASCII units ("704 ms", as seed 004 does), Russian ones write
-# "КБ" and a real minus sign.
-_UNITS: dict[str, dict[str, Any]] = {
-    "zh": {"duration-second": "s", "duration-millisecond": "ms",
-           "duration-microsecond": "μs"},
-    "ru": {"replace": (("кБ", "КБ"),)},
-}
-_MINUS = {"ru": "−"}
 
 
 def _one_decimal(loc: Locale) -> str:
