@@ -307,5 +307,5 @@ def target_summaries(lang: str) -> list[tuple[str, str, str]]:
     from .collect.target import BUILTINS
     from .render.report import environment
 
-    words = environment(lang).get_template("targets.j2").module.summary  # type: ignore
+    words = environment(lang).get_template("targets.j2").module.summary
     return [(name, t.seed, words.get(name, "")) for name, t in BUILTINS.items()]

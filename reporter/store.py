@@ -184,7 +184,8 @@ def load(folder: Path) -> Run:
         raise BadInput(f"{path} is nested too deeply to be a run; the run is corrupted",
                        error_id="bad-run") from exc
     meta = doc.get("meta") if isinstance(doc, dict) else None
-    fmt = meta.get("format") if isinstance(meta, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    fmt = meta.get("format")
     if type(fmt) is not int or fmt < 1:
         raise BadInput(f"{path} has no meta.format (a positive integer): not a reporter run",
                        error_id="bad-run")
@@ -262,7 +263,7 @@ def list_runs(root: Path) -> list[tuple[Path, dict[str, Any]]]:
     root = Path(root)
     if not root.is_dir():
         return []
-    rows = []
+    rows: list[tuple[Path, dict[str, Any]]] = []
     for folder in sorted(root.iterdir()):
         if folder.name.startswith(".") or not (folder / RUN_FILE).is_file():
             continue
@@ -275,7 +276,8 @@ def list_runs(root: Path) -> list[tuple[Path, dict[str, Any]]]:
         rows.append((folder, {
             "id": run.id, "created": run.created, "target": run.target.get("name"),
             "device": run.device, "preset": run.target.get("preset"),
-            "samples_per_s": first.throughput.median if first else None,
+            "samples_per_s": (first.throughput.median if first and first.throughput
+                              else None),
             "reports": sorted(p.name for p in folder.glob("report.*")),
         }))
     rows.sort(key=lambda r: (r[1].get("created") or "", r[0].name))

@@ -17,8 +17,12 @@ from functools import lru_cache
 from typing import Any
 
 
-@lru_cache(maxsize=None)
 def _hints(cls: type) -> dict[str, Any]:
+    return _cached_hints(cls)
+
+
+@lru_cache(maxsize=None)
+def _cached_hints(cls: Any) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
@@ -75,7 +79,7 @@ def check_value(value: Any, hint: Any, where: str) -> None:
             check_value(key, args[0], f"{where} key")
             check_value(item, args[1], f"{where}.{key}")
         return
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if not isinstance(value, hint):
             raise ValueError(f"{where}: expected an object, got {_describe(value)}")
         check(value, where)

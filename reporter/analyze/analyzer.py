@@ -62,9 +62,9 @@ def analyze(profile: Profile, overrides: dict[str, dict[str, float]] | None = No
             found.append(finding)
     found = [f for f in found if not (f.rule == "dominant-operator" and _explained(f, found))]
     if efficiency is not None and not isinstance(efficiency, str):
-        found = [_near_roofline(f, efficiency, overrides.get("near-roofline", {}))
-                 if f.rule == "dominant-operator" else f for f in found]
-        found = [f for f in found if f is not None]
+        kept = [_near_roofline(f, efficiency, overrides.get("near-roofline", {}))
+                if f.rule == "dominant-operator" else f for f in found]
+        found = [f for f in kept if f is not None]
         if not any(f.rule in ("near-roofline", "dominant-operator", "fp32-gemm")
                    for f in found):
             bound = _matrix_bound(efficiency, overrides.get("near-roofline", {}))

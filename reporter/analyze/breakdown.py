@@ -129,7 +129,7 @@ MAX_MODULES = 30  # kept per profile, by forward + backward time
 
 
 def _module_name(e: Any) -> str | None:
-    name = e.name
+    name: str = e.name
     if name.startswith(MODULE_MARK):
         return name[len(MODULE_MARK):]
     if name.startswith("nn.Module: "):
@@ -137,7 +137,7 @@ def _module_name(e: Any) -> str | None:
     return None
 
 
-def modules(threads: dict[Any, list], py_modules: list, windows: list[Interval],
+def modules(threads: dict[Any, list[Any]], py_modules: list[Any], windows: list[Interval],
             scale: float) -> tuple[dict[str, float], dict[str, float], dict[str, int]]:
     """Forward and backward time per module, mean per step, and each module's depth.
 
@@ -145,7 +145,7 @@ def modules(threads: dict[Any, list], py_modules: list, windows: list[Interval],
     ``nn.Module:`` events of a with_stack trace). Backward: the autograd engine's
     ``evaluate_function`` events, each charged to the modules that were open when the
     forward operator with its sequence number ran (inclusive, like the forward)."""
-    by_thread: dict[Any, list] = {}
+    by_thread: dict[Any, list[Any]] = {}
     for key, events in threads.items():
         marks = [e for e in events if e.name.startswith(MODULE_MARK)]
         if marks:
@@ -206,8 +206,8 @@ def _inside(intervals: list[Interval], windows: list[Interval]) -> list[Interval
     return out
 
 
-def step_breakdown(threads: dict[Any, list], steps: list[Interval], device: list,
-                   scale: float, py_modules: list | None = None) -> Breakdown | None:
+def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device: list[Any],
+                   scale: float, py_modules: list[Any] | None = None) -> Breakdown | None:
     """The breakdown of a trace: ``threads`` maps a thread to its host events (with
     name, ts, dur), ``steps`` are the ProfilerStep ranges (may be empty), ``device``
     the kernels, copies and sets (with cat, name, ts, dur), ``py_modules`` the
@@ -216,7 +216,8 @@ def step_breakdown(threads: dict[Any, list], steps: list[Interval], device: list
     marks: dict[str, list[Interval]] = {p: [] for p in PRIORITY}
     sync: list[Interval] = []
     names: dict[str, str | None] = {}
-    first = last = None
+    first: float | None = None
+    last: float | None = None
     for events in threads.values():
         if not events:
             continue
@@ -231,7 +232,7 @@ def step_breakdown(threads: dict[Any, list], steps: list[Interval], device: list
             if kind is None:
                 continue
             (sync if kind == "sync" else marks[kind]).append((e.ts, end))
-    if first is None:
+    if first is None or last is None:
         return None
     marked = bool(steps)
     windows = sorted(steps) if steps else [(first, last)]

@@ -205,7 +205,8 @@ def assess(profile: Profile, peaks: Peaks | None, tf32: Optional[bool] = None,
                                matrix=r["matrix"])
                   for n, r in rows.items()), key=lambda o: -o.time_us)
     training = any(c["phase"] == "backward" for c in profile.costs)
-    peak_dtype = max(matrix_flops, key=matrix_flops.get) if matrix_flops else "fp32"
+    peak_dtype = (max(matrix_flops, key=lambda k: matrix_flops[k]) if matrix_flops
+                  else "fp32")
     profiled = (b.mean(b.steps_us) if b is not None and b.steps_us
                 else (profile.self_device_us if profile.cost_basis == "device"
                       else profile.self_cpu_us) / steps)

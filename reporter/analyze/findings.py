@@ -39,9 +39,12 @@ class Rule:
 RULES: dict[str, Rule] = {}
 
 
-def rule(rule_id: str, **limits: float):
+RuleFunc = Callable[[Profile, dict[str, float]], "Finding | None"]
+
+
+def rule(rule_id: str, **limits: float) -> Callable[[RuleFunc], RuleFunc]:
     """Register a rule under a stable id with its default thresholds."""
-    def register(func):
+    def register(func: RuleFunc) -> RuleFunc:
         if rule_id in RULES:
             raise ValueError(f"rule id {rule_id!r} registered twice")
         RULES[rule_id] = Rule(rule_id, func, dict(limits), len(RULES))
@@ -74,7 +77,7 @@ def operators(profile: Profile) -> list[Op]:
 def share(ops: list[Op], b: Basis) -> float:
     if b.total_us <= 0:
         return 0.0
-    return sum(getattr(o, b.attr) for o in ops) / b.total_us
+    return float(sum(getattr(o, b.attr) for o in ops)) / b.total_us
 
 
 def op_evidence(op: Op, b: Basis) -> dict[str, Any]:

@@ -55,7 +55,7 @@ class _Call:
 
     __slots__ = ("dims", "types", "concrete")
 
-    def __init__(self, dims: list, types: list, concrete: list | None):
+    def __init__(self, dims: list[Any], types: list[Any], concrete: list[Any] | None):
         self.dims, self.types, self.concrete = dims, types, concrete or []
 
     def shape(self, i: int) -> Optional[list[int]]:
@@ -158,7 +158,9 @@ def _scaled_mm(c: _Call) -> Optional[Cost]:
     cost = _gemm(c, 0, 1)
     if cost is None:
         return None
-    m, n = c.shape(0)[0], c.shape(1)[1]
+    a, b = c.shape(0), c.shape(1)
+    assert a is not None and b is not None  # _gemm read both
+    m, n = a[0], b[1]
     return cost._replace(bytes=cost.bytes - m * n * c.size(0) + m * n * 2)
 
 
@@ -194,11 +196,13 @@ def _conv_args(c: _Call, stride_i: int, pad_i: int, dil_i: int, transposed: bool
     if not x or not w or len(x) != len(w) or len(x) < 3:
         return None
     n = len(x) - 2
-    if type(transposed) is int:  # an argument index
+    if isinstance(transposed, bool):
+        is_transposed = transposed
+    else:  # an argument index
         t = c.value(transposed)
         if not isinstance(t, bool):
             return None
-        transposed = t
+        is_transposed = t
     pad = c.value(pad_i)
     if isinstance(pad, str) or (pad is None and pad_i < len(c.concrete) and c.concrete[pad_i]):
         return None  # padding="same"/"valid": not a number we can read
@@ -207,11 +211,11 @@ def _conv_args(c: _Call, stride_i: int, pad_i: int, dil_i: int, transposed: bool
     out_pad = c.ints(out_pad_i, n, 0) if out_pad_i is not None else [0] * n
     groups = c.value(groups_i)
     groups = groups if type(groups) is int and groups > 0 else 1
-    spatial = _conv_out(x[2:], w[2:], stride, padding, dilation, transposed, out_pad)
+    spatial = _conv_out(x[2:], w[2:], stride, padding, dilation, is_transposed, out_pad)
     if any(s <= 0 for s in spatial):
         return None
-    channels = w[1] * groups if transposed else w[0]
-    return _ConvArgs(x, w, [x[0], channels] + spatial, transposed)
+    channels = w[1] * groups if is_transposed else w[0]
+    return _ConvArgs(x, w, [x[0], channels] + spatial, is_transposed)
 
 
 def _conv_cost(c: _Call, a: Optional[_ConvArgs]) -> Optional[Cost]:
@@ -302,7 +306,7 @@ def _elementwise(flops_per: float = 1.0, inplace: bool = False
         idx = _tensors(c)
         if not idx:
             return None
-        out = _broadcast([c.shape(i) for i in idx])
+        out = _broadcast([s for i in idx if (s := c.shape(i)) is not None])
         if out is None:
             return None
         # The output's element size: a 0-dim input (a Python scalar, recorded as a double)
@@ -339,7 +343,7 @@ def _reduction(c: _Call) -> Optional[Cost]:
     return Cost(float(_numel(x)), c.nbytes(0) + out * c.size(0), c.dtype(0), OTHER)
 
 
-def _per_element(flops_per: float, reads: int = 1, writes: int = 1, params: tuple = ()
+def _per_element(flops_per: float, reads: int = 1, writes: int = 1, params: tuple[int, ...] = ()
                  ) -> Callable[[_Call], Optional[Cost]]:
     """An op over its first input's elements: ``reads`` and ``writes`` tensors of that
     size, plus the parameter inputs ``params`` (a norm's weight and bias)."""

@@ -171,7 +171,7 @@ def lookup(name: str | None, memory_b: int | None = None) -> Peaks | None:
 
 # -- measuring ---------------------------------------------------------------------------------
 
-def _best_rate(fn: Callable[[], None], work: float, sync: Callable[[], None],
+def _best_rate(fn: Callable[[], object], work: float, sync: Callable[[], None],
                budget_s: float, max_reps: int = 50) -> float:
     """The best work per second over repeats of fn (after one warm-up call)."""
     fn()

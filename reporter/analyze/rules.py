@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from .findings import (
+    Basis,
     Finding,
     basis,
     dataloader_rows,
@@ -14,7 +15,7 @@ from .findings import (
     share,
     step_share,
 )
-from .profile import Profile
+from .profile import Op, Profile
 
 ELEMENTWISE = {
     "aten::mul", "aten::mul_", "aten::add", "aten::add_", "aten::sub", "aten::sub_",
@@ -34,7 +35,7 @@ def _severity(value: float, high: float) -> str:
     return "high" if value >= high else "medium"
 
 
-def _ranked(profile: Profile, names: set[str]):
+def _ranked(profile: Profile, names: set[str]) -> tuple[Basis, list[Op], float]:
     """The named operators, largest first on the profile's basis, and their joint share."""
     b = basis(profile)
     ops = sorted((o for o in operators(profile) if o.name in names),
@@ -124,7 +125,7 @@ SYNC_OPS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchron
             "aten::_local_scalar_dense")
 
 
-def _host_calls(profile: Profile, names: tuple[str, ...]) -> tuple[list, float]:
+def _host_calls(profile: Profile, names: tuple[str, ...]) -> tuple[list[Op], float]:
     """The rows of these calls with self CPU time, longest first, and their share of the
     CPU time (the host blocked in them)."""
     rows = sorted((o for o in profile.ops if o.name in names and o.self_cpu_us > 0),

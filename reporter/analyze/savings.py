@@ -28,7 +28,7 @@ profiler (see ``estimate``). Each estimate says how it is made:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Sequence
 
 from .findings import Finding, step_wall_us
 from .profile import Profile
@@ -65,7 +65,9 @@ class Saving:
 
     def to_json(self) -> dict[str, Any]:
         """The fields --json adds to a finding."""
-        ms = (lambda us: us / 1e3 if us is not None else None)
+        def ms(us: float | None) -> float | None:
+            return us / 1e3 if us is not None else None
+
         return {"accounts_ms": ms(self.accounts_us), "saving_ms": ms(self.saving_us),
                 "saving_share": self.share(self.saving_us), "saving_low": ms(self.low_us),
                 "saving_high": ms(self.high_us), "saving_note": self.note,
@@ -86,10 +88,11 @@ def _accounted(f: Finding, profile: Profile, n: int, step: float) -> float | Non
     """The finding's time per step, from its share of its basis; at most the step."""
     share, basis = f.evidence.get("share"), f.evidence.get("basis")
     total = {"device": profile.self_device_us, "cpu": profile.self_cpu_us,
-             "step": step_wall_us(profile)}.get(basis)
+             "step": step_wall_us(profile)}.get(str(basis))
     if share is None or total is None:
         return None
-    return min(share * total / n, step) if step else share * total / n
+    per_step = float(share) * total / n
+    return min(per_step, step) if step else per_step
 
 
 def _beyond_roof(names: list[str], time_us: float, eff: Any) -> float | None:
@@ -102,14 +105,14 @@ def _beyond_roof(names: list[str], time_us: float, eff: Any) -> float | None:
         return None
     share = sum(min(1.0, o.roofline_share) * o.time_us for o in rows) / sum(
         o.time_us for o in rows)
-    return time_us * (1 - share)
+    return float(time_us * (1 - share))
 
 
 def _matrix_roof(names: list[str], eff: Any) -> float:
     """Per step, the roofline time of the matrix products among ``names``."""
     if eff is None or isinstance(eff, str):
         return 0.0
-    return sum(o.roof_us for o in eff.ops if o.name in names and o.matrix)
+    return float(sum(o.roof_us for o in eff.ops if o.name in names and o.matrix))
 
 
 def _blocking_share(profile: Profile, rule: str) -> float:
@@ -133,11 +136,11 @@ def _per_step(values: list[float]) -> tuple[float, float, float]:
 def _materialised(profile: Profile, names: list[str], n: int) -> float:
     """Per step, the inclusive time of the operators that materialise a blow-up."""
     attr = "device_total_us" if profile.has_device else "cpu_total_us"
-    return sum(getattr(o, attr) for o in profile.ops if o.name in names) / n
+    return float(sum(getattr(o, attr) for o in profile.ops if o.name in names)) / n
 
 
 def estimate(f: Finding, profile: Profile, eff: Any = None,
-             others: list[Finding] = (), measured: dict[str, Any] | None = None,
+             others: Sequence[Finding] = (), measured: dict[str, Any] | None = None,
              real_step_us: float | None = None) -> Saving:
     """What ``f`` is worth; ``others``, the profile's other findings, keep two findings
     from counting the same time; ``measured``, its replacement timed on the device
@@ -155,14 +158,21 @@ def estimate(f: Finding, profile: Profile, eff: Any = None,
     s = _estimate(f, profile, eff, others, measured, real_step_us)
     if real_step_us and s.step_us and profile.has_device:
         k = real_step_us / s.step_us
-        host = (lambda us: us * k if us is not None else None)
+
+        def host(us: float | None) -> float | None:
+            return us * k if us is not None else None
+
         s = replace(s, step_us=real_step_us,
                     accounts_us=host(s.accounts_us) if _host_basis(f) else s.accounts_us)
         if s.host_saving:
             s = replace(s, saving_us=host(s.saving_us), low_us=host(s.low_us),
                         high_us=host(s.high_us))
     if s.step_us:
-        cap = (lambda us: min(us, s.step_us) if us is not None else None)
+        step_us = s.step_us
+
+        def cap(us: float | None) -> float | None:
+            return min(us, step_us) if us is not None else None
+
         s = replace(s, accounts_us=cap(s.accounts_us), saving_us=cap(s.saving_us),
                     low_us=cap(s.low_us), high_us=cap(s.high_us))
     return s
@@ -179,11 +189,11 @@ def _unprofiled_idle(b: Any, step: float, real_step_us: float | None) -> float |
     profiler's host-side work); None without both."""
     if not real_step_us or b is None or not b.device_us or not step:
         return None
-    idle = sum(b.mean(b.device_us.get(k, [])) for k in IDLE)
+    idle = float(sum(b.mean(b.device_us.get(k, [])) for k in IDLE))
     return max(0.0, real_step_us - (step - idle))
 
 
-def _estimate(f: Finding, profile: Profile, eff: Any, others: list[Finding],
+def _estimate(f: Finding, profile: Profile, eff: Any, others: Sequence[Finding],
               measured: dict[str, Any] | None, real_step_us: float | None) -> Saving:
     n, step = _steps(profile)
     accounted = _accounted(f, profile, n, step)
@@ -291,7 +301,8 @@ def ranked(findings: list[Finding], profile: Profile, eff: Any = None,
     synchronisation stall while the device stays busy is a symptom of a device-bound
     step, not a problem: it is left out. ``measured``: Section.whatif; ``real_step_us``:
     the step timed without the profiler (see ``estimate``)."""
-    main, minor = [], []
+    main: list[tuple[Finding, Saving]] = []
+    minor: list[tuple[Finding, Saving]] = []
     for f in findings:
         s = estimate(f, profile, eff, findings, (measured or {}).get(f.rule), real_step_us)
         if f.rule == "sync-stall" and _device_busy(profile, s):

@@ -44,7 +44,7 @@ def median_interval(values: list[float], level: float = 0.95) -> Interval | None
 def _coverage(n: int, rank: int) -> float:
     """P(rank <= Binomial(n, 1/2) <= n - rank): the median is between the rank-th smallest
     and the rank-th largest of n values."""
-    tail = sum(comb(n, k) for k in range(rank)) / 2 ** n
+    tail: float = sum(comb(n, k) for k in range(rank)) / 2 ** n
     return 1.0 - 2.0 * tail
 
 

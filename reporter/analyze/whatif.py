@@ -26,6 +26,7 @@ import inspect
 import math
 import statistics
 import time
+from functools import partial
 from typing import Any, Callable
 
 from .profile import Profile
@@ -35,7 +36,7 @@ PRODUCTS = ("aten::bmm", "aten::matmul")
 BUDGET_S = 0.3  # per variant
 
 
-def _shapes(text: str | None) -> list | None:
+def _shapes(text: str | None) -> list[Any] | None:
     try:
         value = ast.literal_eval(text) if text else None
     except (ValueError, SyntaxError):
@@ -85,7 +86,8 @@ def _median_s(fn: Callable[[], Any], sync: Callable[[], None], budget_s: float =
     for _ in range(3):
         fn()
     sync()
-    times, spent = [], 0.0
+    times: list[float] = []
+    spent = 0.0
     while len(times) < 5 or (spent < budget_s and len(times) < 200):
         start = time.perf_counter()
         fn()
@@ -108,19 +110,19 @@ def attention(profile: Profile, device: str, train: bool, steps: int) -> dict[st
     sync = _sync_for(device)
     gen = torch.Generator(device="cpu").manual_seed(0)
 
-    def make(*size):
+    def make(*size: int) -> Any:
         return torch.randn(*size, generator=gen).to(device).requires_grad_(train)
     q = make(shape["n"], shape["l"], shape["e"])
     k = make(shape["n"], shape["s"], shape["e"])
     v = make(shape["n"], shape["s"], shape["ev"])
     scale = 1 / math.sqrt(shape["e"])
 
-    def unfused():
+    def unfused() -> None:
         out = torch.bmm(torch.softmax(torch.bmm(q, k.transpose(1, 2)) * scale, -1), v)
         if train:
             out.sum().backward()
 
-    def fused():
+    def fused() -> None:
         out = F.scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1))
         if train:
             out.sum().backward()
@@ -150,7 +152,7 @@ def optimizer_foreach(optimizer: Any, device: str) -> dict[str, Any] | None:
         return None  # an optimizer without a foreach implementation
     sync = _sync_for(device)
 
-    def copy(foreach: bool, fused: bool = False):
+    def copy(foreach: bool, fused: bool = False) -> Any:
         copies = []
         for p in params:
             c = p.detach().clone().requires_grad_(True)
@@ -174,7 +176,7 @@ def optimizer_foreach(optimizer: Any, device: str) -> dict[str, Any] | None:
             after["fused"] = _median_s(copy(False, fused=True).step, sync)
         except (RuntimeError, TypeError, ValueError):
             pass  # no fused implementation for this device or these options
-    variant = min(after, key=after.get)
+    variant = min(after, key=lambda k: after[k])
     return {"before_ms": before * 1e3, "after_ms": after[variant] * 1e3, "variant": variant,
             **{f"{k}_ms": v * 1e3 for k, v in after.items()}, "params": len(params)}
 
@@ -189,16 +191,17 @@ MAX_OPERANDS_B = 2 << 30
 
 
 def _gemm_time_us(o: Any) -> float:
-    return o.device_total_us or o.cpu_total_us
+    return float(o.device_total_us or o.cpu_total_us)
 
 
-def gemm_shapes(profile: Profile) -> tuple[list[tuple[Any, list, list]], float]:
+def gemm_shapes(profile: Profile) -> tuple[list[tuple[Any, list[int], list[int]]], float]:
     """The matrix products' shapes that hold most of their time, most first: [(the
     recorded row, a, b)], and the products' recorded time in all (us)."""
     rows = sorted((o for o in profile.ops_by_shape if o.name in GEMMS),
                   key=_gemm_time_us, reverse=True)
     total = sum(_gemm_time_us(o) for o in rows)
-    out, covered = [], 0.0
+    out: list[tuple[Any, list[int], list[int]]] = []
+    covered = 0.0
     for o in rows:
         if len(out) >= GEMM_SHAPES or (total and covered >= GEMM_COVER * total):
             break
@@ -241,12 +244,11 @@ def gemm_precision(profile: Profile, device: str, steps: int) -> dict[str, Any] 
             x = torch.randn(*a, generator=gen).to(device)
             y = torch.randn(*b, generator=gen).to(device)
             xb, yb = x.to(torch.bfloat16), y.to(torch.bfloat16)
-            seconds = {}
+            seconds: dict[str, float] = {}
             for key, tf32, (p, q) in (("fp32", was, (x, y)), ("bf16", was, (xb, yb)),
                                       ("tf32", True, (x, y))):
                 matmul.allow_tf32 = tf32
-                seconds[key] = _median_s(lambda p=p, q=q: torch.matmul(p, q), sync,
-                                         GEMM_BUDGET_S)
+                seconds[key] = _median_s(partial(torch.matmul, p, q), sync, GEMM_BUDGET_S)
             del x, y, xb, yb
             recorded = _gemm_time_us(row)
             timed_us += recorded
@@ -277,7 +279,7 @@ def blowup_shapes(profile: Profile) -> list[list[int]]:
     computes without materialising; the most time first."""
     sums = {tuple(d[0]) for o in profile.ops_by_shape if o.name == "aten::sum"
             for d in [_dims(o)] if d and len(d[0]) >= 4}
-    found: dict[tuple, float] = {}
+    found: dict[tuple[int, ...], float] = {}
     for o in profile.ops_by_shape:
         dims = _dims(o) if o.name == "aten::mul" else []
         if len(dims) < 2 or len(dims[0]) != len(dims[1]) or len(dims[0]) < 4:
@@ -285,7 +287,23 @@ def blowup_shapes(profile: Profile) -> list[list[int]]:
         out = tuple(max(a, b) for a, b in zip(dims[0], dims[1]))
         if out in sums and math.prod(out) >= MIN_BLOWUP_NUMEL:
             found[out] = found.get(out, 0.0) + (o.device_total_us or o.cpu_total_us)
-    return [list(k) for k in sorted(found, key=found.get, reverse=True)][:BLOWUP_SHAPES]
+    return [list(k) for k in sorted(found, key=lambda k: found[k], reverse=True)
+            ][:BLOWUP_SHAPES]
+
+
+def _pairwise(a: Any, b: Any) -> Any:
+    return (a * b).sum(-1)
+
+
+def _broadcasts_to(shape: tuple[int, ...], dims: list[Any]) -> bool:
+    """Whether a recorded mul's two operands broadcast to ``shape``."""
+    return (len(dims) >= 2 and len(dims[0]) == len(dims[1])
+            and tuple(max(p, q) for p, q in zip(dims[0], dims[1])) == shape)
+
+
+def _sums(shape: tuple[int, ...], dims: list[Any]) -> bool:
+    """Whether a recorded sum reduces a tensor of ``shape``."""
+    return bool(dims) and tuple(dims[0]) == shape
 
 
 def blowup_matmul(profile: Profile, device: str, steps: int) -> dict[str, Any] | None:
@@ -303,7 +321,7 @@ def blowup_matmul(profile: Profile, device: str, steps: int) -> dict[str, Any] |
     sync = _sync_for(device)
     gen = torch.Generator(device="cpu").manual_seed(0)
 
-    def recorded(names: tuple[str, ...], match) -> float:
+    def recorded(names: tuple[str, ...], match: Callable[[list[Any]], bool]) -> float:
         return sum(o.device_total_us or o.cpu_total_us for o in profile.ops_by_shape
                    if o.name in names and match(_dims(o)))
     before_us = after_us = 0.0
@@ -316,14 +334,12 @@ def blowup_matmul(profile: Profile, device: str, steps: int) -> dict[str, Any] |
         b = torch.randn(n, x, y, z, generator=gen).to(device)
         a3 = torch.randn(n, x, z, generator=gen).to(device)
         b3 = torch.randn(n, z, y, generator=gen).to(device)
-        pairwise = _median_s(lambda a=a, b=b: (a * b).sum(-1), sync, GEMM_BUDGET_S)
-        product = _median_s(lambda a=a3, b=b3: torch.bmm(a, b), sync, GEMM_BUDGET_S)
+        pairwise = _median_s(partial(_pairwise, a, b), sync, GEMM_BUDGET_S)
+        product = _median_s(partial(torch.bmm, a3, b3), sync, GEMM_BUDGET_S)
         del a, b, a3, b3
         t = tuple(shape)
-        pattern = (recorded(("aten::mul",), lambda d, t=t: len(d) >= 2
-                            and len(d[0]) == len(d[1])
-                            and tuple(max(p, q) for p, q in zip(d[0], d[1])) == t)
-                   + recorded(("aten::sum",), lambda d, t=t: bool(d) and tuple(d[0]) == t))
+        pattern = (recorded(("aten::mul",), partial(_broadcasts_to, t))
+                   + recorded(("aten::sum",), partial(_sums, t)))
         before_us += pattern
         after_us += pattern * product / pairwise
     if before_us <= 0:

@@ -288,7 +288,7 @@ def merge(own, own_error: str | None, results: dict[int, dict[str, Any]], stage:
         run = Run.from_dict(res["run"])
         for section in run.sections:  # its traces, renamed for the rank
             data = res["trace_bytes"].get(f"{section.trace}.gz") if section.trace else None
-            if data is None:
+            if data is None or section.trace is None:
                 section.trace = None
                 continue
             section.trace = section.trace.replace(".json", f".rank{rank}.json") + ".gz"

@@ -69,7 +69,7 @@ def tensor_memory(step: Callable[[], None], device: str) -> TensorMemory | str:
     # Column 0 of sizes is "no category"; the others follow _CATEGORY_TO_INDEX.
     columns = {0: _CATEGORIES[None]}
     for category, index in _CATEGORY_TO_INDEX.items():
-        name = getattr(category, "name", category)
+        name = str(getattr(category, "name", category))
         columns[index + 1] = _CATEGORIES.get(name, "unknown")
     return summarize(times, sizes, columns)
 
@@ -96,7 +96,7 @@ def summarize(times: list[int], sizes: list[list[int]],
               for i in range(0, n, step)]
     t0 = times[0]
     names = sorted({name for name in columns.values()})
-    series = {name: [] for name in names}
+    series: dict[str, list[int]] = {name: [] for name in names}
     for i in chosen:
         row = by_category(sizes[i])
         for name in names:

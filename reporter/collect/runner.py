@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -204,10 +205,12 @@ class _Stepper:
             with record_function("forward"):
                 out = self._forward(t.model, batch)
             with record_function("loss"):
+                assert t.loss is not None  # Target.check: training has a loss
                 loss = t.loss(out, batch)
         with record_function("backward"):
             loss.backward()
         with record_function("optimizer_step"):
+            assert t.optimizer is not None  # Target.check: training has an optimizer
             t.optimizer.step()
             t.optimizer.zero_grad(set_to_none=True)
 
@@ -591,6 +594,10 @@ def new_run_id(name: str, device: str, now: datetime) -> str:
     return f"{now:%Y%m%d-%H%M%S}-{safe or 'target'}-{kind}-{os.urandom(2).hex()}"
 
 
+def _in_mode(progress: Callable[[str], None], mode: str, message: str) -> None:
+    progress(f"{mode}: {message}")
+
+
 def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
                    scratch: Path, progress: Progress = lambda _: None) -> Run:
     """Build and profile one target; the raw traces go into ``scratch``.
@@ -611,8 +618,7 @@ def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
             for mode in target.modes:
                 step = _Stepper(target, mode, device)
                 sections.append(_profile_section(
-                    step, mode, device, opts, scratch,
-                    lambda msg, mode=mode: progress(f"{mode}: {msg}"),
+                    step, mode, device, opts, scratch, partial(_in_mode, progress, mode),
                     opts.time_budget_s / len(target.modes)))
             benchmark = _benchmark(target, device, progress)
             for section in sections:

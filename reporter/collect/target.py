@@ -14,7 +14,7 @@ import inspect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from ..errors import BadInput, user_code
 
@@ -143,6 +143,7 @@ def _import(spec: str, where: str):
 
 def build(spec: str, builder: Callable[..., Target], device: str, preset: str) -> Target:
     """Call a builder with the keyword arguments it accepts; check what it returns."""
+    params: Mapping[str, inspect.Parameter]
     try:
         params = inspect.signature(builder).parameters
     except (TypeError, ValueError):

@@ -169,8 +169,8 @@ def _fixed_tables(lines: list[str]) -> list[Table]:
             if "name" in fields and fields.index("name") not in values:
                 j += 1  # a continuation row (multi-line Source Location): nothing to count
                 continue
-            table.rows.append({fields[k]: v for k, v in values.items()
-                               if k < len(fields) and fields[k]})
+            table.rows.append({f: v for k, v in values.items()
+                               if k < len(fields) and (f := fields[k])})
             j += 1
         if j < len(lines) and _separator(_strip_prefix(lines[j], prefix)) is not None:
             j += 1

@@ -107,7 +107,8 @@ class _CostEvent(_Event, gc=False):
 
 # What a chunk is decoded as: events; with every input (shapes); with modelled ops' (costs).
 PLAIN, SHAPES, COSTS = 0, 1, 2
-_DECODERS = {PLAIN: msgspec.json.Decoder(list[_Event]),
+_DECODERS: dict[int, msgspec.json.Decoder[Any]] = {
+             PLAIN: msgspec.json.Decoder(list[_Event]),
              SHAPES: msgspec.json.Decoder(list[_ShapeEvent]),
              COSTS: msgspec.json.Decoder(list[_CostEvent])}
 _NEEDLES = {name: b'"name": "' + name.encode() + b'"' for name in FORMULAS}
@@ -179,7 +180,7 @@ def _number(value: Any) -> int | float | None:
 def _coerce(events: list[Any]) -> list[_Event]:
     """Events parsed as plain JSON (an odd file, or a chunk with an odd event),
     checked one by one: what is not an event we read is left out."""
-    out = []
+    out: list[_Event] = []
     for e in events:
         if not isinstance(e, dict):
             continue
@@ -701,12 +702,12 @@ def _costs(costed: list[list], aggs: dict, on_device: bool, scale: float
             else:
                 g[0] += 1
                 g[1] += t
-    merged: dict[tuple, list] = {}
+    merged: dict[tuple[Any, ...], list[Any]] = {}
     for (agg, c, phase), (calls, t) in groups.items():
-        key = (agg.name, c.dtype, c.family, PHASES[phase])
-        g = merged.get(key)
+        name_key = (agg.name, c.dtype, c.family, PHASES[phase])
+        g = merged.get(name_key)
         if g is None:
-            g = merged[key] = [0, 0.0, 0.0, 0.0]
+            g = merged[name_key] = [0, 0.0, 0.0, 0.0]
         g[0] += calls
         g[1] += c.flops * calls
         g[2] += c.bytes * calls
@@ -792,7 +793,8 @@ def _communication(host_comm: list[tuple[float, float]], threads: dict, comm_of:
     Computation is the union of the other kernels on a GPU profile, or of the
     other operators on a CPU profile's threads.
     """
-    comm, compute = list(host_comm), []
+    comm: list[Any] = list(host_comm)
+    compute: list[Any] = []
     for e in device:
         span = (e.ts, e.ts + max(e.dur, 0))
         (comm if _COMM_WORK.search(e.name) else compute).append(span)

@@ -116,7 +116,7 @@ def breakdown_chart(breakdown: Any, names: dict[str, str], titles: dict[str, str
     from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 
     plt = _pyplot()
-    parts = [("host", breakdown.host_us, HOST_PHASES)]
+    parts: list[tuple[str, Any, tuple[str, ...]]] = [("host", breakdown.host_us, HOST_PHASES)]
     if breakdown.device_us:
         parts.append(("device", breakdown.device_us, DEVICE_ACTIVITIES))
     n = len(breakdown.steps_us)

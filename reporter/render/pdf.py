@@ -24,7 +24,6 @@ from .. import __version__
 from ..errors import WorkFailed
 from .languages import all_fonts, language
 
-
 CSS = """
 @page {
   size: A4; margin: 18mm 15mm 18mm 15mm;
@@ -151,7 +150,7 @@ def url_fetcher(folder: Path, allowed: set[str]) -> Any:
         return lambda url, *args, **kwargs: {"string": local(url), "mime_type": "image/svg+xml",
                                              "redirected_url": url}
 
-    class ChartsOnly(URLFetcher):  # type: ignore[misc, valid-type]
+    class ChartsOnly(URLFetcher):
         def fetch(self, url: str, headers: Any = None) -> Any:
             return URLFetcherResponse(url, local(url), {"Content-Type": "image/svg+xml"})
 

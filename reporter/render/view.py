@@ -84,7 +84,7 @@ class Fmt:
             value, unit = us, "duration-microsecond"
         return self._unit(_no_negative_zero(_round(value), 2), unit, _pattern(value))
 
-    def bytes(self, b: int | float | None) -> str:
+    def bytes(self, b: float | None) -> str:  # an int is a float to a type checker
         if b is None:
             return "—"
         if b == 0:
@@ -307,7 +307,7 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
                                                             "idle_host")}
         total = sum(idle.values())
         reading.update(idle_share=fmt.pct(total / step) if step else "—",
-                       idle_reason=(max(idle, key=idle.get) if total > 0.05 * step
+                       idle_reason=(max(idle, key=lambda k: idle[k]) if total > 0.05 * step
                                     else None),
                        busy_share=fmt.pct(1 - total / step) if step else "—",
                        # The device works almost the whole step: the host phases only
@@ -429,8 +429,9 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding] | None = No
                   "speedup": (fmt.num(r["cpu_ms"] / r["gpu_ms"], 1) + "x"
                               if r.get("gpu_ms") else "—")}
                  for r in section.benchmark]
-    timed = bool(t and t.windows)
-    interval = t.interval if timed else None
+    tt = t if t is not None and t.windows else None  # the throughput, when it was timed
+    timed = tt is not None
+    interval = tt.interval if tt else None
     tf32 = section.precision.get("tf32") or {}
     kernels = [o for o in p.ops if o.kind == KIND_KERNEL and o.calls] if device else []
     calls = sum(o.calls for o in kernels)
@@ -447,16 +448,16 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding] | None = No
         # A name taken from the input (the sentence above its table), or None
         "title": None if re.fullmatch(r"profile \d+", section.label) else section.label,
         "timed": timed,
-        "throughput": fmt.num(t.median) if timed else None,
-        "throughput_min": fmt.num(min(t.windows)) if timed else None,
-        "throughput_max": fmt.num(max(t.windows)) if timed else None,
+        "throughput": fmt.num(tt.median) if tt else None,
+        "throughput_min": fmt.num(min(tt.windows)) if tt else None,
+        "throughput_max": fmt.num(max(tt.windows)) if tt else None,
         "ci_low": fmt.num(interval.low) if interval else None,
         "ci_high": fmt.num(interval.high) if interval else None,
-        "ci_pct": fmt.pct(interval.half_width(t.median)) if interval else None,
+        "ci_pct": fmt.pct(interval.half_width(tt.median)) if tt and interval else None,
         "ci_confidence": fmt.pct(interval.confidence) if interval else None,
-        "outliers": len(t.outliers) if timed else 0,
-        "windows": len(t.windows) if timed else 0,
-        "steps_per_window": t.steps_per_window if timed else 0,
+        "outliers": len(tt.outliers) if tt else 0,
+        "windows": len(tt.windows) if tt else 0,
+        "steps_per_window": tt.steps_per_window if tt else 0,
         "profiled_throughput": fmt.num(t.profiled) if t and t.profiled else None,
         "profiled_steps": p.steps,
         "self_cpu_total": fmt.time(p.self_cpu_us),
@@ -513,7 +514,8 @@ def _rank_row(rank: int, status: str, error: str | None, section: Section | None
         row["step"] = fmt.time(wall / p.steps)
     if p.comm_us is not None and wall:
         row["comm"] = fmt.pct(p.comm_us / wall)
-        row["overlap"] = fmt.pct(p.comm_overlap_us / p.comm_us) if p.comm_us else "—"
+        row["overlap"] = (fmt.pct(p.comm_overlap_us / p.comm_us)
+                          if p.comm_us and p.comm_overlap_us is not None else "—")
     return row
 
 
@@ -538,11 +540,12 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
              ) -> dict[str, Any]:
     """Everything report.md.j2 prints for a stored or fresh run."""
     fmt = Fmt(check_language(lang))
-    if findings is None:
-        findings = [None] * len(run.sections)  # each section_view analyses its own
+    given: list[list[Finding] | None] = (
+        list(findings) if findings is not None
+        else [None] * len(run.sections))  # None: each section_view analyses its own
     env = run.env
     sections = [section_view(s, fmt, f, batch_size=run.target.get("batch_size"))
-                for s, f in zip(run.sections, findings)]
+                for s, f in zip(run.sections, given)]
     _number(sections)
     ranks = None
     if run.ranks:
@@ -665,23 +668,24 @@ def compare_view(comparison, lang: str) -> dict[str, Any]:
                       "batch": fmt.int(step.batch_size) if step.batch_size else "—"})
     modes = []
     for m in comparison.modes:
-        rows, previous = [], None
+        rows: list[dict[str, Any]] = []
+        previous: float | None = None
         for i, (step, s) in enumerate(zip(comparison.steps, m.sections), 1):
             t = s.throughput
-            timed = bool(t and t.windows)
-            ratio = (t.median / previous if timed and previous else None)
+            tt = t if t is not None and t.windows else None
+            ratio = (tt.median / previous if tt and previous else None)
             rows.append({
                 "n": i, "name": md_name(step.name),
-                "throughput": fmt.num(t.median) if timed else "—",
-                "interval": ("±" + fmt.pct(t.interval.half_width(t.median))
-                             if timed and t.interval else "—"),
+                "throughput": fmt.num(tt.median) if tt else "—",
+                "interval": ("±" + fmt.pct(tt.interval.half_width(tt.median))
+                             if tt and tt.interval else "—"),
                 "vs_previous": fmt.num(ratio, 2) if ratio else "—",
                 "self_cpu": fmt.time(s.profile.self_cpu_us),
                 "self_device": (fmt.time(s.profile.self_device_us)
                                 if s.profile.has_device else "—"),
                 "peak": fmt.bytes(_peak_b(s)),
             })
-            previous = t.median if timed else None
+            previous = tt.median if tt else None
         p = m.overall
         if p.speedup is None:
             verdict = "unknown"

@@ -34,7 +34,7 @@ def build(device: str = "cpu", preset: str = "default") -> Target:
     layers = []
     for _ in range(s["layers"]):
         layers += [nn.Linear(s["dim"], s["dim"]), nn.ReLU()]
-    model = nn.Sequential(*layers, nn.Linear(s["dim"], 10)).to(device)
+    model: nn.Module = nn.Sequential(*layers, nn.Linear(s["dim"], 10)).to(device)
     ids = [torch.device(device).index or 0] if device.startswith("cuda") else None
     model = nn.parallel.DistributedDataParallel(model, device_ids=ids)
     rank = dist.get_rank()
