@@ -1,8 +1,9 @@
 """A Run: what one profiling of one target produced. Raw numbers, no torch.
 
 A run has one section per profiled mode ("train", "inference"), each with its
-throughput, memory, Profile, the raw key_averages tables and, for targets that
-have one, a side benchmark (seed 003's CPU/GPU table).
+throughput, memory, Profile and, for targets that have one, a side benchmark (seed
+003's CPU/GPU table). Numbers only: the report prints the operator tables from the
+Profile (runs stored before that hold them as text too, under "tables", unread).
 """
 
 from __future__ import annotations
@@ -73,7 +74,6 @@ class Section:
     throughput: Throughput | None
     profile: Profile
     memory: dict[str, int | None] = field(default_factory=dict)
-    tables: dict[str, str] = field(default_factory=dict)
     benchmark: list[dict[str, Any]] | None = None  # [{op, cpu_ms, gpu_ms}]
     trace: str | None = None  # file name of the gzipped Chrome trace in the run folder
     # GPU runs: {"tf32": {"matmul", "conv", "override"}, "autocast"}, what was in effect
@@ -101,7 +101,6 @@ class Section:
             throughput=Throughput(**data["throughput"]),
             profile=Profile.from_dict(data["profile"]),
             memory=dict(data.get("memory") or {}),
-            tables=dict(data.get("tables") or {}),
             benchmark=data.get("benchmark"),
             trace=data.get("trace"),
             precision=dict(data.get("precision") or {}),

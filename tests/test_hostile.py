@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from reporter.collect.keytable import format_table
+from reporter.render.keytable import format_table
 from reporter.analyze.profile import Op, Profile
 from conftest import ROOT, cli
 
@@ -234,7 +234,6 @@ WRONG_FIELDS = [
     _set("run", "sections", 0, "profile", "ops", 0, "calls", True),
     _set("run", "sections", 0, "profile", "steps", 1.5),
     _set("run", "sections", 0, "memory", "host_peak_b", "1 GB"),
-    _set("run", "sections", 0, "tables", "cpu", 5),
     _set("run", "sections", 0, "throughput", "steps_per_window", "2"),
     _set("run", "sections", 0, "trace", 7),
     _set("run", "sections", "none"),

@@ -224,8 +224,8 @@ def test_analyze_writes_a_report_for_a_table_file(tmp_path):
 
 
 def test_the_runners_tables_read_back(tmp_path):
-    """collect.keytable writes key_averages' layout; ingest.tables reads it back."""
-    from reporter.collect.keytable import format_table
+    """render.keytable writes key_averages' layout; ingest.tables reads it back."""
+    from reporter.render.keytable import format_table
     from reporter.store import load
     from conftest import FIXTURES
 

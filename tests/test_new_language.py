@@ -13,7 +13,7 @@ import pytest
 from pypdf import PdfReader
 
 from conftest import cli
-from reporter.collect.keytable import format_table
+from reporter.render.keytable import format_table
 from reporter.render.languages import language
 from reporter.store import load
 

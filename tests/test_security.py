@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from reporter.collect.keytable import format_table
+from reporter.render.keytable import format_table
 from reporter.analyze.profile import Op, Profile
 from reporter.render.view import LANGUAGES
 from conftest import FIXTURES, cli

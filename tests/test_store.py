@@ -46,3 +46,15 @@ def test_find_by_id_fragment_and_errors(tmp_path):
     assert find("tensor-ops", FIXTURES / "runs").name == "cpu-tensor-ops"
     with pytest.raises(BadInput, match="ambiguous"):
         find("transformer", FIXTURES / "runs")
+
+
+def test_a_run_stores_numbers_not_printed_tables(stored):
+    """Runs stored before the report printed its own tables hold them as text: they load,
+    and what is stored again has only the numbers (the report prints the tables)."""
+    from reporter.store import run_to_json
+
+    _, folder = stored("cpu-transformer")
+    assert '"tables"' in (folder / "run.json").read_text(encoding="utf-8")
+    run = load(folder)
+    assert '"tables"' not in run_to_json(run)
+    assert run.sections[0].profile.ops

@@ -34,7 +34,6 @@ from ..analyze.stats import median_interval
 from ..errors import BadInput, WorkFailed, user_code
 from ..ingest.traces import read_trace
 from ..run import Run, Section, Throughput
-from .keytable import format_table
 from .memprof import tensor_memory
 from .target import BUILTINS, Target, build
 
@@ -56,7 +55,6 @@ class RunOptions:
     profile_steps: int = 3  # active steps of the profiler schedule: at least these,
     max_profile_steps: int = 10  # up to these when steps are short (see below)
     profile_s: float = 0.1  # aim for a profiled window this long
-    row_limit: int = 30  # rows of the raw tables in the report's logs
     # In a distributed run, how ranks settle on a number they must share (the
     # steps per timed window: DDP's collectives pair up step by step).
     agree: Callable[[int], int] | None = None
@@ -335,16 +333,6 @@ def _device_memory(profile_obj: Profile) -> dict[str, int]:
     return {"device_allocated_b": allocated, "device_reserved_b": reserved}
 
 
-def _tables(profile: Profile, row_limit: int) -> dict[str, str]:
-    """The raw tables the seeds fold into their reports, in key_averages' layout."""
-    tables = {"cpu": format_table(profile, "self_cpu_time_total", row_limit)}
-    key = "self_cuda_time_total" if profile.has_device else "self_cpu_time_total"
-    if profile.has_device:
-        tables["device"] = format_table(profile, key, row_limit)
-    tables["by_shape"] = format_table(profile, key, row_limit, shapes=True)
-    return tables
-
-
 def window_steps(stepper: Callable[[], None], device: str, opts: RunOptions) -> int:
     """Steps in one timed window: about ``opts.window_s`` from one timed step, 3 to 200."""
     one = _timed(stepper, device, 1)
@@ -488,7 +476,7 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
                    throughput=Throughput(windows=windows, steps_per_window=steps,
                                          profiled=profiled),
                    profile=profile_obj, memory=memory, precision=precision,
-                   tables=_tables(profile_obj, opts.row_limit), trace=trace_name,
+                   trace=trace_name,
                    tensor_memory=tensors if not isinstance(tensors, str) else None,
                    tensor_memory_note=tensors if isinstance(tensors, str) else None)
 

@@ -57,27 +57,16 @@ def render_markdown(view: dict[str, Any], template: str | None = None) -> str:
     # Shorten the folded logs first: fewer rows in each raw table, then none at all.
     sections = [dict(s) for s in view.get("sections") or []]  # the caller's view stays whole
     view = {**view, "sections": sections}
-    originals = [list(s.get("raw") or []) for s in sections]
     for keep in (15, 8, 4, 0):
-        for s, raw in zip(sections, originals):
-            s["raw"] = [(key, _cut_table(text_, keep)) for key, text_ in raw] if keep else []
-            s["logs_cut"] = True
+        for s in sections:
+            if s.get("raw_at"):
+                s["raw"] = s["raw_at"](keep) if keep else []
+                s["logs_cut"] = True
         text = _render_markdown(view, template)
         if len(text) <= limit:
             return text
     raise WorkFailed(f"the report is {len(text):,} characters even without its logs, over "
                      f"the limit of {limit:,} (--max-chars)", error_id="too-long")
-
-
-def _cut_table(table: str, keep: int) -> str:
-    """A key_averages table with only its first ``keep`` rows (and a line saying so)."""
-    lines = table.rstrip("\n").splitlines()
-    seps = [i for i, line in enumerate(lines) if set(line.strip()) <= set("- ") and line.strip()]
-    if len(seps) < 3 or seps[2] - seps[1] - 1 <= keep:
-        return table
-    first, last = seps[1] + 1, seps[2]
-    cut = last - first - keep
-    return "\n".join(lines[:first + keep] + [f"... ({cut} more rows)"] + lines[last:]) + "\n"
 
 
 def _render_markdown(view: dict[str, Any], template: str | None = None) -> str:

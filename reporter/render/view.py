@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 from babel import Locale
@@ -25,6 +25,7 @@ from ..analyze.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIM
 from ..analyze.savings import Saving, ranked
 from ..run import MEMORY_CATEGORIES, Run, Section
 from . import markup
+from .keytable import LOG_ROWS, log_tables
 from .languages import Language, codes, language
 
 SMALL_KERNEL_US = 10.0  # a GPU profile whose kernels average less is launch-bound
@@ -401,9 +402,11 @@ def _efficiency_view(e: Any, fmt: Fmt) -> dict[str, Any]:
 
 
 def section_view(section: Section, fmt: Fmt, findings: list[Finding] | None = None,
-                 top: int = 15, batch_size: int | None = None) -> dict[str, Any]:
+                 top: int = 15, batch_size: int | None = None, log_rows: int = LOG_ROWS,
+                 logs: bool = True) -> dict[str, Any]:
     """One profiled mode of a run, or one imported profile (no throughput, no memory);
-    its findings are analysed here, with its efficiency, unless given."""
+    its findings are analysed here, with its efficiency, unless given. ``logs``: fold
+    the operator tables into the section, ``log_rows`` rows each (0: all)."""
     p = section.profile
     eff = of_section(section, batch_size)
     if findings is None:
@@ -479,8 +482,9 @@ def section_view(section: Section, fmt: Fmt, findings: list[Finding] | None = No
         "top_device": [_op_row(o, p, fmt, device) for o in device_rows],
         "top_kernels": [_op_row(o, p, fmt, device) for o in kernel_rows],
         "by_shape": [_op_row(o, p, fmt, device) for o in shape_rows],
-        "raw": [(key, section.tables[key]) for key in ("device", "cpu", "by_shape")
-                if section.tables.get(key)],
+        # The logs: the tables at log_rows rows, and at fewer for a report that must fit.
+        "raw": log_tables(p, log_rows) if logs else [],
+        "raw_at": partial(log_tables, p, say_cut=True) if logs else None,
         "benchmark": bench,
         "gpu_benchmarked": bool(section.benchmark and any(r.get("gpu_ms") is not None
                                                           for r in section.benchmark)),
@@ -536,15 +540,17 @@ def _ranks_view(rows: list[dict[str, Any]], main: int, fmt: Fmt) -> dict[str, An
     return view
 
 
-def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
-             ) -> dict[str, Any]:
-    """Everything report.md.j2 prints for a stored or fresh run."""
+def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None,
+             log_rows: int = LOG_ROWS) -> dict[str, Any]:
+    """Everything report.md.j2 prints for a stored or fresh run; its logs hold ``log_rows``
+    rows of each operator table (0: all)."""
     fmt = Fmt(check_language(lang))
     given: list[list[Finding] | None] = (
         list(findings) if findings is not None
         else [None] * len(run.sections))  # None: each section_view analyses its own
     env = run.env
-    sections = [section_view(s, fmt, f, batch_size=run.target.get("batch_size"))
+    sections = [section_view(s, fmt, f, batch_size=run.target.get("batch_size"),
+                             log_rows=log_rows)
                 for s, f in zip(run.sections, given)]
     _number(sections)
     ranks = None
@@ -583,7 +589,9 @@ def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None
 def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, Any]:
     """The report view of profiles read from someone's tables (no run around them)."""
     fmt = Fmt(check_language(lang))
-    sections = [section_view(Section(label=p.label, throughput=None, profile=p), fmt)
+    # The user has the tables they gave: no logs.
+    sections = [section_view(Section(label=p.label, throughput=None, profile=p), fmt,
+                             logs=False)
                 for p in profiles]
     _number(sections)
     device = next((p.device_type for p in profiles if p.device_type), None)

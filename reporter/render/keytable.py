@@ -1,10 +1,11 @@
 """Operator tables in the layout of ``key_averages().table()``.
 
-Reports fold the raw tables into their logs, as the seeds do. The runner
-builds its Profile from the exported trace (reporter.traces, the same numbers
-as key_averages, an order of magnitude faster), so it prints those tables
-itself, in torch 2.x's layout: reporter.ingest reads them back, and so does
-anyone used to the profiler's output.
+Reports fold the raw tables into their logs, as the seeds do. The runner builds
+its Profile from the exported trace (reporter.ingest.traces: the same numbers as
+key_averages, an order of magnitude faster) and stores numbers only; the report
+prints the tables from the Profile, in torch 2.x's layout, as long as it has room
+for: reporter.ingest.tables reads them back, and so does anyone used to the
+profiler's output.
 """
 
 from __future__ import annotations
@@ -34,12 +35,31 @@ def _pct(part: float, total: float) -> str:
     return f"{100.0 * part / total:.2f}%" if total else "0.00%"
 
 
-def format_table(profile: Profile, sort_by: str = "self_cpu_time_total", row_limit: int = 30,
-                 shapes: bool = False, name_width: int = 55, shapes_width: int = 80) -> str:
-    """One table: the top ``row_limit`` rows by ``sort_by``, with the totals as footers."""
+LOG_ROWS = 30  # rows of each table in a report's logs
+
+
+def log_tables(profile: Profile, row_limit: int = LOG_ROWS, say_cut: bool = False
+               ) -> list[tuple[str, str]]:
+    """The tables a report folds into its logs, as the seeds do, by key: by device time
+    on a GPU profile, by CPU time, and by input shape. ``say_cut``: a line says how many
+    rows were left out (a report shortened to fit a comment)."""
+    key = "self_cuda_time_total" if profile.has_device else "self_cpu_time_total"
+    tables = [("cpu", format_table(profile, "self_cpu_time_total", row_limit, say_cut=say_cut)),
+              ("by_shape", format_table(profile, key, row_limit, shapes=True, say_cut=say_cut))]
+    if profile.has_device:
+        tables.insert(0, ("device", format_table(profile, key, row_limit, say_cut=say_cut)))
+    return tables
+
+
+def format_table(profile: Profile, sort_by: str = "self_cpu_time_total",
+                 row_limit: int = LOG_ROWS, shapes: bool = False, name_width: int = 55,
+                 shapes_width: int = 80, say_cut: bool = False) -> str:
+    """One table: the top ``row_limit`` rows by ``sort_by`` (all when it is 0 or less),
+    with the totals as footers."""
     device = profile.has_device
     rows: list[Op] = list(profile.ops_by_shape if shapes else profile.ops)
     rows.sort(key=lambda o: getattr(o, _SORT_KEYS.get(sort_by, "self_cpu_us")), reverse=True)
+    cut = max(0, len(rows) - row_limit) if row_limit > 0 else 0
     rows = rows[:row_limit] if row_limit > 0 else rows
     header = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"]
     if device:
@@ -76,6 +96,8 @@ def format_table(profile: Profile, sort_by: str = "self_cpu_time_total", row_lim
     sep = "  ".join("-" * w for w in widths) + "  "
     lines = [sep, "  ".join(h.rjust(w) for h, w in zip(header, widths)) + "  ", sep]
     lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) + "  " for r in body]
+    if say_cut and cut:
+        lines.append(f"... ({cut} more rows)")
     lines.append(sep)
     lines.append(f"Self CPU time total: {_time(cpu)}")
     if device:
