@@ -23,9 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from reporter.analyze.analyzer import analyze_section  # noqa: E402
-from reporter.analyze.efficiency import of_section  # noqa: E402
 from reporter.collect.runner import RunOptions, default_preset, profile_target  # noqa: E402
-from reporter.analyze.savings import ranked  # noqa: E402
 from reporter.collect.target import resolve  # noqa: E402
 
 PAIRS = ("seq2seq", "transformer-bloat", "cnn", "transformer")
@@ -38,9 +36,7 @@ def run(name: str, opts: RunOptions, scratch: Path):
     out = {}
     for s in r.sections:
         batch = r.target["batch_size"]
-        main, _ = ranked(analyze_section(s, batch_size=batch), s.profile, of_section(s, batch),
-                         s.whatif, s.throughput.step_us(batch) if s.throughput else None)
-        out[s.label] = (s, main)
+        out[s.label] = (s, analyze_section(s, batch).main)
     return out
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .analyze.analyzer import Finding, analyze_section
+from .analyze.analyzer import Analysis, Finding, analyze_section
 from .analyze.profile import KIND_KERNEL, Profile
 from .analyze.stats import Interval
 from .errors import BadInput
@@ -144,7 +144,10 @@ def _ratio(before: Interval | None, after: Interval | None) -> Interval | None:
                     before.confidence * after.confidence)
 
 
-def compare_pair(before: Section, after: Section, top: int = 10) -> Pair:
+def compare_pair(before: Section, after: Section, analysed: tuple[Analysis, Analysis],
+                 top: int = 10) -> Pair:
+    """Two steps of one mode: speed-up, operators changed, findings resolved, new, kept
+    (``analysed``: each one's analyze_section)."""
     tb, ta = before.throughput, after.throughput
     speedup = ta.median / tb.median if tb and ta and tb.median > 0 and ta.median > 0 else None
     spreads = [n for n in (_noise(before), _noise(after)) if n is not None]
@@ -159,7 +162,7 @@ def compare_pair(before: Section, after: Section, top: int = 10) -> Pair:
                       key=lambda c: c.after_us, reverse=True)[:top]
     disappeared = sorted((OpChange(n, b[n], 0.0) for n in b.keys() - a.keys() if b[n] > 0),
                          key=lambda c: c.before_us, reverse=True)[:top]
-    fb, fa = analyze_section(before), analyze_section(after)
+    fb, fa = analysed[0].findings, analysed[1].findings
     rules_b, rules_a = {f.rule for f in fb}, {f.rule for f in fa}
     return Pair(before, after, speedup, noise, ratio, basis, changed, appeared, disappeared,
                 resolved=[f for f in fb if f.rule not in rules_a],
@@ -183,8 +186,11 @@ def compare(steps: list[Step]) -> Comparison:
             sections.append(match)
         if len(sections) != len(steps):
             continue
-        pairs = [compare_pair(x, y) for x, y in zip(sections, sections[1:])]
-        overall = pairs[0] if len(pairs) == 1 else compare_pair(sections[0], sections[-1])
+        analyses = [analyze_section(s, step.batch_size) for s, step in zip(sections, steps)]
+        pairs = [compare_pair(x, y, (ax, ay)) for x, y, ax, ay
+                 in zip(sections, sections[1:], analyses, analyses[1:])]
+        overall = (pairs[0] if len(pairs) == 1 else
+                   compare_pair(sections[0], sections[-1], (analyses[0], analyses[-1])))
         modes.append(ModeComparison(label, sections, pairs, overall))
     if not modes:
         raise BadInput("the inputs have no profiled mode in common (train, inference, ...)",

@@ -227,21 +227,22 @@ def render_run(ref: str, runs: Path, output: Output) -> list[Path]:
 
 def analysis_json(path: str, runs: Path) -> dict[str, Any]:
     """``analyze --json``: {profiles: [...]} of a stored run or of recorded profiles."""
-    from .analyze import efficiency
-    from .analyze.analyzer import profiles_json
+    from .analyze.analyzer import analyze_section, profiles_json
     from .inputs import read_profiles, run_folder
+    from .run import Section
     from .store import load
 
     folder = run_folder(path, runs)
     if folder is None:
-        return profiles_json(read_profiles(Path(path)))
+        profiles = read_profiles(Path(path))
+        return profiles_json(profiles, [analyze_section(Section(p.label, None, p))
+                                        for p in profiles])
     run = load(folder)
+    batch = run.target.get("batch_size")
     return profiles_json(
-        [s.profile for s in run.sections],
+        [s.profile for s in run.sections], [analyze_section(s, batch) for s in run.sections],
         [{**s.memory, "tensors": asdict(s.tensor_memory) if s.tensor_memory else None,
-          "tensors_note": s.tensor_memory_note} for s in run.sections],
-        [efficiency.of_section(s, run.target.get("batch_size")) for s in run.sections],
-        [s.whatif for s in run.sections])
+          "tensors_note": s.tensor_memory_note} for s in run.sections])
 
 
 def analyze(path: str, runs: Path, out: Path, output: Output) -> list[Path]:

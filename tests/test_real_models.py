@@ -24,7 +24,8 @@ def profiled(name: str, tmp_path):
     run = profile_target(spec, builder, RunOptions(device="cpu", windows=3, time_budget_s=0.5,
                                                    warmup_steps=1), tmp_path)
     section = run.sections[0]
-    return section, of_section(section, run.target["batch_size"]), analyze_section(section)
+    batch = run.target["batch_size"]
+    return section, of_section(section, batch), analyze_section(section, batch).findings
 
 
 @pytest.mark.parametrize("name, gemm", [("bert_inference", "aten::addmm"),

@@ -30,7 +30,7 @@ def test_timed_on_the_cpu_and_used_over_the_estimate():
     section = load(FIXTURE).sections[0]
     timed = measure(section, {"unfused-attention"}, "cpu")["unfused-attention"]
     assert timed["before_ms"] > 0 and timed["after_ms"] > 0
-    findings = analyze_section(section)
+    findings = analyze_section(section).findings
     for before, after, where in ((20.0, 10.0, "main"), (1.0, 1.5, "minor")):
         section.whatif = {"unfused-attention": {"before_ms": before, "after_ms": after}}
         main, minor = ranked(findings, section.profile, None, section.whatif)

@@ -14,6 +14,7 @@ it imports), decorate it with ``@rule("my-id", threshold=...)``, and add
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from . import rules  # noqa: F401  (registers the built-in rules)
@@ -34,9 +35,12 @@ from .findings import (
     step_share,
     step_wall_us,
 )
+from .efficiency import Efficiency
 from .profile import Profile
+from .savings import Saving
 
-__all__ = ["analyze", "analyze_section", "profiles_json", "NEAR_ROOFLINE", "MATRIX_BOUND",
+__all__ = ["Analysis", "analyze", "analyze_run", "analyze_section", "finding_ids",
+           "profiles_json", "NEAR_ROOFLINE", "MATRIX_BOUND",
            # from reporter.findings, for the modules and tests that import them from here
            "MATMUL_OPS", "MIN_PROFILE_US", "RULES", "SEVERITIES", "Basis", "Finding", "Rule",
            "basis", "dataloader_rows", "op_evidence", "operators", "rule", "share",
@@ -145,12 +149,38 @@ def _matrix_bound(efficiency: Any, limits: dict[str, float]) -> Finding | None:
     }, ops=[o.name for o in rows])
 
 
-def analyze_section(section: Any, overrides: dict[str, dict[str, float]] | None = None,
-                    batch_size: int | None = None) -> list[Finding]:
-    """analyze() of a run's section (reporter.run.Section), with its efficiency."""
-    from .efficiency import of_section
+@dataclass(frozen=True)
+class Analysis:
+    """One profile analyzed, as every report and --json shows it: its efficiency (or why
+    there is none), its findings (as analyze() returns them), and the findings ranked by
+    what each is worth (reporter.analyze.savings): the main problems, then minor ones."""
 
-    return analyze(section.profile, overrides, of_section(section, batch_size))
+    efficiency: Efficiency | str
+    findings: list[Finding]
+    main: list[tuple[Finding, Saving]]
+    minor: list[tuple[Finding, Saving]]
+
+
+def analyze_section(section: Any, batch_size: int | None = None,
+                    overrides: dict[str, dict[str, float]] | None = None) -> Analysis:
+    """The analysis of a run's section (reporter.run.Section) or of an imported profile
+    wrapped in one: its efficiency with the section's peaks, TF32 state and timed step;
+    the findings; their savings, with the replacements timed on the device and the step
+    timed without the profiler. The one place a profile is analyzed."""
+    from .efficiency import of_section
+    from .savings import ranked
+
+    eff = of_section(section, batch_size)
+    findings = analyze(section.profile, overrides, eff)
+    t = section.throughput
+    real_step_us = t.step_us(batch_size) if t is not None else None
+    main, minor = ranked(findings, section.profile, eff, section.whatif, real_step_us)
+    return Analysis(eff, findings, main, minor)
+
+
+def analyze_run(run: Any) -> list[Analysis]:
+    """analyze_section of each section of a run (reporter.run.Run), with its batch size."""
+    return [analyze_section(s, run.target.get("batch_size")) for s in run.sections]
 
 
 def _explained(dominant: Finding, found: list[Finding]) -> bool:
@@ -173,32 +203,27 @@ def _explained(dominant: Finding, found: list[Finding]) -> bool:
     return False
 
 
-def profiles_json(profiles: list[Profile], memory: list[dict[str, Any]] | None = None,
-                  efficiency: list[Any] | None = None,
-                  measured: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def profiles_json(profiles: list[Profile], analyses: list[Analysis],
+                  memory: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The ``--json`` document: times in microseconds, memory in bytes, findings by rule id.
 
-    ``breakdown`` is the step breakdown (null for tables); ``memory``, given for a
-    stored run's sections, adds each one's memory figures and memory profile;
-    ``efficiency`` (reporter.efficiency.of_section's) is given for a run's sections,
-    else judged against the datasheet for the profile's device. Findings come by
-    estimated saving (reporter.savings), with ``saving_ms`` and its band."""
+    ``breakdown`` is the step breakdown (null for tables); ``analyses``, each profile's
+    (analyze_section); ``memory``, given for a stored run's sections, adds each one's
+    memory figures and memory profile. Findings come by estimated saving
+    (reporter.analyze.savings), with ``saving_ms`` and its band."""
     from dataclasses import asdict
 
-    from .efficiency import assess, peaks_for, to_json
-    from .savings import ranked
+    from .efficiency import to_json
 
     out = []
-    for i, p in enumerate(profiles):
+    for i, (p, analysis) in enumerate(zip(profiles, analyses, strict=True)):
         ops = []
         for o in p.ops:
             row = asdict(o)
             if row.get("input_shapes") is None:
                 row.pop("input_shapes", None)
             ops.append(row)
-        eff = efficiency[i] if efficiency is not None else assess(p, peaks_for(p))
-        main, minor = ranked(analyze(p, efficiency=eff), p, eff,
-                             measured[i] if measured is not None else None)
+        eff, main, minor = analysis.efficiency, analysis.main, analysis.minor
         doc = {"label": p.label, "device_type": p.device_type, "totals": p.totals(),
                "breakdown": asdict(p.breakdown) if p.breakdown else None,
                "efficiency": to_json(eff), "ops": ops,

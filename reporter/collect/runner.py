@@ -481,12 +481,13 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
                    tensor_memory_note=tensors if isinstance(tensors, str) else None)
 
 
-def _whatif(section: Section, device: str, progress: Progress, optimizer: Any) -> None:
+def _whatif(section: Section, batch_size: int | None, device: str, progress: Progress,
+            optimizer: Any) -> None:
     """Time on the device the replacements the section's findings propose."""
     from ..analyze.analyzer import analyze_section
     from ..analyze.whatif import measure
 
-    rules = {f.rule for f in analyze_section(section)}
+    rules = {f.rule for f in analyze_section(section, batch_size).findings}
     if rules & {"unfused-attention", "single-tensor-optimizer", "fp32-gemm",
                  "elementwise-blowup"}:
         progress(f"{section.label}: timing the proposed replacements")
@@ -611,7 +612,7 @@ def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
             benchmark = _benchmark(target, device, progress)
             for section in sections:
                 section.peaks = peaks.to_dict()
-                _whatif(section, device, progress, target.optimizer)
+                _whatif(section, batch_size, device, progress, target.optimizer)
     finally:
         del target
         gc.collect()

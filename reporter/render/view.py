@@ -18,11 +18,11 @@ from babel.dates import format_datetime
 from babel.numbers import format_decimal, format_percent
 from babel.units import format_unit
 
-from ..analyze.analyzer import Finding, analyze, step_wall_us
+from ..analyze.analyzer import Analysis, Finding, analyze_run, analyze_section, step_wall_us
 from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 from ..analyze.efficiency import of_section
 from ..analyze.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
-from ..analyze.savings import Saving, ranked
+from ..analyze.savings import Saving
 from ..run import MEMORY_CATEGORIES, Run, Section
 from . import markup
 from .keytable import LOG_ROWS, log_tables
@@ -401,18 +401,13 @@ def _efficiency_view(e: Any, fmt: Fmt) -> dict[str, Any]:
     }
 
 
-def section_view(section: Section, fmt: Fmt, findings: list[Finding] | None = None,
-                 top: int = 15, batch_size: int | None = None, log_rows: int = LOG_ROWS,
-                 logs: bool = True) -> dict[str, Any]:
-    """One profiled mode of a run, or one imported profile (no throughput, no memory);
-    its findings are analysed here, with its efficiency, unless given. ``logs``: fold
-    the operator tables into the section, ``log_rows`` rows each (0: all)."""
+def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
+                 log_rows: int = LOG_ROWS, logs: bool = True) -> dict[str, Any]:
+    """One profiled mode of a run, or one imported profile (no throughput, no memory),
+    with its analysis (reporter.analyze.analyzer.analyze_section). ``logs``: fold the
+    operator tables into the section, ``log_rows`` rows each (0: all)."""
     p = section.profile
-    eff = of_section(section, batch_size)
-    if findings is None:
-        findings = analyze(p, efficiency=eff)
-    real_step = section.throughput.step_us(batch_size) if section.throughput else None
-    main, minor = ranked(findings, p, eff, section.whatif, real_step)
+    eff, main, minor = analysis.efficiency, analysis.main, analysis.minor
     device = p.has_device
     cpu_rows = p.top("self_cpu_us", top, kinds=(KIND_OP, KIND_DATALOADER, KIND_RUNTIME))
     device_rows = p.top("self_device_us", top, kinds=(KIND_OP,)) if device else []
@@ -540,18 +535,15 @@ def _ranks_view(rows: list[dict[str, Any]], main: int, fmt: Fmt) -> dict[str, An
     return view
 
 
-def run_view(run: Run, lang: str, findings: list[list[Finding]] | None = None,
+def run_view(run: Run, lang: str, analyses: list[Analysis] | None = None,
              log_rows: int = LOG_ROWS) -> dict[str, Any]:
-    """Everything report.md.j2 prints for a stored or fresh run; its logs hold ``log_rows``
-    rows of each operator table (0: all)."""
+    """Everything report.md.j2 prints for a stored or fresh run; ``analyses``, one per
+    section (analyze_run's, when not given); its logs hold ``log_rows`` rows of each
+    operator table (0: all)."""
     fmt = Fmt(check_language(lang))
-    given: list[list[Finding] | None] = (
-        list(findings) if findings is not None
-        else [None] * len(run.sections))  # None: each section_view analyses its own
     env = run.env
-    sections = [section_view(s, fmt, f, batch_size=run.target.get("batch_size"),
-                             log_rows=log_rows)
-                for s, f in zip(run.sections, given)]
+    sections = [section_view(s, a, fmt, log_rows=log_rows)
+                for s, a in zip(run.sections, analyses or analyze_run(run), strict=True)]
     _number(sections)
     ranks = None
     if run.ranks:
@@ -590,9 +582,8 @@ def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, An
     """The report view of profiles read from someone's tables (no run around them)."""
     fmt = Fmt(check_language(lang))
     # The user has the tables they gave: no logs.
-    sections = [section_view(Section(label=p.label, throughput=None, profile=p), fmt,
-                             logs=False)
-                for p in profiles]
+    wrapped = [Section(label=p.label, throughput=None, profile=p) for p in profiles]
+    sections = [section_view(s, analyze_section(s), fmt, logs=False) for s in wrapped]
     _number(sections)
     device = next((p.device_type for p in profiles if p.device_type), None)
     ranks = None
