@@ -83,3 +83,14 @@ def test_default_language_follows_the_environment(monkeypatch):
     monkeypatch.setenv("LANG", "fr_FR.UTF-8")
     monkeypatch.setenv("LC_ALL", "C")
     assert default_language() == "en"
+
+
+@pytest.mark.parametrize("name", ["report.md.j2", "compare.md.j2"])
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_language_words_every_block_of_the_layout(lang, name):
+    """The structure is written once (templates/layout/); a language folder holds the
+    words of each block. A block a language lacks would print nothing, silently."""
+    env = environment(lang)
+    layout, words = env.get_template(f"layout/{name}"), env.get_template(name)
+    assert len(layout.blocks) > 20
+    assert set(words.blocks) == set(layout.blocks)

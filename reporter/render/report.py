@@ -16,7 +16,7 @@ from typing import Any, Callable
 from ..errors import BadInput, WorkFailed
 from ..store import write_atomic
 from . import markup
-from .languages import language
+from .languages import builtin_templates, language
 
 
 @lru_cache(maxsize=None)
@@ -28,7 +28,9 @@ def _environment(folder: Path):
                          "(reinstall reporter, or complete that language folder)",
                          error_id="install")
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(folder)),
+        # The language's words first, then the layout every language shares
+        # (templates/layout/: the structure of each report, written once).
+        loader=jinja2.FileSystemLoader([str(folder), str(builtin_templates())]),
         # Markdown, not HTML: every printed value goes through markup.finalize, which
         # escapes it as text unless the view or a filter made it Markdown (markup.Md).
         autoescape=False, finalize=markup.finalize,
