@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import BadInput, ReporterError, WorkFailed
-from .render.report import GITHUB_COMMENT_LIMIT, parse_formats, write_report
+from .render.report import GITHUB_COMMENT_LIMIT, RenderOptions, parse_formats, write_reports
 
 Say = Callable[[str], None]
 
@@ -46,18 +46,14 @@ class Output:
         return cls(check_language(lang), tuple(parse_formats(formats)), max_chars or None,
                    github, published)
 
-    def shape(self, view: dict[str, Any]) -> dict[str, Any]:
-        from .render.view import Fmt
-
-        view["max_chars"] = self.max_chars
-        view["max_chars_text"] = Fmt(view["lang"]).int(self.max_chars or 0)
-        view["github"] = self.github
-        return view
+    @property
+    def options(self) -> RenderOptions:
+        return RenderOptions(max_chars=self.max_chars, github=self.github)
 
     def write(self, view: dict[str, Any], folder: Path, stem: str = "report",
               publish: bool = True) -> list[Path]:
         """The view in each format, written into ``folder``; each file published."""
-        paths = [write_report(view, folder, fmt, stem=stem) for fmt in self.formats]
+        paths = write_reports(view, folder, self.formats, self.options, stem)
         if publish:
             for path in paths:
                 self.published(path)
@@ -114,6 +110,7 @@ def run_targets(request: RunRequest, root: Path, output: Output,
 
 def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output,
                  progress: Say, warn: Say, world, peers) -> int:
+    from .analyze.analyzer import analyze_run
     from .collect.runner import profile_target
     from .render.view import run_view
     from .store import commit, staging
@@ -133,7 +130,7 @@ def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output
                 else:
                     run = _gather_ranks(world, peers, i, spec, builder, opts, stage, step,
                                         request.rank_timeout_s)
-                view = output.shape(run_view(run, output.lang))
+                view = run_view(run, output.lang, analyze_run(run))
                 reports = [p.name for p in output.write(view, stage, publish=False)]
                 final = commit(run, stage, root)
         except ReporterError as exc:
@@ -222,7 +219,7 @@ def render_run(ref: str, runs: Path, output: Output) -> list[Path]:
     from .store import find, load
 
     folder = find(ref, runs)
-    return output.write(output.shape(run_view(load(folder), output.lang)), folder)
+    return output.write(run_view(load(folder), output.lang), folder)
 
 
 def analysis_json(path: str, runs: Path) -> dict[str, Any]:
@@ -254,10 +251,10 @@ def analyze(path: str, runs: Path, out: Path, output: Output) -> list[Path]:
 
     folder = run_folder(path, runs)
     if folder is not None:
-        return output.write(output.shape(run_view(load(folder), output.lang)), folder)
+        return output.write(run_view(load(folder), output.lang), folder)
     source = Path(path)
     view = import_view(read_profiles(source), source.name, output.lang)
-    return output.write(output.shape(view), out, stem=report_stem(source))
+    return output.write(view, out, stem=report_stem(source))
 
 
 def report_stem(path: Path) -> str:
@@ -284,7 +281,7 @@ def write_comparison(comparison, runs: Path, out: Path | None, output: Output) -
     from .render.view import compare_view
 
     out = out or _new_folder(runs, f"compare-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}")
-    return output.write(output.shape(compare_view(comparison, output.lang)), out,
+    return output.write(compare_view(comparison, output.lang), out,
                         stem="compare")
 
 

@@ -161,7 +161,7 @@ def test_every_rule_can_fire_and_reads_in_every_language(rule_id):
         fmt = Fmt(lang)
         view = {"lang": lang, "on_gpu": True, "plural": fmt.plural,
                 "f": _finding_view(finding, fmt)}
-        text = render_markdown(view, f"findings/{rule_id}.md.j2")
+        text = render_markdown(view, template=f"findings/{rule_id}.md.j2")
         assert words[lang] in text, text
         assert fmt.pct(finding.evidence["share"]) in text, (lang, text)  # the evidence, in numbers
         assert "{{" not in text and "None" not in text, text
@@ -183,7 +183,7 @@ def test_fp32_convolutions_are_tensor_core_eligible_work_by_kernel_name():
     for lang in LANGUAGES:
         fmt = Fmt(lang)
         text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
-                                "f": _finding_view(f, fmt)}, "findings/fp32-gemm.md.j2")
+                                "f": _finding_view(f, fmt)}, template="findings/fp32-gemm.md.j2")
         assert opening[lang] in text and "cudnn.allow_tf32" in text, text
     tensor_cores = _gpu([Op("aten::cudnn_convolution", calls=10, self_device_us=9000),
                          Op(tf32, calls=10, self_device_us=9000, kind="kernel")])

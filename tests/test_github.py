@@ -9,10 +9,10 @@ import pytest
 from markdown_it import MarkdownIt
 
 from reporter.analyze.profile import Op, Profile
-from reporter.render.report import GITHUB_COMMENT_LIMIT, render_markdown
+from reporter.render.report import GITHUB_COMMENT_LIMIT, RenderOptions, render_markdown
 from reporter.run import Run, Section, Throughput
 from reporter.store import load
-from reporter.render.view import LANGUAGES, run_view
+from reporter.render.view import LANGUAGES, Fmt, run_view
 from conftest import FIXTURES, cli
 
 GFM = MarkdownIt("commonmark").enable("table")
@@ -54,12 +54,12 @@ def test_a_large_report_fits_a_comment_with_summary_and_findings_whole(lang):
     full = render_markdown(full_view)
     assert len(full) > GITHUB_COMMENT_LIMIT  # the test means something
     fitted_view = run_view(_big_run(), lang, log_rows=0)
-    fitted_view.update(max_chars=GITHUB_COMMENT_LIMIT, max_chars_text="65 536")
-    fitted = render_markdown(fitted_view)
+    fitted = render_markdown(fitted_view, RenderOptions(max_chars=GITHUB_COMMENT_LIMIT))
     assert len(fitted) <= GITHUB_COMMENT_LIMIT
     # Everything before the logs is the same, word for word.
     assert fitted.split("<details>")[0] == full.split("<details>")[0]
-    assert "65 536" in _part(fitted, "<details>", "</details>")  # it says the logs were cut
+    limit = Fmt(lang).int(GITHUB_COMMENT_LIMIT)  # as the language writes it
+    assert limit in _part(fitted, "<details>", "</details>")  # it says the logs were cut
     written, seen = _tables_seen(fitted)
     assert written >= 2 and seen == written
 
@@ -108,10 +108,9 @@ def test_the_pdf_keeps_whole_logs_and_its_own_charts(tmp_path):
     import shutil
     if shutil.which("pdftotext") is None:
         pytest.skip("poppler-utils is not installed")
-    from reporter.render.report import write_report
+    from reporter.render.report import RenderOptions, write_report
     view = run_view(load(FIXTURES / "runs" / "cpu-transformer-bloat"), "en")
-    view.update(max_chars=3000, max_chars_text="3,000", github=True)
-    pdf = write_report(view, tmp_path, "pdf")
+    pdf = write_report(view, tmp_path, "pdf", RenderOptions(max_chars=3000, github=True))
     import subprocess
     text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True).stdout
     assert "more rows" not in text and "pie showData" not in text

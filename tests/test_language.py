@@ -21,7 +21,7 @@ def _finding_text(finding: Finding, lang: str) -> str:
     fmt = Fmt(lang)
     view = {"lang": lang, "on_gpu": finding.evidence.get("basis") == "device",
             "plural": fmt.plural, "f": _finding_view(finding, fmt)}
-    return render_markdown(view, f"findings/{finding.rule}.md.j2")
+    return render_markdown(view, template=f"findings/{finding.rule}.md.j2")
 
 
 def _gemm_profile(kernel: str) -> Profile:

@@ -59,7 +59,7 @@ def _rendered(finding) -> dict[str, str]:
         fmt = Fmt(lang)
         out[lang] = render_markdown({"lang": lang, "on_gpu": False, "plural": fmt.plural,
                                      "f": _finding_view(finding, fmt)},
-                                    f"findings/{finding.rule}.md.j2")
+                                    template=f"findings/{finding.rule}.md.j2")
     return out
 
 

@@ -11,7 +11,9 @@ import io
 import math
 import textwrap
 import unicodedata
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
 
 from .markup import clean, mermaid_label, shorten
 
@@ -232,11 +234,33 @@ def _short(name: str, width: int = 48) -> str:
     return shorten(clean(name), width)
 
 
-def write_charts(view: dict[str, Any], folder, terms: Any, stem: str) -> list[str]:
-    """Draw each section's chart into ``folder``; set its ``chart`` to the file name.
+@dataclass(frozen=True)
+class Charts:
+    """The charts of one report: SVG files in ``folder`` by (section or mode index, kind:
+    share, breakdown, memory, roofline), and Mermaid sources by index (for GitHub)."""
 
-    Chart files are named after their report (``<stem>-chart-...``): reports that share
-    a folder never show each other's charts."""
+    folder: Path | None = None
+    files: Mapping[tuple[int, str], str] = field(default_factory=dict)
+    mermaid: Mapping[int, str] = field(default_factory=dict)
+
+    def of(self, i: int) -> dict[str, str | None]:
+        """What the template shows for section (or mode) ``i``."""
+        return {kind: self.files.get((i, kind))
+                for kind in ("share", "breakdown", "memory", "roofline")} | {
+                    "mermaid": self.mermaid.get(i)}
+
+    def names(self) -> set[str]:
+        return set(self.files.values())
+
+
+NO_CHARTS = Charts()
+
+
+def draw(view: dict[str, Any], folder: Path, terms: Any, stem: str, mermaid: bool = False
+         ) -> Charts:
+    """Draw the report's charts into ``folder``, as SVG files named after the report
+    (``<stem>-chart-...``: reports that share a folder never show each other's charts);
+    with ``mermaid``, also as Mermaid sources (GitHub draws them in a comment)."""
     from matplotlib import font_manager
 
     from .languages import all_fonts
@@ -246,13 +270,15 @@ def write_charts(view: dict[str, Any], folder, terms: Any, stem: str) -> list[st
     # The language's fonts first, then the other languages' (a name may be in any script).
     families = [f for f in all_fonts(view["lang"]) if f in installed] or ["DejaVu Sans"]
     with plt.rc_context({"font.family": families}):
-        return _write_charts(view, folder, terms, stem)
+        files = _write_charts(view, Path(folder), terms, stem)
+    return Charts(Path(folder), files, _mermaid(view, terms) if mermaid else {})
 
 
-def _write_charts(view: dict[str, Any], folder, terms: Any, stem: str) -> list[str]:
+def _write_charts(view: dict[str, Any], folder: Path, terms: Any, stem: str
+                  ) -> dict[tuple[int, str], str]:
     from ..store import write_atomic
 
-    written = []
+    written: dict[tuple[int, str], str] = {}
     if view.get("kind") == "compare":
         for i, m in enumerate(view["modes"]):
             if len(m["chart_rows"]) < 2:
@@ -260,8 +286,7 @@ def _write_charts(view: dict[str, Any], folder, terms: Any, stem: str) -> list[s
             name = f"{stem}-chart-{i + 1}.{view['lang']}.svg"
             write_atomic(folder / name, throughput_chart(m["chart_rows"],
                                                          terms.chart["throughput"]))
-            m["chart"] = name
-            written.append(name)
+            written[(i, "share")] = name
         return written
     for i, s in enumerate(view["sections"]):
         rows = s.get("chart_rows")
@@ -271,8 +296,7 @@ def _write_charts(view: dict[str, Any], folder, terms: Any, stem: str) -> list[s
         title = terms.chart["share"][basis]
         name = f"{stem}-chart-{i + 1}-{s['mode'] or 'profile'}.{view['lang']}.svg"
         write_atomic(folder / name, share_chart(rows, title))
-        s["chart"] = name
-        written.append(name)
+        written[(i, "share")] = name
     for i, s in enumerate(view["sections"]):
         if not s.get("breakdown_rows"):
             continue
@@ -280,16 +304,14 @@ def _write_charts(view: dict[str, Any], folder, terms: Any, stem: str) -> list[s
         write_atomic(folder / name, breakdown_chart(
             s["breakdown_rows"], {**terms.phase, **terms.activity}, terms.chart["steps"],
             terms.chart["step"]))
-        s["breakdown_chart"] = name
-        written.append(name)
+        written[(i, "breakdown")] = name
     for i, s in enumerate(view["sections"]):
         if not s.get("memory_rows"):
             continue
         name = f"{stem}-chart-memory-{i + 1}-{s['mode'] or 'profile'}.{view['lang']}.svg"
         write_atomic(folder / name, memory_chart(s["memory_rows"], terms.category,
                                                  terms.chart["memory"], terms.chart["mib"]))
-        s["memory_chart"] = name
-        written.append(name)
+        written[(i, "memory")] = name
     for i, s in enumerate(view["sections"]):
         if not s.get("roofline_points"):
             continue
@@ -297,29 +319,27 @@ def _write_charts(view: dict[str, Any], folder, terms: Any, stem: str) -> list[s
         write_atomic(folder / name, roofline_chart(s["roofline_points"],
                                                    terms.chart["roofline"],
                                                    terms.chart["roofline_axes"]))
-        s["roofline_chart"] = name
-        written.append(name)
+        written[(i, "roofline")] = name
     return written
 
 
-def mermaid_charts(view: dict[str, Any], terms: Any) -> None:
-    """Charts as Mermaid blocks, which GitHub draws in a comment without hosted images.
-
-    Sets ``mermaid`` on each section (a pie of the operators' shares) or, for a
-    comparison, on each mode (bars of the throughput per step).
-    """
+def _mermaid(view: dict[str, Any], terms: Any) -> dict[int, str]:
+    """Charts as Mermaid blocks, which GitHub draws in a comment without hosted images:
+    by section, a pie of the operators' shares, or by mode of a comparison, bars of the
+    throughput per step."""
+    out: dict[int, str] = {}
     if view.get("kind") == "compare":
-        for m in view["modes"]:
+        for i, m in enumerate(view["modes"]):
             rows = m["chart_rows"]
             if len(rows) < 2:
                 continue
             names = ", ".join(f'"{i}. {mermaid_label(n)}"' for i, (n, _) in enumerate(rows, 1))
             values = ", ".join(f"{t.median:.4g}" for _, t in rows)
             title = terms.chart["throughput"].replace('"', "'")
-            m["mermaid"] = (f'xychart-beta\n    title "{title}"\n    x-axis [{names}]\n'
+            out[i] = (f'xychart-beta\n    title "{title}"\n    x-axis [{names}]\n'
                             f'    y-axis "samples/s"\n    bar [{values}]')
-        return
-    for s in view["sections"]:
+        return out
+    for i, s in enumerate(view["sections"]):
         rows = s.get("chart_rows")
         if not rows:
             continue
@@ -330,4 +350,5 @@ def mermaid_charts(view: dict[str, Any], terms: Any) -> None:
         rest = 100 * (1 - sum(share for _, share, _ in rows))
         if rest >= 0.05:
             lines.append(f'    "{terms.chart["other"]}" : {rest:.1f}')
-        s["mermaid"] = "\n".join(lines)
+        out[i] = "\n".join(lines)
+    return out

@@ -22,6 +22,7 @@ from urllib.parse import unquote, urlsplit
 
 from .. import __version__
 from ..errors import WorkFailed
+from .charts import Charts
 from .languages import all_fonts, language
 
 CSS = """
@@ -211,31 +212,19 @@ def check_fonts(lang: str) -> None:
                          error_id="no-font")
 
 
-def pdf_view(view: dict[str, Any]) -> dict[str, Any]:
-    """The report view as the handout shows it: its own charts and room for whole logs (no
-    Mermaid, no character limit, and the charts a GitHub comment cannot show)."""
-    parts = "modes" if view.get("kind") == "compare" else "sections"
-    return {**view, "max_chars": None, "github": False,
-            parts: [{**p, "mermaid": None} for p in view[parts]]}
-
-
-def render_pdf(view: dict[str, Any], markdown_text: str) -> bytes:
-    """The PDF of a report: ``view`` from pdf_view, ``markdown_text`` its Markdown (the
-    caller renders it: this module does not depend on the renderer). Charts are read from
-    ``view['asset_dir']``."""
+def render_pdf(view: dict[str, Any], markdown_text: str, charts: Charts) -> bytes:
+    """The PDF of a report: ``markdown_text`` is its Markdown (the caller renders it: this
+    module does not depend on the renderer), ``charts`` (render.charts.Charts) the chart
+    files it may embed."""
     check_fonts(view["lang"])
     try:
         from weasyprint import HTML
     except (ImportError, OSError) as exc:  # OSError: Pango or its friends are missing
         raise WorkFailed(f"PDF needs WeasyPrint and Pango ({exc}); run scripts/setup.sh",
                          error_id="no-weasyprint") from exc
-    parts = "modes" if view.get("kind") == "compare" else "sections"
     page = to_html(markdown_text, view["lang"], view.get("created_iso"))
-    folder = Path(view["asset_dir"][0]) if view.get("asset_dir") else Path.cwd()
-    charts = {p[key] for p in view[parts]
-              for key in ("chart", "memory_chart", "breakdown_chart", "roofline_chart")
-              if p.get(key)}
+    folder = charts.folder or Path.cwd()
     # A refused URL is logged by WeasyPrint as a warning: not the user's business.
     logging.getLogger("weasyprint").setLevel(logging.ERROR)
     return HTML(string=page, base_url=str(folder) + "/",
-                url_fetcher=url_fetcher(folder, charts)).write_pdf()
+                url_fetcher=url_fetcher(folder, charts.names())).write_pdf()

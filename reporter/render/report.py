@@ -8,14 +8,15 @@ built.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..errors import BadInput, WorkFailed
 from ..store import write_atomic
 from . import markup
+from .charts import NO_CHARTS, Charts
 from .languages import builtin_templates, language
 
 
@@ -50,10 +51,19 @@ def environment(lang: str):
 GITHUB_COMMENT_LIMIT = 65_536  # characters in a GitHub issue or pull-request comment
 
 
-def render_markdown(view: dict[str, Any], template: str | None = None) -> str:
-    """The Markdown report; with ``view['max_chars']``, shortened to fit (logs first)."""
-    text = _render_markdown(view, template)
-    limit = view.get("max_chars")
+@dataclass(frozen=True)
+class RenderOptions:
+    """How a report is rendered, besides its view (which holds what it says)."""
+
+    max_chars: int | None = None  # Markdown: shorten the folded logs to fit (None: no limit)
+    github: bool = False  # Markdown: charts as Mermaid, which a GitHub comment draws
+
+
+def render_markdown(view: dict[str, Any], options: RenderOptions = RenderOptions(),
+                    charts: Charts = NO_CHARTS, template: str | None = None) -> str:
+    """The Markdown report; with ``options.max_chars``, shortened to fit (logs first)."""
+    text = _render_markdown(view, options, charts, template)
+    limit = options.max_chars
     if not limit or len(text) <= limit or template:
         return text
     # Shorten the folded logs first: fewer rows in each raw table, then none at all.
@@ -64,16 +74,21 @@ def render_markdown(view: dict[str, Any], template: str | None = None) -> str:
             if s.get("raw_at"):
                 s["raw"] = s["raw_at"](keep) if keep else []
                 s["logs_cut"] = True
-        text = _render_markdown(view, template)
+        text = _render_markdown(view, options, charts, template)
         if len(text) <= limit:
             return text
     raise WorkFailed(f"the report is {len(text):,} characters even without its logs, over "
                      f"the limit of {limit:,} (--max-chars)", error_id="too-long")
 
 
-def _render_markdown(view: dict[str, Any], template: str | None = None) -> str:
+def _render_markdown(view: dict[str, Any], options: RenderOptions, charts: Charts,
+                     template: str | None = None) -> str:
+    from .view import Fmt
+
     template = template or ("compare.md.j2" if view.get("kind") == "compare" else "report.md.j2")
-    text = environment(view["lang"]).get_template(template).render(**view)
+    text = environment(view["lang"]).get_template(template).render(
+        **view, charts=charts, github=options.github,
+        max_chars_text=Fmt(view["lang"]).int(options.max_chars or 0))
     # Collapse runs of blank lines that template blocks leave behind.
     lines, blank = [], 0
     for line in text.splitlines():
@@ -85,16 +100,21 @@ def _render_markdown(view: dict[str, Any], template: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class Renderer:
+    """An output format: its name, file extension, and a function of the view, the
+    options and the report's charts that returns the file's content."""
+
     name: str
     extension: str
-    render: Callable[[dict[str, Any]], str | bytes]
+    render: Callable[[dict[str, Any], RenderOptions, Charts], str | bytes]
 
 
-def _render_pdf(view: dict[str, Any]) -> bytes:
-    from .pdf import pdf_view, render_pdf  # WeasyPrint only when a PDF is asked for
+def _render_pdf(view: dict[str, Any], options: RenderOptions, charts: Charts) -> bytes:
+    """The handout: the Markdown report with room for whole logs and the charts as images
+    (no character limit, no Mermaid: options for a comment do not apply to paper)."""
+    from .pdf import render_pdf  # WeasyPrint only when a PDF is asked for
 
-    view = pdf_view(view)
-    return render_pdf(view, render_markdown(view))
+    images = replace(charts, mermaid={})
+    return render_pdf(view, render_markdown(view, RenderOptions(), images), images)
 
 
 RENDERERS: dict[str, Renderer] = {
@@ -112,18 +132,27 @@ def parse_formats(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def write_report(view: dict[str, Any], folder: Path, fmt: str, stem: str = "report") -> Path:
-    """Render and write one report (and its charts, once); the file is whole or absent."""
-    renderer = RENDERERS[fmt]
+def write_reports(view: dict[str, Any], folder: Path, formats: Sequence[str],
+                  options: RenderOptions = RenderOptions(), stem: str = "report"
+                  ) -> list[Path]:
+    """Draw the report's charts into ``folder`` once, then render and write it in each
+    format; each file is whole or absent."""
+    from .charts import draw
+
     language(view["lang"])  # BadInput for an unknown language
     folder = Path(folder)
-    if view.get("asset_dir") != (folder, stem):  # charts once per report, named after it
-        from .charts import mermaid_charts, write_charts
+    terms = environment(view["lang"]).get_template("terms.j2").module
+    charts = draw(view, folder, terms, stem, mermaid=options.github)
+    paths = []
+    for fmt in formats:
+        renderer = RENDERERS[fmt]
+        content = renderer.render(view, options, charts)
+        paths.append(write_atomic(folder / f"{stem}.{view['lang']}.{renderer.extension}",
+                                  content))
+    return paths
 
-        terms = environment(view["lang"]).get_template("terms.j2").module
-        write_charts(view, folder, terms, stem)
-        if view.get("github"):
-            mermaid_charts(view, terms)
-        view["asset_dir"] = (folder, stem)
-    content = renderer.render(view)
-    return write_atomic(folder / f"{stem}.{view['lang']}.{renderer.extension}", content)
+
+def write_report(view: dict[str, Any], folder: Path, fmt: str,
+                 options: RenderOptions = RenderOptions(), stem: str = "report") -> Path:
+    """write_reports in one format."""
+    return write_reports(view, folder, [fmt], options, stem)[0]

@@ -251,7 +251,7 @@ def _tensor_memory_view(section: Section, fmt: Fmt) -> dict[str, Any]:
             # in their own line.
             note = "not-recorded" if section.throughput is not None else None
         return {"tensor_peak": None, "tensor_categories": [], "tensor_note": note,
-                "memory_rows": None, "memory_chart": None}
+                "memory_rows": None}
     order = {name: i for i, name in enumerate(MEMORY_CATEGORIES)}
     cats = sorted(((k, v) for k, v in tm.at_peak_b.items() if v > 0),
                   key=lambda kv: (-kv[1], order.get(kv[0], len(order))))
@@ -262,7 +262,6 @@ def _tensor_memory_view(section: Section, fmt: Fmt) -> dict[str, Any]:
                               for k, v in cats],
         "tensor_note": None,
         "memory_rows": tm if len(tm.timeline_ms) >= 2 else None,  # for the chart
-        "memory_chart": None,  # its file name, once write_report has drawn it
     }
 
 
@@ -276,7 +275,7 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
     the long steps; or why there is none (``breakdown_note``: "table", "not-recorded")."""
     b = section.profile.breakdown
     if b is None or not b.steps_us:
-        return {"breakdown": None, "breakdown_chart": None,
+        return {"breakdown": None,
                 "breakdown_note": ("not-recorded" if section.throughput is not None
                                    else "table")}
     step = b.mean(b.steps_us)
@@ -345,7 +344,6 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
             **reading,
         },
         "breakdown_rows": b,  # for the chart
-        "breakdown_chart": None,  # its file name, once write_report has drawn it
         "breakdown_note": None,
     }
 
@@ -358,8 +356,7 @@ def _efficiency_view(e: Any, fmt: Fmt) -> dict[str, Any]:
     are none (``efficiency_note``: efficiency.NO_SHAPES, NO_PEAKS, NOTHING_MODELLED,
     NOT_RECORDED)."""
     if isinstance(e, str):
-        return {"efficiency": None, "efficiency_note": e, "roofline_points": None,
-                "roofline_chart": None}
+        return {"efficiency": None, "efficiency_note": e, "roofline_points": None}
     # Names and dtypes may come from a crafted run.json: text, never Markdown.
     rows = [{"name": markup.code(o.name), "dtype": markup.text(", ".join(o.dtypes)),
              "time": fmt.time(o.time_us), "flops": fmt.si(o.flops, "FLOP") if o.flops else "0",
@@ -397,7 +394,6 @@ def _efficiency_view(e: Any, fmt: Fmt) -> dict[str, Any]:
         },
         "efficiency_note": None,
         "roofline_points": e,  # for the chart
-        "roofline_chart": None,  # its file name, once write_report has drawn it
     }
 
 
@@ -486,8 +482,6 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         "trace": section.trace,
         "chart_rows": chart_rows,
         "chart_basis": "device" if device else "cpu",
-        "chart": None,  # the chart's file name, once write_report has drawn it
-        "mermaid": None,  # the chart as a Mermaid block, for GitHub (--github)
         "logs_cut": False,  # set when the logs were shortened to fit --max-chars
     }
 
@@ -574,7 +568,6 @@ def run_view(run: Run, lang: str, analyses: list[Analysis] | None = None,
         "plural": fmt.plural,
         "n_findings": sum(len(s["findings"]) for s in sections),
         "imported": False, "source": None, "marker": f"report:{run.target.get('name')}",
-        "max_chars": None, "github": False,
     }
 
 
@@ -604,7 +597,7 @@ def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, An
         "cpu_count": None, "threads": None, "python": None,
         "sections": sections, "multi": len(sections) > 1, "plural": fmt.plural,
         "n_findings": sum(len(s["findings"]) for s in sections), "imported": True,
-        "marker": f"analyze:{source}", "max_chars": None, "github": False,
+        "marker": f"analyze:{source}",
     }
 
 
@@ -718,7 +711,6 @@ def compare_view(comparison, lang: str) -> dict[str, Any]:
             "chart_rows": [(step.name, s.throughput) for step, s in
                            zip(comparison.steps, m.sections) if s.throughput and
                            s.throughput.windows],
-            "chart": None, "mermaid": None,
             "breakdown": _breakdown_side_by_side(m.sections, fmt),
             "efficiency": _efficiency_side_by_side(m.sections, comparison.steps, fmt),
             "sub": markup.Md("###" if len(comparison.modes) > 1 else "##"),
@@ -731,7 +723,6 @@ def compare_view(comparison, lang: str) -> dict[str, Any]:
         "mismatch": {k: k in comparison.mismatches for k in ("device", "target", "batch")},
         "any_mismatch": bool(comparison.mismatches),
         "marker": "compare:" + ",".join(s.name for s in comparison.steps),
-        "max_chars": None, "github": False,
         "created_iso": (last.created if last else
                         datetime.now(timezone.utc).isoformat(timespec="seconds")),
     }
