@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from .errors import BadInput, ReporterError, WorkFailed
 from .render.report import GITHUB_COMMENT_LIMIT, RenderOptions, parse_formats, write_reports
+from .render.view import View
 
 Say = Callable[[str], None]
 
@@ -50,7 +51,7 @@ class Output:
     def options(self) -> RenderOptions:
         return RenderOptions(max_chars=self.max_chars, github=self.github)
 
-    def write(self, view: dict[str, Any], folder: Path, stem: str = "report",
+    def write(self, view: View, folder: Path, stem: str = "report",
               publish: bool = True) -> list[Path]:
         """The view in each format, written into ``folder``; each file published."""
         paths = write_reports(view, folder, self.formats, self.options, stem)
@@ -142,8 +143,8 @@ def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output
         for name_ in reports:
             output.published(final / name_)
         done.append(run)
-        step(f"done: ~{view['sections'][0]['throughput']} samples/s, "
-             f"{view['n_findings']} finding(s)")
+        step(f"done: ~{view.sections[0].throughput} samples/s, "
+             f"{view.n_findings} finding(s)")
     if request.compare:
         if len(done) < 2:
             warn(BadInput("--compare needs two runs that succeeded", error_id="usage").one_line())

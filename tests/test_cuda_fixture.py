@@ -46,13 +46,13 @@ def test_the_recorded_window_holds_exactly_the_recorded_steps_device_work(run):
 @pytest.mark.parametrize("lang", LANGUAGES)
 def test_fp32_products_come_first_with_their_measured_worth(run, lang):
     view = run_view(run, lang)
-    for s, section in zip(view["sections"], run.sections):
-        first = s["findings"][0]
+    for s, section in zip(view.sections, run.sections):
+        first = s.findings[0]
         assert first["rule"] == "fp32-gemm"
         timed = section.whatif["fp32-gemm"]
         assert timed["after_ms"] < timed["tf32_ms"] < timed["before_ms"]
         assert first["worth"]["before"] and first["worth"]["after"]  # "measured here"
-        b = s["breakdown"]
+        b = s.breakdown
         assert b["gpu_bound"] and not b["long_steps"]  # the waits are not long steps
     text = render_markdown(view)
     assert "H100" in text and text.count("cutlass") > 0

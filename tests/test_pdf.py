@@ -38,8 +38,8 @@ def test_pdf_in_every_language(tmp_path, fixture, lang):
     text = _text(pdf)
     flat = " ".join(text.split())
     assert TITLES[lang] in flat and FINDING[lang] in flat
-    s = view["sections"][0]
-    for number in (s["self_cpu_total"], s["findings"][0]["share"]):
+    s = view.sections[0]
+    for number in (s.self_cpu_total, s.findings[0]["share"]):
         assert " ".join(number.split()) in flat, number  # the numbers, formatted for the locale
     assert "aten::mul" in flat
     assert list(tmp_path.glob("report-chart-1-*.svg"))  # the chart is drawn and embedded

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import rules  # noqa: F401  (registers the built-in rules)
+from .efficiency import Efficiency
 from .findings import (
     MATMUL_OPS,
     MIN_PROFILE_US,
@@ -35,7 +36,6 @@ from .findings import (
     step_share,
     step_wall_us,
 )
-from .efficiency import Efficiency
 from .profile import Profile
 from .savings import Saving
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .markup import clean, mermaid_label, shorten
+from .view import CompareView, View
 
 
 def _pyplot():
@@ -256,7 +257,7 @@ class Charts:
 NO_CHARTS = Charts()
 
 
-def draw(view: dict[str, Any], folder: Path, terms: Any, stem: str, mermaid: bool = False
+def draw(view: View, folder: Path, terms: Any, stem: str, mermaid: bool = False
          ) -> Charts:
     """Draw the report's charts into ``folder``, as SVG files named after the report
     (``<stem>-chart-...``: reports that share a folder never show each other's charts);
@@ -268,82 +269,82 @@ def draw(view: dict[str, Any], folder: Path, terms: Any, stem: str, mermaid: boo
     plt = _pyplot()
     installed = {f.name for f in font_manager.fontManager.ttflist}
     # The language's fonts first, then the other languages' (a name may be in any script).
-    families = [f for f in all_fonts(view["lang"]) if f in installed] or ["DejaVu Sans"]
+    families = [f for f in all_fonts(view.lang) if f in installed] or ["DejaVu Sans"]
     with plt.rc_context({"font.family": families}):
         files = _write_charts(view, Path(folder), terms, stem)
     return Charts(Path(folder), files, _mermaid(view, terms) if mermaid else {})
 
 
-def _write_charts(view: dict[str, Any], folder: Path, terms: Any, stem: str
+def _write_charts(view: View, folder: Path, terms: Any, stem: str
                   ) -> dict[tuple[int, str], str]:
     from ..store import write_atomic
 
     written: dict[tuple[int, str], str] = {}
-    if view.get("kind") == "compare":
-        for i, m in enumerate(view["modes"]):
-            if len(m["chart_rows"]) < 2:
+    if isinstance(view, CompareView):
+        for i, m in enumerate(view.modes):
+            if len(m.chart_rows) < 2:
                 continue
-            name = f"{stem}-chart-{i + 1}.{view['lang']}.svg"
-            write_atomic(folder / name, throughput_chart(m["chart_rows"],
+            name = f"{stem}-chart-{i + 1}.{view.lang}.svg"
+            write_atomic(folder / name, throughput_chart(m.chart_rows,
                                                          terms.chart["throughput"]))
             written[(i, "share")] = name
         return written
-    for i, s in enumerate(view["sections"]):
-        rows = s.get("chart_rows")
+    for i, s in enumerate(view.sections):
+        rows = s.chart_rows
         if not rows:
             continue
-        basis = "device" if s["has_device"] else "cpu"
+        basis = "device" if s.has_device else "cpu"
         title = terms.chart["share"][basis]
-        name = f"{stem}-chart-{i + 1}-{s['mode'] or 'profile'}.{view['lang']}.svg"
+        name = f"{stem}-chart-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
         write_atomic(folder / name, share_chart(rows, title))
         written[(i, "share")] = name
-    for i, s in enumerate(view["sections"]):
-        if not s.get("breakdown_rows"):
+    for i, s in enumerate(view.sections):
+        if not s.breakdown_rows:
             continue
-        name = f"{stem}-chart-steps-{i + 1}-{s['mode'] or 'profile'}.{view['lang']}.svg"
+        name = f"{stem}-chart-steps-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
         write_atomic(folder / name, breakdown_chart(
-            s["breakdown_rows"], {**terms.phase, **terms.activity}, terms.chart["steps"],
+            s.breakdown_rows, {**terms.phase, **terms.activity}, terms.chart["steps"],
             terms.chart["step"]))
         written[(i, "breakdown")] = name
-    for i, s in enumerate(view["sections"]):
-        if not s.get("memory_rows"):
+    for i, s in enumerate(view.sections):
+        if not s.memory_rows:
             continue
-        name = f"{stem}-chart-memory-{i + 1}-{s['mode'] or 'profile'}.{view['lang']}.svg"
-        write_atomic(folder / name, memory_chart(s["memory_rows"], terms.category,
+        name = f"{stem}-chart-memory-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
+        write_atomic(folder / name, memory_chart(s.memory_rows, terms.category,
                                                  terms.chart["memory"], terms.chart["mib"]))
         written[(i, "memory")] = name
-    for i, s in enumerate(view["sections"]):
-        if not s.get("roofline_points"):
+    for i, s in enumerate(view.sections):
+        if not s.roofline_points:
             continue
-        name = f"{stem}-chart-roofline-{i + 1}-{s['mode'] or 'profile'}.{view['lang']}.svg"
-        write_atomic(folder / name, roofline_chart(s["roofline_points"],
+        name = f"{stem}-chart-roofline-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
+        write_atomic(folder / name, roofline_chart(s.roofline_points,
                                                    terms.chart["roofline"],
                                                    terms.chart["roofline_axes"]))
         written[(i, "roofline")] = name
     return written
 
 
-def _mermaid(view: dict[str, Any], terms: Any) -> dict[int, str]:
+def _mermaid(view: View, terms: Any) -> dict[int, str]:
     """Charts as Mermaid blocks, which GitHub draws in a comment without hosted images:
     by section, a pie of the operators' shares, or by mode of a comparison, bars of the
     throughput per step."""
     out: dict[int, str] = {}
-    if view.get("kind") == "compare":
-        for i, m in enumerate(view["modes"]):
-            rows = m["chart_rows"]
-            if len(rows) < 2:
+    if isinstance(view, CompareView):
+        for i, m in enumerate(view.modes):
+            steps = m.chart_rows
+            if len(steps) < 2:
                 continue
-            names = ", ".join(f'"{i}. {mermaid_label(n)}"' for i, (n, _) in enumerate(rows, 1))
-            values = ", ".join(f"{t.median:.4g}" for _, t in rows)
+            names = ", ".join(f'"{k}. {mermaid_label(n)}"' for k, (n, _) in enumerate(steps, 1))
+            values = ", ".join(f"{t.median:.4g}" for _, t in steps)
             title = terms.chart["throughput"].replace('"', "'")
             out[i] = (f'xychart-beta\n    title "{title}"\n    x-axis [{names}]\n'
-                            f'    y-axis "samples/s"\n    bar [{values}]')
+                      f'    y-axis "samples/s"\n    bar [{values}]')
         return out
-    for i, s in enumerate(view["sections"]):
-        rows = s.get("chart_rows")
+    for i, s in enumerate(view.sections):
+        rows = s.chart_rows
         if not rows:
             continue
-        title = terms.chart["share"][s["chart_basis"]].replace('"', "'")
+        title = terms.chart["share"][s.chart_basis].replace('"', "'")
         lines = [f"pie showData title {title}"]
         for name, share, _ in rows:
             lines.append(f'    "{mermaid_label(name)}" : {100 * share:.1f}')

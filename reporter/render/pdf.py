@@ -24,6 +24,7 @@ from .. import __version__
 from ..errors import WorkFailed
 from .charts import Charts
 from .languages import all_fonts, language
+from .view import View
 
 CSS = """
 @page {
@@ -212,17 +213,17 @@ def check_fonts(lang: str) -> None:
                          error_id="no-font")
 
 
-def render_pdf(view: dict[str, Any], markdown_text: str, charts: Charts) -> bytes:
+def render_pdf(view: View, markdown_text: str, charts: Charts) -> bytes:
     """The PDF of a report: ``markdown_text`` is its Markdown (the caller renders it: this
     module does not depend on the renderer), ``charts`` (render.charts.Charts) the chart
     files it may embed."""
-    check_fonts(view["lang"])
+    check_fonts(view.lang)
     try:
         from weasyprint import HTML
     except (ImportError, OSError) as exc:  # OSError: Pango or its friends are missing
         raise WorkFailed(f"PDF needs WeasyPrint and Pango ({exc}); run scripts/setup.sh",
                          error_id="no-weasyprint") from exc
-    page = to_html(markdown_text, view["lang"], view.get("created_iso"))
+    page = to_html(markdown_text, view.lang, view.created_iso)
     folder = charts.folder or Path.cwd()
     # A refused URL is logged by WeasyPrint as a warning: not the user's business.
     logging.getLogger("weasyprint").setLevel(logging.ERROR)

@@ -8,7 +8,7 @@ built.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, is_dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -18,6 +18,7 @@ from ..store import write_atomic
 from . import markup
 from .charts import NO_CHARTS, Charts
 from .languages import builtin_templates, language
+from .view import CompareView, Fmt, ReportView, View
 
 
 @lru_cache(maxsize=None)
@@ -59,36 +60,36 @@ class RenderOptions:
     github: bool = False  # Markdown: charts as Mermaid, which a GitHub comment draws
 
 
-def render_markdown(view: dict[str, Any], options: RenderOptions = RenderOptions(),
+def render_markdown(view: Any, options: RenderOptions = RenderOptions(),
                     charts: Charts = NO_CHARTS, template: str | None = None) -> str:
-    """The Markdown report; with ``options.max_chars``, shortened to fit (logs first)."""
+    """The Markdown report of a view (view.ReportView or CompareView; a mapping for a
+    single template, with ``template``); with ``options.max_chars``, shortened to fit,
+    the logs first."""
     text = _render_markdown(view, options, charts, template)
     limit = options.max_chars
-    if not limit or len(text) <= limit or template:
+    if not limit or len(text) <= limit or template or not isinstance(view, ReportView):
         return text
-    # Shorten the folded logs first: fewer rows in each raw table, then none at all.
-    sections = [dict(s) for s in view.get("sections") or []]  # the caller's view stays whole
-    view = {**view, "sections": sections}
+    # Shorten the folded logs first: fewer rows in each raw table, then none at all. The
+    # caller's view stays whole.
     for keep in (15, 8, 4, 0):
-        for s in sections:
-            if s.get("raw_at"):
-                s["raw"] = s["raw_at"](keep) if keep else []
-                s["logs_cut"] = True
-        text = _render_markdown(view, options, charts, template)
+        shorter = replace(view, sections=[
+            replace(s, raw=s.raw_at(keep) if keep else [], logs_cut=True) if s.raw_at else s
+            for s in view.sections])
+        text = _render_markdown(shorter, options, charts, template)
         if len(text) <= limit:
             return text
     raise WorkFailed(f"the report is {len(text):,} characters even without its logs, over "
                      f"the limit of {limit:,} (--max-chars)", error_id="too-long")
 
 
-def _render_markdown(view: dict[str, Any], options: RenderOptions, charts: Charts,
+def _render_markdown(view: Any, options: RenderOptions, charts: Charts,
                      template: str | None = None) -> str:
-    from .view import Fmt
-
-    template = template or ("compare.md.j2" if view.get("kind") == "compare" else "report.md.j2")
-    text = environment(view["lang"]).get_template(template).render(
-        **view, charts=charts, github=options.github,
-        max_chars_text=Fmt(view["lang"]).int(options.max_chars or 0))
+    context = dict(vars(view)) if is_dataclass(view) else dict(view)
+    lang = context["lang"]
+    template = template or ("compare.md.j2" if isinstance(view, CompareView) else "report.md.j2")
+    text = environment(lang).get_template(template).render(
+        **context, charts=charts, github=options.github,
+        max_chars_text=Fmt(lang).int(options.max_chars or 0))
     # Collapse runs of blank lines that template blocks leave behind.
     lines, blank = [], 0
     for line in text.splitlines():
@@ -105,10 +106,10 @@ class Renderer:
 
     name: str
     extension: str
-    render: Callable[[dict[str, Any], RenderOptions, Charts], str | bytes]
+    render: Callable[[View, RenderOptions, Charts], str | bytes]
 
 
-def _render_pdf(view: dict[str, Any], options: RenderOptions, charts: Charts) -> bytes:
+def _render_pdf(view: View, options: RenderOptions, charts: Charts) -> bytes:
     """The handout: the Markdown report with room for whole logs and the charts as images
     (no character limit, no Mermaid: options for a comment do not apply to paper)."""
     from .pdf import render_pdf  # WeasyPrint only when a PDF is asked for
@@ -132,27 +133,27 @@ def parse_formats(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def write_reports(view: dict[str, Any], folder: Path, formats: Sequence[str],
+def write_reports(view: View, folder: Path, formats: Sequence[str],
                   options: RenderOptions = RenderOptions(), stem: str = "report"
                   ) -> list[Path]:
     """Draw the report's charts into ``folder`` once, then render and write it in each
     format; each file is whole or absent."""
     from .charts import draw
 
-    language(view["lang"])  # BadInput for an unknown language
+    language(view.lang)  # BadInput for an unknown language
     folder = Path(folder)
-    terms = environment(view["lang"]).get_template("terms.j2").module
+    terms = environment(view.lang).get_template("terms.j2").module
     charts = draw(view, folder, terms, stem, mermaid=options.github)
     paths = []
     for fmt in formats:
         renderer = RENDERERS[fmt]
         content = renderer.render(view, options, charts)
-        paths.append(write_atomic(folder / f"{stem}.{view['lang']}.{renderer.extension}",
+        paths.append(write_atomic(folder / f"{stem}.{view.lang}.{renderer.extension}",
                                   content))
     return paths
 
 
-def write_report(view: dict[str, Any], folder: Path, fmt: str,
+def write_report(view: View, folder: Path, fmt: str,
                  options: RenderOptions = RenderOptions(), stem: str = "report") -> Path:
     """write_reports in one format."""
     return write_reports(view, folder, [fmt], options, stem)[0]

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cached_property, partial
-from typing import Any
+from typing import Any, Callable
 
 from babel import Locale
 from babel.dates import format_datetime
@@ -397,8 +397,160 @@ def _efficiency_view(e: Any, fmt: Fmt) -> dict[str, Any]:
     }
 
 
+# The view models: what each template prints, formatted. Rows inside them (operators,
+# findings, table rows) stay mappings: a finding's fields are its rule's evidence.
+Row = dict[str, Any]
+
+
+@dataclass
+class SectionView:
+    """One profiled mode of a run, or one imported profile."""
+
+    # Heading
+    mode: str | None  # "train" or "inference", else None
+    title: str | None  # a name taken from the input (the sentence above its table)
+    # Summary
+    tf32: dict[str, Any] | None
+    autocast: str | None
+    small_kernels: str | None  # the mean kernel time, when it is launch latency
+    timed: bool
+    throughput: str | None  # samples/s, the median of the timed windows
+    throughput_min: str | None
+    throughput_max: str | None
+    ci_low: str | None
+    ci_high: str | None
+    ci_pct: str | None
+    ci_confidence: str | None
+    outliers: int
+    windows: int
+    steps_per_window: int
+    profiled_throughput: str | None
+    profiled_steps: int
+    self_cpu_total: str
+    self_device_total: str | None
+    device_allocated: str | None
+    device_reserved: str
+    host_peak: str | None
+    host_held: str | None
+    host_net_peak: str
+    # The memory profile (or tensor_note: why there is none)
+    tensor_peak: str | None
+    tensor_categories: list[Row]
+    tensor_note: str | None
+    memory_rows: Any  # run.TensorMemory, for the chart
+    # The step breakdown (or breakdown_note: why there is none)
+    breakdown: dict[str, Any] | None
+    breakdown_note: str | None
+    # Efficiency (or efficiency_note: why there is none)
+    efficiency: dict[str, Any] | None
+    efficiency_note: str | None
+    roofline_points: Any  # analyze.efficiency.Efficiency, for the chart
+    # Findings and tables
+    has_device: bool
+    time_column: str
+    findings: list[Row]
+    minor_findings: list[Row]
+    top_cpu: list[Row]
+    top_device: list[Row]
+    top_kernels: list[Row]
+    by_shape: list[Row]
+    raw: list[tuple[str, str]]  # the logs: (table key, text)
+    raw_at: Callable[[int], list[tuple[str, str]]] | None  # the logs at fewer rows
+    benchmark: list[Row] | None
+    gpu_benchmarked: bool
+    trace: str | None
+    chart_rows: list[tuple[str, float, str]]
+    chart_basis: str
+    logs_cut: bool = False  # set when the logs were shortened to fit a character limit
+    breakdown_rows: Any = None  # analyze.profile.Breakdown, for the chart
+    number: int = 1
+    sub: markup.Md = markup.Md("##")  # the heading level of its parts
+
+
+@dataclass
+class ReportView:
+    """A report of a run (run_view) or of profiles read from files (import_view)."""
+
+    ranks: dict[str, Any] | None
+    lang: str
+    run_id: str | None
+    source: str | None  # the file read, for an imported report
+    target: str | None
+    seed: str | None
+    preset: str | None
+    larger_preset: bool
+    batch_size: str | None
+    on_gpu: bool
+    device_name: str
+    device_memory: str | None
+    created: str | None
+    created_iso: str
+    torch: str | None
+    cuda: str | None
+    driver: str | None
+    cpu: str | None
+    cpu_count: int | None
+    threads: int | None
+    python: str | None
+    sections: list[SectionView]
+    multi: bool
+    plural: Callable[..., str]
+    n_findings: int
+    imported: bool
+    marker: str
+
+
+@dataclass
+class ModeView:
+    """One mode of a comparison: its steps side by side."""
+
+    mode: str | None
+    title: str
+    rows: list[Row]
+    verdict: str  # faster, slower, noise or unknown
+    speedup: str
+    change: str
+    change_abs: str
+    noise: str | None
+    ratio_low: str | None
+    ratio_high: str | None
+    confidence: str | None
+    basis: str
+    time_unit: str
+    changed: list[Row]
+    appeared: list[Row]
+    disappeared: list[Row]
+    resolved: list[Row]
+    new: list[Row]
+    kept: list[Row]
+    chart_rows: list[tuple[str, Any]]
+    breakdown: dict[str, Any] | None
+    efficiency: dict[str, Any] | None
+    sub: markup.Md
+
+
+@dataclass
+class CompareView:
+    """A comparison of runs or profiles, in order."""
+
+    lang: str
+    plural: Callable[..., str]
+    title: markup.Md
+    steps: list[Row]
+    modes: list[ModeView]
+    multi: bool
+    mismatch: dict[str, bool]
+    any_mismatch: bool
+    marker: str
+    created_iso: str
+    kind: str = "compare"
+
+
+View = ReportView | CompareView
+
+
 def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
-                 log_rows: int = LOG_ROWS, logs: bool = True) -> dict[str, Any]:
+                 log_rows: int = LOG_ROWS, logs: bool = True) -> SectionView:
     """One profiled mode of a run, or one imported profile (no throughput, no memory),
     with its analysis (reporter.analyze.analyzer.analyze_section). ``logs``: fold the
     operator tables into the section, ``log_rows`` rows each (0: all)."""
@@ -431,66 +583,66 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
     calls = sum(o.calls for o in kernels)
     mean_kernel_us = sum(o.self_device_us for o in kernels) / calls if calls else None
     state = {True: "on", False: "off", None: "unknown"}
-    return {
-        "tf32": ({"matmul": state[tf32.get("matmul")], "conv": state[tf32.get("conv")],
-                  "override": bool(tf32.get("override"))} if tf32 else None),
-        "autocast": section.precision.get("autocast"),
+    return SectionView(
+        tf32=({"matmul": state[tf32.get("matmul")], "conv": state[tf32.get("conv")],
+               "override": bool(tf32.get("override"))} if tf32 else None),
+        autocast=section.precision.get("autocast"),
         # Kernels this short are launch latency: the sizes are too small for the device.
-        "small_kernels": (fmt.time(mean_kernel_us) if mean_kernel_us is not None
-                          and mean_kernel_us < SMALL_KERNEL_US else None),
-        "mode": section.label if section.label in ("train", "inference") else None,
+        small_kernels=(fmt.time(mean_kernel_us) if mean_kernel_us is not None
+                       and mean_kernel_us < SMALL_KERNEL_US else None),
+        mode=section.label if section.label in ("train", "inference") else None,
         # A name taken from the input (the sentence above its table), or None
-        "title": None if re.fullmatch(r"profile \d+", section.label) else section.label,
-        "timed": timed,
-        "throughput": fmt.num(tt.median) if tt else None,
-        "throughput_min": fmt.num(min(tt.windows)) if tt else None,
-        "throughput_max": fmt.num(max(tt.windows)) if tt else None,
-        "ci_low": fmt.num(interval.low) if interval else None,
-        "ci_high": fmt.num(interval.high) if interval else None,
-        "ci_pct": fmt.pct(interval.half_width(tt.median)) if tt and interval else None,
-        "ci_confidence": fmt.pct(interval.confidence) if interval else None,
-        "outliers": len(tt.outliers) if tt else 0,
-        "windows": len(tt.windows) if tt else 0,
-        "steps_per_window": tt.steps_per_window if tt else 0,
-        "profiled_throughput": fmt.num(t.profiled) if t and t.profiled else None,
-        "profiled_steps": p.steps,
-        "self_cpu_total": fmt.time(p.self_cpu_us),
-        "self_device_total": fmt.time(p.self_device_us) if device else None,
-        "device_allocated": (fmt.bytes(m["device_allocated_b"])
-                             if m.get("device_allocated_b") is not None else None),
-        "device_reserved": fmt.bytes(m.get("device_reserved_b")),
-        "host_peak": fmt.bytes(m["host_peak_b"]) if m.get("host_peak_b") else None,
-        "host_held": fmt.bytes(m["host_held_b"]) if m.get("host_held_b") else None,
-        "host_net_peak": fmt.bytes(m.get("host_net_peak_b")),
+        title=None if re.fullmatch(r"profile \d+", section.label) else section.label,
+        timed=timed,
+        throughput=fmt.num(tt.median) if tt else None,
+        throughput_min=fmt.num(min(tt.windows)) if tt else None,
+        throughput_max=fmt.num(max(tt.windows)) if tt else None,
+        ci_low=fmt.num(interval.low) if interval else None,
+        ci_high=fmt.num(interval.high) if interval else None,
+        ci_pct=fmt.pct(interval.half_width(tt.median)) if tt and interval else None,
+        ci_confidence=fmt.pct(interval.confidence) if interval else None,
+        outliers=len(tt.outliers) if tt else 0,
+        windows=len(tt.windows) if tt else 0,
+        steps_per_window=tt.steps_per_window if tt else 0,
+        profiled_throughput=fmt.num(t.profiled) if t and t.profiled else None,
+        profiled_steps=p.steps,
+        self_cpu_total=fmt.time(p.self_cpu_us),
+        self_device_total=fmt.time(p.self_device_us) if device else None,
+        device_allocated=(fmt.bytes(m["device_allocated_b"])
+                          if m.get("device_allocated_b") is not None else None),
+        device_reserved=fmt.bytes(m.get("device_reserved_b")),
+        host_peak=fmt.bytes(m["host_peak_b"]) if m.get("host_peak_b") else None,
+        host_held=fmt.bytes(m["host_held_b"]) if m.get("host_held_b") else None,
+        host_net_peak=fmt.bytes(m.get("host_net_peak_b")),
         **_tensor_memory_view(section, fmt),
         **_breakdown_view(section, fmt),
         **_efficiency_view(eff, fmt),
-        "has_device": device,
-        "time_column": "Self CUDA" if device else "Self CPU",  # the profiler's own words
-        "findings": [_finding_view(f, fmt, s) for f, s in main],
-        "minor_findings": [_finding_view(f, fmt, s) for f, s in minor],
-        "top_cpu": [_op_row(o, p, fmt, device) for o in cpu_rows],
-        "top_device": [_op_row(o, p, fmt, device) for o in device_rows],
-        "top_kernels": [_op_row(o, p, fmt, device) for o in kernel_rows],
-        "by_shape": [_op_row(o, p, fmt, device) for o in shape_rows],
+        has_device=device,
+        time_column="Self CUDA" if device else "Self CPU",  # the profiler's own words
+        findings=[_finding_view(f, fmt, s) for f, s in main],
+        minor_findings=[_finding_view(f, fmt, s) for f, s in minor],
+        top_cpu=[_op_row(o, p, fmt, device) for o in cpu_rows],
+        top_device=[_op_row(o, p, fmt, device) for o in device_rows],
+        top_kernels=[_op_row(o, p, fmt, device) for o in kernel_rows],
+        by_shape=[_op_row(o, p, fmt, device) for o in shape_rows],
         # The logs: the tables at log_rows rows, and at fewer for a report that must fit.
-        "raw": log_tables(p, log_rows) if logs else [],
-        "raw_at": partial(log_tables, p, say_cut=True) if logs else None,
-        "benchmark": bench,
-        "gpu_benchmarked": bool(section.benchmark and any(r.get("gpu_ms") is not None
-                                                          for r in section.benchmark)),
-        "trace": section.trace,
-        "chart_rows": chart_rows,
-        "chart_basis": "device" if device else "cpu",
-        "logs_cut": False,  # set when the logs were shortened to fit --max-chars
-    }
+        raw=log_tables(p, log_rows) if logs else [],
+        raw_at=partial(log_tables, p, say_cut=True) if logs else None,
+        benchmark=bench,
+        gpu_benchmarked=bool(section.benchmark and any(r.get("gpu_ms") is not None
+                                                       for r in section.benchmark)),
+        trace=section.trace,
+        chart_rows=chart_rows,
+        chart_basis="device" if device else "cpu",
+        logs_cut=False,  # set when the logs were shortened to fit --max-chars
+    )
 
 
-def _number(sections: list[dict[str, Any]]) -> None:
+def _number(sections: list[SectionView]) -> None:
     """Number the sections and set the heading level of their parts."""
     for i, s in enumerate(sections, 1):
-        s["number"] = i
-        s["sub"] = markup.Md("###" if len(sections) > 1 else "##")
+        s.number = i
+        s.sub = markup.Md("###" if len(sections) > 1 else "##")
 
 
 def _rank_row(rank: int, status: str, error: str | None, section: Section | None,
@@ -530,7 +682,7 @@ def _ranks_view(rows: list[dict[str, Any]], main: int, fmt: Fmt) -> dict[str, An
 
 
 def run_view(run: Run, lang: str, analyses: list[Analysis] | None = None,
-             log_rows: int = LOG_ROWS) -> dict[str, Any]:
+             log_rows: int = LOG_ROWS) -> ReportView:
     """Everything report.md.j2 prints for a stored or fresh run; ``analyses``, one per
     section (analyze_run's, when not given); its logs hold ``log_rows`` rows of each
     operator table (0: all)."""
@@ -545,33 +697,33 @@ def run_view(run: Run, lang: str, analyses: list[Analysis] | None = None,
                                        (run.sections if r.get("main") else r.get("sections")
                                         or [None])[0], fmt) for r in run.ranks],
                             next(r["rank"] for r in run.ranks if r.get("main")), fmt)
-    return {
-        "ranks": ranks,
-        "lang": lang,
-        "run_id": run.id,
-        "target": run.target.get("name"),
-        "seed": run.target.get("seed"),
-        "preset": run.target.get("preset"),
-        "larger_preset": bool(run.target.get("builtin")) and run.target.get("preset") != "large",
-        "batch_size": (fmt.int(run.target["batch_size"])
-                       if run.target.get("batch_size") else None),
-        "on_gpu": run.device.startswith("cuda"),
-        "device_name": env.get("device_name") or run.device,
-        "device_memory": (fmt.bytes(env.get("device_memory_b"))
-                          if env.get("device_memory_b") else None),
-        "created": fmt.date(run.created), "created_iso": run.created,
-        "torch": env.get("torch"), "cuda": env.get("cuda"), "driver": env.get("driver"),
-        "cpu": env.get("cpu"), "cpu_count": env.get("cpu_count"), "threads": env.get("threads"),
-        "python": env.get("python"),
-        "sections": sections,
-        "multi": len(sections) > 1,
-        "plural": fmt.plural,
-        "n_findings": sum(len(s["findings"]) for s in sections),
-        "imported": False, "source": None, "marker": f"report:{run.target.get('name')}",
-    }
+    return ReportView(
+        ranks=ranks,
+        lang=lang,
+        run_id=run.id,
+        target=run.target.get("name"),
+        seed=run.target.get("seed"),
+        preset=run.target.get("preset"),
+        larger_preset=bool(run.target.get("builtin")) and run.target.get("preset") != "large",
+        batch_size=(fmt.int(run.target["batch_size"])
+                    if run.target.get("batch_size") else None),
+        on_gpu=run.device.startswith("cuda"),
+        device_name=env.get("device_name") or run.device,
+        device_memory=(fmt.bytes(env.get("device_memory_b"))
+                       if env.get("device_memory_b") else None),
+        created=fmt.date(run.created), created_iso=run.created,
+        torch=env.get("torch"), cuda=env.get("cuda"), driver=env.get("driver"),
+        cpu=env.get("cpu"), cpu_count=env.get("cpu_count"), threads=env.get("threads"),
+        python=env.get("python"),
+        sections=sections,
+        multi=len(sections) > 1,
+        plural=fmt.plural,
+        n_findings=sum(len(s.findings) for s in sections),
+        imported=False, source=None, marker=f"report:{run.target.get('name')}",
+    )
 
 
-def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, Any]:
+def import_view(profiles: list[Profile], source: str, lang: str) -> ReportView:
     """The report view of profiles read from someone's tables (no run around them)."""
     fmt = Fmt(check_language(lang))
     # The user has the tables they gave: no logs.
@@ -586,19 +738,19 @@ def import_view(profiles: list[Profile], source: str, lang: str) -> dict[str, An
                                        Section(p.label, None, p), fmt) for p in profiles],
                             int(profiles[0].label.split()[1]), fmt)
         sections = sections[:1]
-        sections[0]["sub"] = markup.Md("##")
-    return {
-        "ranks": ranks,
-        "lang": lang, "run_id": None, "source": source, "target": source, "seed": None,
-        "preset": None, "larger_preset": False, "batch_size": None, "on_gpu": device is not None,
-        "device_name": device.upper() if device else "CPU", "device_memory": None,
-        "created": None, "torch": None, "cuda": None, "driver": None, "cpu": None,
-        "created_iso": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "cpu_count": None, "threads": None, "python": None,
-        "sections": sections, "multi": len(sections) > 1, "plural": fmt.plural,
-        "n_findings": sum(len(s["findings"]) for s in sections), "imported": True,
-        "marker": f"analyze:{source}",
-    }
+        sections[0].sub = markup.Md("##")
+    return ReportView(
+        ranks=ranks,
+        lang=lang, run_id=None, source=source, target=source, seed=None,
+        preset=None, larger_preset=False, batch_size=None, on_gpu=device is not None,
+        device_name=device.upper() if device else "CPU", device_memory=None,
+        created=None, torch=None, cuda=None, driver=None, cpu=None,
+        created_iso=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        cpu_count=None, threads=None, python=None,
+        sections=sections, multi=len(sections) > 1, plural=fmt.plural,
+        n_findings=sum(len(s.findings) for s in sections), imported=True,
+        marker=f"analyze:{source}",
+    )
 
 
 def _peak_b(section: Section) -> int | None:
@@ -648,7 +800,7 @@ def _efficiency_side_by_side(sections: list[Section], steps: list[Any], fmt: Fmt
                           if e and e.profiled_step_us else "—" for e in found]}
 
 
-def compare_view(comparison, lang: str) -> dict[str, Any]:
+def compare_view(comparison: Any, lang: str) -> CompareView:
     """Everything compare.md.j2 prints: steps, throughput with noise, what changed."""
     fmt = Fmt(check_language(lang))
     steps = []
@@ -685,44 +837,44 @@ def compare_view(comparison, lang: str) -> dict[str, Any]:
             verdict = "noise"
         else:
             verdict = "faster" if p.speedup > 1 else "slower"
-        modes.append({
-            "mode": m.mode if m.mode in ("train", "inference") else None, "title": m.mode,
-            "rows": rows, "verdict": verdict,
-            "speedup": fmt.num(p.speedup, 2) if p.speedup else "—",
-            "change": fmt.signed_pct(p.speedup - 1) if p.speedup else "—",
-            "change_abs": fmt.pct(abs(p.speedup - 1)) if p.speedup else "—",
-            "noise": fmt.pct(p.noise) if p.noise is not None else None,
-            "ratio_low": fmt.num(p.ratio.low, 2) if p.ratio else None,
-            "ratio_high": fmt.num(p.ratio.high, 2) if p.ratio else None,
-            "confidence": fmt.pct(p.ratio.confidence) if p.ratio else None,
-            "basis": p.basis, "time_unit": "CUDA" if p.basis == "device" else "CPU",
-            "changed": [{"name": md_name(c.name), "before": fmt.time(c.before_us),
-                         "after": fmt.time(c.after_us),
-                         "delta": ("+" if c.delta_us > 0 else "−") + fmt.time(abs(c.delta_us)),
-                         "ratio": fmt.num(c.ratio, 2) if c.ratio is not None else "—"}
-                        for c in p.changed],
-            "appeared": [{"name": md_name(c.name), "after": fmt.time(c.after_us)}
-                         for c in p.appeared],
-            "disappeared": [{"name": md_name(c.name), "before": fmt.time(c.before_us)}
-                            for c in p.disappeared],
-            "resolved": [_finding_view(f, fmt) for f in p.resolved],
-            "new": [_finding_view(f, fmt) for f in p.new],
-            "kept": [_finding_view(f, fmt) for f in p.kept],
-            "chart_rows": [(step.name, s.throughput) for step, s in
-                           zip(comparison.steps, m.sections) if s.throughput and
-                           s.throughput.windows],
-            "breakdown": _breakdown_side_by_side(m.sections, fmt),
-            "efficiency": _efficiency_side_by_side(m.sections, comparison.steps, fmt),
-            "sub": markup.Md("###" if len(comparison.modes) > 1 else "##"),
-        })
+        modes.append(ModeView(
+            mode=m.mode if m.mode in ("train", "inference") else None, title=m.mode,
+            rows=rows, verdict=verdict,
+            speedup=fmt.num(p.speedup, 2) if p.speedup else "—",
+            change=fmt.signed_pct(p.speedup - 1) if p.speedup else "—",
+            change_abs=fmt.pct(abs(p.speedup - 1)) if p.speedup else "—",
+            noise=fmt.pct(p.noise) if p.noise is not None else None,
+            ratio_low=fmt.num(p.ratio.low, 2) if p.ratio else None,
+            ratio_high=fmt.num(p.ratio.high, 2) if p.ratio else None,
+            confidence=fmt.pct(p.ratio.confidence) if p.ratio else None,
+            basis=p.basis, time_unit="CUDA" if p.basis == "device" else "CPU",
+            changed=[{"name": md_name(c.name), "before": fmt.time(c.before_us),
+                      "after": fmt.time(c.after_us),
+                      "delta": ("+" if c.delta_us > 0 else "−") + fmt.time(abs(c.delta_us)),
+                      "ratio": fmt.num(c.ratio, 2) if c.ratio is not None else "—"}
+                     for c in p.changed],
+            appeared=[{"name": md_name(c.name), "after": fmt.time(c.after_us)}
+                      for c in p.appeared],
+            disappeared=[{"name": md_name(c.name), "before": fmt.time(c.before_us)}
+                         for c in p.disappeared],
+            resolved=[_finding_view(f, fmt) for f in p.resolved],
+            new=[_finding_view(f, fmt) for f in p.new],
+            kept=[_finding_view(f, fmt) for f in p.kept],
+            chart_rows=[(step.name, s.throughput) for step, s in
+                        zip(comparison.steps, m.sections) if s.throughput and
+                        s.throughput.windows],
+            breakdown=_breakdown_side_by_side(m.sections, fmt),
+            efficiency=_efficiency_side_by_side(m.sections, comparison.steps, fmt),
+            sub=markup.Md("###" if len(comparison.modes) > 1 else "##"),
+        ))
     last = comparison.steps[-1].run
-    return {
-        "lang": lang, "plural": fmt.plural, "kind": "compare",
-        "title": markup.join((md_name(s.name) for s in comparison.steps), " → "),
-        "steps": steps, "modes": modes, "multi": len(modes) > 1,
-        "mismatch": {k: k in comparison.mismatches for k in ("device", "target", "batch")},
-        "any_mismatch": bool(comparison.mismatches),
-        "marker": "compare:" + ",".join(s.name for s in comparison.steps),
-        "created_iso": (last.created if last else
-                        datetime.now(timezone.utc).isoformat(timespec="seconds")),
-    }
+    return CompareView(
+        lang=lang, plural=fmt.plural, kind="compare",
+        title=markup.join((md_name(s.name) for s in comparison.steps), " → "),
+        steps=steps, modes=modes, multi=len(modes) > 1,
+        mismatch={k: k in comparison.mismatches for k in ("device", "target", "batch")},
+        any_mismatch=bool(comparison.mismatches),
+        marker="compare:" + ",".join(s.name for s in comparison.steps),
+        created_iso=(last.created if last else
+                     datetime.now(timezone.utc).isoformat(timespec="seconds")),
+    )
