@@ -142,12 +142,8 @@ def breakdown_chart(breakdown: Any, names: dict[str, str], titles: dict[str, str
             ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35 - 0.02 * n), fontsize=7,
                       frameon=False, ncol=4)
             ax.set_title(titles[which], fontsize=9, loc="left")
-            for side in ("top", "right"):
-                ax.spines[side].set_visible(False)
-        fig.tight_layout()
-        out = io.StringIO()
-        fig.savefig(out, format="svg", metadata={"Date": None})
-        return out.getvalue()
+            _frame(ax)
+        return _svg_text(fig)
     finally:
         plt.close(fig)
 
@@ -219,10 +215,20 @@ def _wrap_title(title: str) -> str:
 
 
 def _svg(fig, ax, title: str) -> str:
-    """Title, a light frame, and the figure as SVG text (no date: the same input, the same file)."""
+    """Title, a light frame, and the figure as SVG text."""
     ax.set_title(_wrap_title(title), fontsize=10, loc="left")
+    _frame(ax)
+    return _svg_text(fig)
+
+
+def _frame(ax) -> None:
+    """A light frame: no top and right spines."""
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
+
+
+def _svg_text(fig) -> str:
+    """The figure as SVG text (no date: the same input gives the same file)."""
     fig.tight_layout()
     out = io.StringIO()
     fig.savefig(out, format="svg", metadata={"Date": None})
