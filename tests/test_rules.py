@@ -43,6 +43,17 @@ def test_elementwise_blowup_fires_above_30_percent_only():
     assert f.evidence["materialisers"] == ["aten::repeat"]
 
 
+def test_in_place_updates_are_no_blowup():
+    """An optimizer's per-parameter step (mul_, add_, addcdiv_, sqrt on the side) writes
+    into tensors it has: however much time it takes, it materialises nothing."""
+    adam = profile(op("aten::mul_", cpu=15, calls=400), op("aten::add_", cpu=10, calls=400),
+                   op("aten::addcdiv_", cpu=8, calls=200), op("aten::sqrt", cpu=5, calls=200),
+                   op("aten::mm", cpu=62))
+    assert "elementwise-blowup" not in rules_of(adam)
+    assert "elementwise-blowup" in rules_of(profile(op("aten::mul", cpu=38, calls=400),
+                                                    op("aten::mm", cpu=62)))
+
+
 def test_device_time_is_the_basis_on_a_gpu_profile():
     p = profile(op("aten::mul", cpu=1, device=64), op("aten::mm", cpu=99, device=36),
                 op("void elementwise_kernel", device=64, kind="kernel"),
