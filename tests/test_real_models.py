@@ -32,7 +32,12 @@ def profiled(name: str, tmp_path):
                                         ("llama_train", "aten::mm")])
 def test_matrix_bound_models_get_no_alarm(name, gemm, tmp_path):
     """Dominated by matrix products that run near their roofline: a statement of the
-    step's shape with the levers left, not a dominant-operator alarm."""
+    step's shape with the levers left, not a dominant-operator alarm. How near depends on
+    the machine's measured peaks against a loaded moment of profiling (a clean-clone CI
+    once measured BERT's addmm under half its roofline), so the finding is checked
+    against the rule's own threshold, and once with the threshold at zero."""
+    from reporter.analyze.analyzer import NEAR_ROOFLINE, analyze
+
     section, e, findings = profiled(name, tmp_path)
     assert not isinstance(e, str), e
     top = e.ops[0]
@@ -40,9 +45,13 @@ def test_matrix_bound_models_get_no_alarm(name, gemm, tmp_path):
     assert any(o.name.startswith("aten::_scaled_dot_product") for o in e.ops)  # attention
     assert 0.1 < e.mfu <= 1.0 and e.coverage > 0.6
     rules = [f.rule for f in findings]
-    assert "dominant-operator" not in rules, rules
+    near_enough = top.roofline_share >= NEAR_ROOFLINE
+    assert ("dominant-operator" in rules) != near_enough, (top.roofline_share, rules)
+    assert ("near-roofline" in rules) == near_enough, (top.roofline_share, rules)
+    findings = analyze(section.profile, {"near-roofline": {"roofline": 0.0}}, e)
+    assert "dominant-operator" not in [f.rule for f in findings]
     near = next(f for f in findings if f.rule == "near-roofline")
-    assert near.ops == [gemm] and near.evidence["roofline_share"] >= 0.5
+    assert near.ops == [gemm] and near.evidence["roofline_share"] == top.roofline_share
     if near.evidence["faster_dtype"]:  # a dtype with a higher measured peak: its saving
         assert 0 < near.evidence["saving_us"] < top.time_us
     for lang, text in _rendered(near).items():
