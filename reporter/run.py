@@ -85,7 +85,7 @@ class Section:
     # The machine's peaks (reporter.peaks.Peaks.to_dict): a datasheet's, or measured by
     # the run; None for imported profiles and runs stored before it existed.
     peaks: dict[str, Any] | None = None
-    # Replacements timed on the device (reporter.whatif), by rule id: {"before_ms",
+    # Replacements timed on the device (reporter.analyze.whatif), by rule id: {"before_ms",
     # "after_ms", ...} per step.
     whatif: dict[str, dict[str, Any]] = field(default_factory=dict)
 

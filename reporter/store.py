@@ -242,7 +242,7 @@ _PEAK_FIELDS = {"source": str, "device": str, "flops": dict[str, float], "bandwi
 
 
 def _check_efficiency(section: Any, where: str) -> None:
-    """The free-form rows reporter.efficiency reads: every field there, of its type."""
+    """The free-form rows reporter.analyze.efficiency reads: every field there, of its type."""
     for k, row in enumerate(section.profile.costs):
         validate.check_fields(row, _COST_FIELDS, f"{where}.profile.costs[{k}]")
         if set(_COST_FIELDS) - set(row):

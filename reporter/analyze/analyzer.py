@@ -6,10 +6,14 @@ and never prose: the explanation and the advice live in
 ``templates/<lang>/findings/<rule id>.md.j2``. The ids are a public contract
 (``--json`` prints them); keep them stable once published.
 
-The registry, ``Finding`` and the helpers rules share are in reporter.findings (and
-re-exported here). To add a rule: write the function in reporter.rules (or in any module
-it imports), decorate it with ``@rule("my-id", threshold=...)``, and add
-``findings/my-id.md.j2`` to every language folder (a test checks parity).
+The registry, ``Finding`` and the helpers rules share are in reporter.analyze.findings
+(and re-exported here). To add a rule: write the function in reporter.analyze.rules (or
+in any module it imports), decorate it with ``@rule("my-id", threshold=...)``, and add
+``findings/my-id.md.j2`` and its name in ``terms.j2`` (``rule``) to every language folder
+(tests/test_i18n.py walks the registry).
+
+``analyze_section`` is the one place a profile is analyzed for a report, ``--json`` or a
+comparison: its efficiency, its findings, and what each is worth (an ``Analysis``).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from .savings import Saving
 
 __all__ = ["Analysis", "analyze", "analyze_run", "analyze_section", "finding_ids",
            "profiles_json", "NEAR_ROOFLINE", "MATRIX_BOUND",
-           # from reporter.findings, for the modules and tests that import them from here
+           # from reporter.analyze.findings, for the modules and tests that import them from here
            "MATMUL_OPS", "MIN_PROFILE_US", "RULES", "SEVERITIES", "Basis", "Finding", "Rule",
            "basis", "dataloader_rows", "op_evidence", "operators", "rule", "share",
            "step_share", "step_wall_us"]

@@ -1,6 +1,6 @@
 """Where the step goes: host phases per profiled step, and device activity on a GPU.
 
-Read from a Chrome trace's events (reporter.traces calls ``step_breakdown`` while
+Read from a Chrome trace's events (reporter.ingest.traces calls ``step_breakdown`` while
 it aggregates them). Each profiled step is a ``ProfilerStep#N`` range; a trace
 without them is one step, from its first host event to its last.
 

@@ -1,7 +1,7 @@
 """How well the step uses the machine: per operator against its roofline, per step MFU.
 
-A pure function of a Profile's modelled costs (reporter.flops, summed by
-reporter.traces) and the machine's peaks (reporter.peaks). For each operator:
+A pure function of a Profile's modelled costs (reporter.analyze.flops, summed by
+reporter.ingest.traces) and the machine's peaks (reporter.analyze.peaks). For each operator:
 its FLOPs and bytes, the FLOP/s and bytes/s it achieved (device time on a GPU,
 CPU time on the CPU), its arithmetic intensity, whether its roof is compute or
 memory, and the share of its time the roofline says it needs ("% of roofline":

@@ -1,7 +1,7 @@
 """Findings and the rule registry, with the helpers rules share: the vocabulary that
-reporter.rules (the built-in rules), reporter.analyzer (which runs them) and
-reporter.savings (what each is worth) speak, in a module that imports none of them.
-reporter.analyzer re-exports every name here.
+reporter.analyze.rules (the built-in rules), reporter.analyze.analyzer (which runs them) and
+reporter.analyze.savings (what each is worth) speak, in a module that imports none of them.
+reporter.analyze.analyzer re-exports every name here.
 """
 
 from __future__ import annotations

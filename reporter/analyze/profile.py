@@ -70,7 +70,7 @@ class Op:
 
 @dataclass
 class Breakdown:
-    """Where each profiled step's time went (reporter.breakdown), in microseconds.
+    """Where each profiled step's time went (reporter.analyze.breakdown), in microseconds.
 
     ``host_us`` maps each host phase to its time per step; the phases of a step sum
     to ``steps_us``. ``device_us`` (GPU traces) does the same for device activity,
@@ -129,7 +129,7 @@ class Profile:
     ops_by_shape: list[Op] = field(default_factory=list)
     # From a trace; None for tables (no timeline) and runs stored before it existed.
     breakdown: Breakdown | None = None
-    # The FLOPs and bytes of the operators reporter.flops models, summed per (name, dtype,
+    # The FLOPs and bytes of the operators reporter.analyze.flops models, summed per (name, dtype,
     # family, phase) with their time ("device" time on a GPU, inclusive "cpu" time
     # otherwise: cost_basis); the self time of the operators no formula covers, the
     # longest first; whether the input recorded shapes and dtypes at all.

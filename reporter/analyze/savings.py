@@ -1,7 +1,7 @@
 """What each finding is worth: the time it accounts for and what its fix would save.
 
 A pure function of a finding, its profile, and the profile's efficiency
-(reporter.efficiency). Times are per step, in microseconds; shares are of the
+(reporter.analyze.efficiency). Times are per step, in microseconds; shares are of the
 profiled step, or on a GPU, when the run was timed, of the step timed without the
 profiler (see ``estimate``). Each estimate says how it is made:
 
@@ -20,7 +20,7 @@ profiler (see ``estimate``). Each estimate says how it is made:
   host's time in each; synchronisations count only while the device idled;
 - fp32 matrix work with a faster dtype at hand: its time x (1 - the fp32 peak /
   the faster peak), TF32 at the low end and bf16 at the high end;
-- a replacement timed on the device (reporter.whatif): what it measured;
+- a replacement timed on the device (reporter.analyze.whatif): what it measured;
 - no estimate where the profile cannot give one (memory pressure is about
   memory; a table has no timeline): ``note`` says so, and no number is shown.
 """
@@ -144,7 +144,7 @@ def estimate(f: Finding, profile: Profile, eff: Any = None,
              real_step_us: float | None = None) -> Saving:
     """What ``f`` is worth; ``others``, the profile's other findings, keep two findings
     from counting the same time; ``measured``, its replacement timed on the device
-    (reporter.whatif), replaces the estimate.
+    (reporter.analyze.whatif), replaces the estimate.
 
     No figure exceeds the step: a trace whose recorded kernels run past its steps (a
     recording that began with earlier steps' kernels still queued, say) would

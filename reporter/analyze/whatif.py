@@ -5,7 +5,7 @@ replacement, it times the operators as the model ran them and their
 replacement at the shapes and dtype the profile recorded, on the same device
 (warm-up, synchronised, the median of repeats, a fraction of a second each).
 The result, per step, is stored in the run (``Section.whatif``) and the report
-says "measured here: X -> Y"; reporter.savings takes it over its estimate, and
+says "measured here: X -> Y"; reporter.analyze.savings takes it over its estimate, and
 a replacement that is not faster here is not given as a main problem.
 
 Measured now: unfused attention (bmm/matmul + softmax + bmm/matmul) against

@@ -93,7 +93,7 @@ class _ShapeEvent(_Event, gc=False):
     args: Optional[_ShapeArgs] = None
 
 
-# Costs need the inputs of the operators reporter.flops models only. Parsing every
+# Costs need the inputs of the operators reporter.analyze.flops models only. Parsing every
 # event's inputs would double the time of reading a trace: events are decoded without
 # them, and _scan_costs reads the modelled operators' inputs from the chunk's bytes.
 class _CostArgs(_Args, gc=False):
@@ -435,7 +435,7 @@ def profile_from_events(chunks: Iterable[list[_Event]], meta: dict[str, Any],
     trace's other top-level fields once ``chunks`` is exhausted. With ``shapes``,
     also group operators by input shape (``ops_by_shape``), as
     ``key_averages(group_by_input_shape=True)`` does; with ``costs``, sum the FLOPs and
-    bytes of the operators reporter.flops models (``Profile.costs``)."""
+    bytes of the operators reporter.analyze.flops models (``Profile.costs``)."""
     with _gc_paused():
         return _aggregate(chunks, meta, shapes, costs)
 
@@ -724,7 +724,7 @@ def _costs(costed: list[list], aggs: dict, on_device: bool, scale: float
 def _facts(name: str, cat: str, aggs: dict, comm_of: dict) -> tuple:
     """What every event of one (category, name) shares: its row (_Agg), whether it
     is a collective (1 the work, 2 the call that enqueues it), a step, a runtime call,
-    whether reporter.flops has a formula for it, the phase it starts (_phase_of)."""
+    whether reporter.analyze.flops has a formula for it, the phase it starts (_phase_of)."""
     c = comm_of[name] = 1 if _COMM_WORK.search(name) else 2 if _COMM_CALL.search(name) else 0
     is_step = name.startswith("ProfilerStep#")
     shown = "ProfilerStep*" if is_step else name
@@ -909,7 +909,7 @@ def is_trace(path: Path) -> bool:
 
 def read_trace(path: Path, shapes: bool = False, costs: bool = True) -> Profile:
     """The Profile of one trace file; ``shapes`` also groups by input shape; ``costs``
-    sums the modelled operators' FLOPs and bytes (reporter.flops)."""
+    sums the modelled operators' FLOPs and bytes (reporter.analyze.flops)."""
     source = [_load(path)]  # the only reference: the fast path lets go of it once read
     meta: dict[str, Any] = {}
     try:

@@ -1,8 +1,10 @@
-"""The view model: everything a template prints, formatted for one locale.
+"""The view models: everything a template prints, formatted for one locale.
 
+``run_view`` and ``import_view`` make a ``ReportView``, ``compare_view`` a
+``CompareView``, from analyzed results (reporter.analyze.analyzer.Analysis).
 Templates only loop and print; every number, date, plural and sort order is
 decided here, once for all languages. Numbers, units, dates and plurals go
-through Babel.
+through Babel, in the locale of the language's folder (render/languages.py).
 """
 
 from __future__ import annotations
@@ -215,7 +217,7 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
     view["op"] = md_name(f.evidence["op"]) if f.evidence.get("op") else ""
     for key in ("materialisers", "others"):
         view[key] = [md_name(n) for n in f.evidence.get(key, [])]
-    if saving is not None:  # what the finding is worth (reporter.savings)
+    if saving is not None:  # what the finding is worth (reporter.analyze.savings)
         view["worth"] = {
             "accounts": fmt.time(saving.accounts_us) if saving.accounts_us else None,
             "accounts_share": fmt.pct(saving.share(saving.accounts_us))
@@ -352,7 +354,7 @@ EFFICIENCY_ROWS = 10  # operators in the efficiency table
 
 
 def _efficiency_view(e: Any, fmt: Fmt) -> dict[str, Any]:
-    """MFU, speed of light and the efficiency table (reporter.efficiency); or why there
+    """MFU, speed of light and the efficiency table (reporter.analyze.efficiency); or why there
     are none (``efficiency_note``: efficiency.NO_SHAPES, NO_PEAKS, NOTHING_MODELLED,
     NOT_RECORDED)."""
     if isinstance(e, str):
