@@ -1,0 +1,2 @@
+"""Render: the language table, view models (Babel), Markdown, PDF and charts. Reads what
+analyze made; never parses text back."""
