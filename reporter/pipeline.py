@@ -304,7 +304,8 @@ def target_summaries(lang: str) -> list[tuple[str, str, str]]:
     """(name, seed, what it reproduces) for each built-in target, in ``lang`` (the words are
     the language's: templates/<lang>/targets.j2)."""
     from .collect.target import BUILTINS
-    from .render.report import environment
+    from .render.report import environment, template_errors
 
-    words = environment(lang).get_template("targets.j2").module.summary
+    with template_errors(lang):
+        words = environment(lang).get_template("targets.j2").module.summary
     return [(name, t.seed, words.get(name, "")) for name, t in BUILTINS.items()]

@@ -480,3 +480,35 @@ def test_ranks_stop_when_their_launcher_is_killed(tmp_path):
         os.kill(pid, signal.SIGKILL)
     assert not left, "ranks outlived their launcher"
     assert not list(tmp_path.glob("runs/*/run.json"))
+
+
+def _language_from_en(tmp_path, monkeypatch) -> Path:
+    """A language folder xx, copied from en, found through $REPORTER_TEMPLATES."""
+    import shutil
+
+    from reporter.render.languages import language
+
+    shutil.copytree(language("en").folder, tmp_path / "langs" / "xx")
+    monkeypatch.setenv("REPORTER_TEMPLATES", str(tmp_path / "langs"))
+    return tmp_path / "langs" / "xx"
+
+
+def test_a_broken_template_of_a_language_is_one_line_and_leaves_nothing(tmp_path, monkeypatch,
+                                                                      stored):
+    folder = _language_from_en(tmp_path, monkeypatch)
+    text = (folder / "report.md.j2").read_text(encoding="utf-8")
+    (folder / "report.md.j2").write_text(text.replace("{% block summary %}",
+                                                      "{% block summary %}{% if %}"))
+    _, run = stored("cpu-transformer-bloat")
+    res = cli("render", run, "--lang", "xx", "--format", "md,pdf")
+    line = one_line(res.err)
+    assert res.code == 1 and "[template]" in line and "report.md.j2" in line, line
+    assert not list(run.glob("*.xx.*"))  # no report, and no chart drawn for it
+
+
+def test_a_missing_template_of_a_language_is_named(tmp_path, monkeypatch):
+    folder = _language_from_en(tmp_path, monkeypatch)
+    (folder / "targets.j2").unlink()
+    res = cli("targets", "--lang", "xx")
+    line = one_line(res.err)
+    assert res.code == 1 and "[template]" in line and "targets.j2" in line, line

@@ -8,10 +8,11 @@ built.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, is_dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import BadInput, WorkFailed
 from ..store import write_atomic
@@ -47,6 +48,33 @@ def _environment(folder: Path):
 def environment(lang: str):
     """The Jinja environment of a language's templates (BadInput for an unknown one)."""
     return _environment(language(lang).folder)
+
+
+@contextmanager
+def template_errors(lang: str) -> Iterator[None]:
+    """A language folder's template that is missing, does not parse, or prints a value
+    the report does not have: one line that names it (a folder added by a user, most
+    likely), not a traceback."""
+    import jinja2
+
+    try:
+        yield
+    except jinja2.TemplateNotFound as exc:
+        raise WorkFailed(f"the {lang} templates ({language(lang).folder}) have no {exc.name}: "
+                         "copy it from templates/en/ and translate it", error_id="template"
+                         ) from exc
+    except jinja2.TemplateSyntaxError as exc:
+        raise WorkFailed(f"a {lang} template does not parse: {exc.filename or exc.name}, "
+                         f"line {exc.lineno}: {exc.message}", error_id="template") from exc
+    except jinja2.TemplateError as exc:  # UndefinedError, among others
+        raise WorkFailed(f"a {lang} template failed: {exc.message}", error_id="template"
+                         ) from exc
+
+
+def terms(lang: str) -> Any:
+    """The language's words for the values a report prints (terms.j2)."""
+    with template_errors(lang):
+        return environment(lang).get_template("terms.j2").module
 
 
 GITHUB_COMMENT_LIMIT = 65_536  # characters in a GitHub issue or pull-request comment
@@ -87,9 +115,10 @@ def _render_markdown(view: Any, options: RenderOptions, charts: Charts,
     context = dict(vars(view)) if is_dataclass(view) else dict(view)
     lang = context["lang"]
     template = template or ("compare.md.j2" if isinstance(view, CompareView) else "report.md.j2")
-    text = environment(lang).get_template(template).render(
-        **context, charts=charts, github=options.github,
-        max_chars_text=Fmt(lang).int(options.max_chars or 0))
+    with template_errors(lang):
+        text = environment(lang).get_template(template).render(
+            **context, charts=charts, github=options.github,
+            max_chars_text=Fmt(lang).int(options.max_chars or 0))
     # Collapse runs of blank lines that template blocks leave behind.
     lines, blank = [], 0
     for line in text.splitlines():
@@ -136,21 +165,24 @@ def parse_formats(text: str) -> list[str]:
 def write_reports(view: View, folder: Path, formats: Sequence[str],
                   options: RenderOptions = RenderOptions(), stem: str = "report"
                   ) -> list[Path]:
-    """Draw the report's charts into ``folder`` once, then render and write it in each
-    format; each file is whole or absent."""
+    """Draw the report's charts into ``folder`` once, render the report in every format,
+    then write the files: when a format fails, none is written, and the charts drawn for
+    it are removed."""
     from .charts import draw
 
     language(view.lang)  # BadInput for an unknown language
     folder = Path(folder)
-    terms = environment(view.lang).get_template("terms.j2").module
-    charts = draw(view, folder, terms, stem, mermaid=options.github)
-    paths = []
-    for fmt in formats:
-        renderer = RENDERERS[fmt]
-        content = renderer.render(view, options, charts)
-        paths.append(write_atomic(folder / f"{stem}.{view.lang}.{renderer.extension}",
-                                  content))
-    return paths
+    before = {p.name for p in folder.glob(f"{stem}-chart-*")} if folder.is_dir() else set()
+    charts = draw(view, folder, terms(view.lang), stem, mermaid=options.github)
+    try:
+        contents = [(RENDERERS[fmt], RENDERERS[fmt].render(view, options, charts))
+                    for fmt in formats]
+    except BaseException:
+        for name in charts.names() - before:
+            (folder / name).unlink(missing_ok=True)
+        raise
+    return [write_atomic(folder / f"{stem}.{view.lang}.{renderer.extension}", content)
+            for renderer, content in contents]
 
 
 def write_report(view: View, folder: Path, fmt: str,
