@@ -124,27 +124,28 @@ def _reset_host_peak() -> None:
         pass  # elsewhere the peak is the process's since it started
 
 
-def _host_rss_b() -> int | None:
-    """The process's resident memory now (Linux), else None."""
+def _proc_status_b(field: str) -> int | None:
+    """A memory field of /proc/self/status (Linux: "VmRSS:", "VmHWM:"), in bytes; else None."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return None
 
 
+def _host_rss_b() -> int | None:
+    """The process's resident memory now (Linux), else None."""
+    return _proc_status_b("VmRSS:")
+
+
 def _host_peak_b() -> int:
     """The process's peak resident memory since _reset_host_peak (else since it started)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    peak = _proc_status_b("VmHWM:")
+    if peak is not None:
+        return peak
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
