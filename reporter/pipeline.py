@@ -216,16 +216,24 @@ def remove_stale(root: Path, warn: Say = _stderr) -> None:
 
 def render_run(ref: str, runs: Path, output: Output) -> list[Path]:
     """Reports of a stored run, rendered again into its folder (no profiling)."""
-    from .render.view import run_view
-    from .store import find, load
+    from .store import find
 
-    folder = find(ref, runs)
-    return output.write(run_view(load(folder), output.lang), folder)
+    return _report_stored(find(ref, runs), output)
+
+
+def _report_stored(folder: Path, output: Output) -> list[Path]:
+    """The reports of the run stored in ``folder``, written into it."""
+    from .analyze.analyzer import analyze_run
+    from .render.view import run_view
+    from .store import load
+
+    run = load(folder)
+    return output.write(run_view(run, output.lang, analyze_run(run)), folder)
 
 
 def analysis_json(path: str, runs: Path) -> dict[str, Any]:
     """``analyze --json``: {profiles: [...]} of a stored run or of recorded profiles."""
-    from .analyze.analyzer import analyze_section, profiles_json
+    from .analyze.analyzer import analyze_run, analyze_section, profiles_json
     from .inputs import read_profiles, run_folder
     from .run import Section
     from .store import load
@@ -236,9 +244,8 @@ def analysis_json(path: str, runs: Path) -> dict[str, Any]:
         return profiles_json(profiles, [analyze_section(Section(p.label, None, p))
                                         for p in profiles])
     run = load(folder)
-    batch = run.target.get("batch_size")
     return profiles_json(
-        [s.profile for s in run.sections], [analyze_section(s, batch) for s in run.sections],
+        [s.profile for s in run.sections], analyze_run(run),
         [{**s.memory, "tensors": asdict(s.tensor_memory) if s.tensor_memory else None,
           "tensors_note": s.tensor_memory_note} for s in run.sections])
 
@@ -247,12 +254,11 @@ def analyze(path: str, runs: Path, out: Path, output: Output) -> list[Path]:
     """Reports of a stored run (into its folder) or of profiler tables and traces (into
     ``out``, named after the file)."""
     from .inputs import read_profiles, run_folder
-    from .render.view import import_view, run_view
-    from .store import load
+    from .render.view import import_view
 
     folder = run_folder(path, runs)
     if folder is not None:
-        return output.write(run_view(load(folder), output.lang), folder)
+        return _report_stored(folder, output)
     source = Path(path)
     view = import_view(read_profiles(source), source.name, output.lang)
     return output.write(view, out, stem=report_stem(source))
