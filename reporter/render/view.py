@@ -500,6 +500,8 @@ class ReportView:
     n_findings: int
     imported: bool
     marker: str
+    # The command that renders the run's whole logs (said when a comment shortens them)
+    rerender: markup.Md | None = None
 
 
 @dataclass
@@ -722,6 +724,7 @@ def run_view(run: Run, lang: str, analyses: list[Analysis] | None = None,
         plural=fmt.plural,
         n_findings=sum(len(s.findings) for s in sections),
         imported=False, source=None, marker=f"report:{run.target.get('name')}",
+        rerender=markup.code(f"reporter render {run.id} --max-chars 0"),
     )
 
 
