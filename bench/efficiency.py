@@ -29,6 +29,9 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from reporter.analyze.peaks import measure  # noqa: E402
+from reporter.collect.isa import guard  # noqa: E402
+
+guard()  # a CPU that lists AMX and traps it (reporter.collect.isa)
 from reporter.collect.runner import _Stepper  # noqa: E402
 from reporter.collect.target import build, resolve  # noqa: E402
 

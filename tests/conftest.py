@@ -31,6 +31,15 @@ def cli(*argv: str) -> Result:
     return Result(code, out.getvalue(), err.getvalue())
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _cpu_isa():
+    """Tests that time products themselves get the runner's guard against CPUs that list
+    AMX and trap it (reporter.collect.isa)."""
+    from reporter.collect.isa import guard
+
+    guard()
+
+
 @pytest.fixture
 def runs(tmp_path: Path) -> Path:
     return tmp_path / "runs"

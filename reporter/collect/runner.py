@@ -34,6 +34,7 @@ from ..analyze.stats import median_interval
 from ..errors import BadInput, WorkFailed, user_code
 from ..ingest.traces import read_trace
 from ..run import Run, Section, Throughput
+from .isa import guard as guard_isa
 from .memprof import tensor_memory
 from .target import BUILTINS, Target, build
 
@@ -594,6 +595,7 @@ def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
 
     ``builder`` comes from ``reporter.target.resolve(spec)``.
     """
+    guard_isa()  # before this process's first oneDNN call
     device = resolve_device(opts.device)
     name = spec
     now = datetime.now(timezone.utc)
