@@ -51,9 +51,15 @@ def test_matrix_bound_models_get_no_alarm(name, gemm, tmp_path):
     findings = analyze(section.profile, {"near-roofline": {"roofline": 0.0}}, e)
     assert "dominant-operator" not in [f.rule for f in findings]
     near = next(f for f in findings if f.rule == "near-roofline")
-    assert near.ops == [gemm] and near.evidence["roofline_share"] == top.roofline_share
+    assert near.ops[0] == gemm
+    if near.ops == [gemm]:  # one product dominates the step
+        assert near.evidence["roofline_share"] == top.roofline_share
+        products_us = top.time_us
+    else:  # no single one dominates here (the 2-core machine, Llama): together they bound it
+        assert near.evidence["products"] == len(near.ops) > 1
+        products_us = sum(o.time_us for o in e.ops if o.name in near.ops)
     if near.evidence["faster_dtype"]:  # a dtype with a higher measured peak: its saving
-        assert 0 < near.evidence["saving_us"] < top.time_us
+        assert 0 < near.evidence["saving_us"] < products_us
     for lang, text in _rendered(near).items():
         assert gemm in text and "{{" not in text, (lang, text)
 
