@@ -36,9 +36,13 @@ TARGETS = ("transformer-bloat-fixed", "seq2seq-fixed", "transformer")
 
 
 def reporter_windows(stepper, device: str, batch: int, opts: RunOptions) -> list[float]:
+    """The undisturbed windows (a run's median is of these; bench/contention.py measures
+    what a busy machine does to them)."""
     steps = window_steps(stepper, device, opts)
-    return _timed_windows(lambda: steps * batch / _timed(stepper, device, steps), opts,
-                          opts.time_budget_s, lambda msg: None, steps)
+    windows, disturbance = _timed_windows(
+        lambda: steps * batch / _timed(stepper, device, steps), opts, opts.time_budget_s,
+        lambda msg: None, steps)
+    return [w for w, d in zip(windows, disturbance) if not d.disturbed] or windows
 
 
 def independent(stepper, device: str, batch: int) -> float:

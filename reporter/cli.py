@@ -2,7 +2,8 @@
 ``reporter.pipeline``; what it prints and its exit code are decided here.
 
 Exit codes: 0 success, 1 failure while working, 2 bad usage or bad input,
-3 a throughput regression (compare --fail-if-slower), 130 interrupted (Ctrl-C),
+3 a throughput regression (compare --fail-if-slower), 4 could not measure (compare
+--fail-if-slower on a run the machine's other work disturbed), 130 interrupted (Ctrl-C),
 143 terminated (SIGTERM). Errors
 are one line on stderr; ``--debug`` adds the traceback.
 """
@@ -86,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds of timed windows per target, shared by its modes; timing "
                         "stops early once the median's 95%% interval is within +-2%% "
                         "(default: 1.5)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch's intra-op threads for the run (default: torch's own, one per "
+                        "core); on a shared machine --threads 1 gives steadier figures")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="run N ranks on this machine (torch.distributed: gloo on the CPU, NCCL "
@@ -103,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="runs (folder, run.json, id, 'latest') or anything analyze reads")
     p.add_argument("--fail-if-slower", type=float, default=None, metavar="PCT",
-                   help="exit with code 3 when the last input's throughput is more than PCT%% "
+                   help="exit with code 4 when the machine was too busy to tell, and with code "
+                        "3 when the last input's throughput is more than PCT%% "
                         "below the first's and the drop is beyond the measurement's noise")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
@@ -174,7 +179,7 @@ def cmd_run(args) -> int:
     output = _output(args)
     request = pipeline.RunRequest(tuple(args.target or DEFAULT_SUITE), args.device,
                                   args.preset, args.time_budget, args.rank_timeout,
-                                  args.compare)
+                                  args.compare, args.threads)
     pipeline.check_run_request(request)  # bad specs fail before any work
     world = distributed.world_from_env()
     if args.nproc is not None:
@@ -200,7 +205,7 @@ def _without_nproc(argv: list[str]) -> list[str]:
 
 
 def cmd_compare(args) -> int:
-    from .compare import compare_json, regression
+    from .compare import busy, compare_json, regression
 
     output = _output(args)
     if args.fail_if_slower is not None and not 0 <= args.fail_if_slower < 100:
@@ -211,6 +216,12 @@ def cmd_compare(args) -> int:
     else:
         pipeline.write_comparison(comparison, args.runs, args.out, output)
     if args.fail_if_slower is not None:
+        disturbed = busy(comparison)
+        if disturbed:
+            print("reporter: could not measure: the machine was busy during "
+                  f"{', '.join(disturbed)}; run both again on a quiet machine",
+                  file=sys.stderr)
+            return 4
         failed, why = regression(comparison, args.fail_if_slower)
         if failed:
             print(f"reporter: slower than the base: {'; '.join(why)}", file=sys.stderr)

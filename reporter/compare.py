@@ -81,6 +81,11 @@ class Pair:
     kept: list[Finding]
 
     @property
+    def busy(self) -> bool:
+        """Other work on the machine disturbed either side: no verdict can be drawn."""
+        return self.before.busy or self.after.busy
+
+    @property
     def within_noise(self) -> bool:
         """No change that the measurements can tell: the speed-up's interval holds 1 (or,
         without intervals, the speed-up is within half the larger spread)."""
@@ -205,6 +210,20 @@ def compare(steps: list[Step]) -> Comparison:
     return Comparison(steps, modes, mismatches)
 
 
+def busy(comparison: Comparison) -> list[str]:
+    """The runs (by name and mode) whose measurements other work on the machine
+    disturbed, among the first and last of each mode: the gate cannot judge them."""
+    out = []
+    for m in comparison.modes:
+        for step, section in ((comparison.steps[0], m.overall.before),
+                              (comparison.steps[-1], m.overall.after)):
+            if section.busy:
+                name = f"{step.name} ({m.mode})"
+                if name not in out:
+                    out.append(name)
+    return out
+
+
 def regression(comparison: Comparison, max_slowdown_pct: float) -> tuple[bool, list[str]]:
     """Is the last step more than ``max_slowdown_pct`` % slower than the first, beyond noise?"""
     failed, why = False, []
@@ -244,6 +263,8 @@ def compare_json(comparison: Comparison) -> dict[str, Any]:
             "mode": m.mode,
             "throughput": [s.throughput.median if s.throughput else None for s in m.sections],
             "speedup": p.speedup, "noise": p.noise, "within_noise": p.within_noise,
+            # Either side disturbed by other work on the machine: no verdict.
+            "busy": p.busy,
             "speedup_interval": ([p.ratio.low, p.ratio.high, p.ratio.confidence]
                                  if p.ratio else None),
             "basis": p.basis,

@@ -71,6 +71,7 @@ class RunRequest:
     time_budget_s: float = 1.5
     rank_timeout_s: float = 300.0
     compare: bool = False  # also compare the runs in order, the first as the base
+    threads: int | None = None  # torch's intra-op threads for the run (None: torch's own)
 
 
 def check_run_request(request: RunRequest) -> list[tuple[str, Callable[..., Any]]]:
@@ -81,6 +82,8 @@ def check_run_request(request: RunRequest) -> list[tuple[str, Callable[..., Any]
     if not 0 < request.time_budget_s <= 3600:
         raise BadInput("--time-budget takes seconds, more than 0 and at most 3600",
                        error_id="usage")
+    if request.threads is not None and not 1 <= request.threads <= 1024:
+        raise BadInput("--threads takes a number of threads from 1 to 1024", error_id="usage")
     return builders
 
 
@@ -95,7 +98,7 @@ def run_targets(request: RunRequest, root: Path, output: Output,
     world = distributed.world_from_env()
     device = resolve_device(request.device)
     opts = RunOptions(device=device, preset=default_preset(device, request.preset),
-                      time_budget_s=request.time_budget_s)
+                      time_budget_s=request.time_budget_s, threads=request.threads)
     if world is None:
         return _run_targets(request, builders, opts, root, output, progress, warn, None, None)
     opts = replace(opts, device=distributed.init(world, opts.device, request.rank_timeout_s))
@@ -247,7 +250,8 @@ def analysis_json(path: str, runs: Path) -> dict[str, Any]:
     return profiles_json(
         [s.profile for s in run.sections], analyze_run(run),
         [{**s.memory, "tensors": asdict(s.tensor_memory) if s.tensor_memory else None,
-          "tensors_note": s.tensor_memory_note} for s in run.sections])
+          "tensors_note": s.tensor_memory_note} for s in run.sections],
+        [s.disturbance_json() for s in run.sections])
 
 
 def analyze(path: str, runs: Path, out: Path, output: Output) -> list[Path]:

@@ -12,21 +12,56 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .analyze.contention import MIN_CLEAN, Disturbance, disturbed_time
 from .analyze.profile import Profile
 from .analyze.stats import Interval, median_interval, outliers
 
 
 @dataclass
 class Throughput:
-    """Samples per second: timed windows without the profiler, and the profiled one."""
+    """Samples per second: timed windows without the profiler, and the profiled one.
+
+    Windows that other work on the machine disturbed (reporter.analyze.contention) are
+    kept, but the median, its interval, the outliers and the spread are of the
+    undisturbed ones; with fewer than MIN_CLEAN of those the throughput is unreliable:
+    its median is of every window, and it has no interval."""
 
     windows: list[float]  # samples/s of each un-profiled timed window
     steps_per_window: int
     profiled: float  # samples/s during the profiled window (profiler overhead included)
+    # The disturbance of each window, in order (empty: not measured, runs before it)
+    disturbance: list[Disturbance] = field(default_factory=list)
+
+    @property
+    def clean(self) -> list[float]:
+        """The windows nothing disturbed (every window when that was not measured)."""
+        if len(self.disturbance) != len(self.windows):
+            return list(self.windows)
+        return [w for w, d in zip(self.windows, self.disturbance) if not d.disturbed]
+
+    @property
+    def reliable(self) -> bool:
+        """Enough undisturbed windows for a median and an interval to mean something."""
+        return len(self.clean) >= min(MIN_CLEAN, len(self.windows))
+
+    @property
+    def disturbed_windows(self) -> int:
+        return len(self.windows) - len(self.clean)
+
+    @property
+    def disturbed_time(self) -> float | None:
+        """The share of the timed wall time that was disturbed (None: not measured)."""
+        return disturbed_time(self.disturbance) if self.disturbance else None
+
+    @property
+    def used(self) -> list[float]:
+        """The windows the median is of: the undisturbed ones, or all when unreliable."""
+        return self.clean if self.reliable else list(self.windows)
 
     @property
     def median(self) -> float:
-        return statistics.median(self.windows) if self.windows else 0.0
+        used = self.used
+        return statistics.median(used) if used else 0.0
 
     def step_us(self, batch_size: int | None) -> float | None:
         """The median step without the profiler, in microseconds (None without both)."""
@@ -36,20 +71,27 @@ class Throughput:
     def interval(self) -> Interval | None:
         """The median's confidence interval (order statistics; 95% once there are enough
         windows, else the real confidence of min-max)."""
-        return median_interval(self.windows)
+        return median_interval(self.clean) if self.reliable else None
 
     @property
     def outliers(self) -> list[int]:
-        """Windows far from the others (a page-fault storm, a background process): kept
-        in the median, shown in the report."""
-        return outliers(self.windows)
+        """Undisturbed windows far from the others (a page-fault storm): kept in the
+        median, shown in the report."""
+        return outliers(self.clean)
 
     @property
     def spread(self) -> float:
-        """(max - min) / median of the windows: the measurement's noise."""
-        if len(self.windows) < 2 or self.median <= 0:
+        """(max - min) / median of the windows used: the measurement's noise."""
+        used = self.used
+        if len(used) < 2 or self.median <= 0:
             return 0.0
-        return (max(self.windows) - min(self.windows)) / self.median
+        return (max(used) - min(used)) / self.median
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Throughput":
+        return cls(windows=data["windows"], steps_per_window=data["steps_per_window"],
+                   profiled=data["profiled"],
+                   disturbance=[Disturbance(**d) for d in data.get("disturbance") or []])
 
 
 # The order categories are shown in: what the model is, then what the step makes.
@@ -88,6 +130,41 @@ class Section:
     # Replacements timed on the device (reporter.analyze.whatif), by rule id: {"before_ms",
     # "after_ms", ...} per step.
     whatif: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The disturbance of the profiled steps kept (the least disturbed of the attempts),
+    # and how many times they were profiled; None for imported profiles and older runs.
+    profile_disturbance: Disturbance | None = None
+    profile_attempts: int = 1
+    # The disturbance of the timed replacements kept, or of the last attempt when every
+    # attempt was disturbed (then ``whatif`` is empty: the estimates stand); None when
+    # nothing was timed.
+    whatif_disturbance: Disturbance | None = None
+
+    @property
+    def busy(self) -> bool:
+        """Was the machine too busy for this section's figures to be trusted: too few
+        undisturbed timed windows, disturbed profiled steps, or timed replacements that
+        could not be timed undisturbed? Its throughput, efficiency and the ranking of its
+        findings then rest on disturbed numbers."""
+        t = self.throughput
+        return bool((t is not None and t.windows and not t.reliable)
+                    or any(d is not None and d.disturbed
+                           for d in (self.profile_disturbance, self.whatif_disturbance)))
+
+    def disturbance_json(self) -> dict[str, Any]:
+        """What other work on the machine did to this section's measurements (--json)."""
+        t, d = self.throughput, self.profile_disturbance
+        return {
+            "busy": self.busy,
+            "throughput_reliable": t.reliable if t is not None else None,
+            "windows": len(t.windows) if t is not None else None,
+            "disturbed_windows": t.disturbed_windows if t is not None else None,
+            "disturbed_time": t.disturbed_time if t is not None else None,
+            "profile_share": d.share if d is not None else None,
+            "profile_attempts": self.profile_attempts,
+            "whatif_share": (self.whatif_disturbance.share
+                             if self.whatif_disturbance is not None else None),
+            "peaks_disturbed": bool(self.peaks and self.peaks.get("disturbed")),
+        }
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -98,7 +175,8 @@ class Section:
     def from_dict(cls, data: dict[str, Any]) -> "Section":
         return cls(
             label=data["label"],
-            throughput=Throughput(**data["throughput"]),
+            throughput=(Throughput.from_dict(data["throughput"])
+                        if data.get("throughput") is not None else None),
             profile=Profile.from_dict(data["profile"]),
             memory=dict(data.get("memory") or {}),
             benchmark=data.get("benchmark"),
@@ -109,6 +187,13 @@ class Section:
             tensor_memory_note=data.get("tensor_memory_note"),
             peaks=data.get("peaks") if isinstance(data.get("peaks"), dict) else None,
             whatif=dict(data.get("whatif") or {}),
+            profile_disturbance=(Disturbance(**data["profile_disturbance"])
+                                 if isinstance(data.get("profile_disturbance"), dict)
+                                 else None),
+            profile_attempts=data.get("profile_attempts", 1),
+            whatif_disturbance=(Disturbance(**data["whatif_disturbance"])
+                                if isinstance(data.get("whatif_disturbance"), dict)
+                                else None),
         )
 
 

@@ -35,6 +35,9 @@ from .run import Run
 #    - optional Profile.costs, cost_basis, not_modelled_us, shapes_recorded and
 #      Section.peaks (efficiency: FLOPs and bytes of modelled operators, the machine's
 #      peaks); runs without them say so in their reports, so still format 2.
+#    - optional Throughput.disturbance (per timed window), Section.profile_disturbance and
+#      profile_attempts, Peaks.disturbed (reporter.analyze.contention): runs without them
+#      could not tell a busy machine, and read as undisturbed, so still format 2.
 FORMAT = 2
 RUN_FILE = "run.json"
 MAX_RUN_FILE = 256 << 20  # bytes: a run.json holds numbers and a few tables
@@ -238,7 +241,8 @@ def _check_run(run: Run) -> None:
 _COST_FIELDS = {"name": str, "dtype": str, "family": str, "phase": str, "calls": int,
                 "flops": float, "bytes": float, "time_us": float}
 _PEAK_FIELDS = {"source": str, "device": str, "flops": dict[str, float], "bandwidth": float,
-                "reference": str, "seconds": float | None, "threads": int | None}
+                "reference": str, "seconds": float | None, "threads": int | None,
+                "disturbed": bool}
 
 
 def _check_efficiency(section: Any, where: str) -> None:

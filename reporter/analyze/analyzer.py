@@ -163,6 +163,11 @@ class Analysis:
     findings: list[Finding]
     main: list[tuple[Finding, Saving]]
     minor: list[tuple[Finding, Saving]]
+    # False when other work on the machine disturbed the section's measurements
+    # (run.Section.busy): the operators' times are inflated unevenly, the step and the
+    # timed replacements that rank the findings are off, and the findings are
+    # candidates, not established.
+    established: bool = True
 
 
 def analyze_section(section: Any, batch_size: int | None = None,
@@ -177,9 +182,11 @@ def analyze_section(section: Any, batch_size: int | None = None,
     eff = of_section(section, batch_size)
     findings = analyze(section.profile, overrides, eff)
     t = section.throughput
-    real_step_us = t.step_us(batch_size) if t is not None else None
+    # A step timed while the machine was busy is no yardstick: the profiled one is used.
+    real_step_us = t.step_us(batch_size) if t is not None and t.reliable else None
     main, minor = ranked(findings, section.profile, eff, section.whatif, real_step_us)
-    return Analysis(eff, findings, main, minor)
+    return Analysis(eff, findings, main, minor,
+                    established=not getattr(section, "busy", False))
 
 
 def analyze_run(run: Any) -> list[Analysis]:
@@ -208,13 +215,16 @@ def _explained(dominant: Finding, found: list[Finding]) -> bool:
 
 
 def profiles_json(profiles: list[Profile], analyses: list[Analysis],
-                  memory: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                  memory: list[dict[str, Any]] | None = None,
+                  disturbance: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The ``--json`` document: times in microseconds, memory in bytes, findings by rule id.
 
     ``breakdown`` is the step breakdown (null for tables); ``analyses``, each profile's
     (analyze_section); ``memory``, given for a stored run's sections, adds each one's
-    memory figures and memory profile. Findings come by estimated saving
-    (reporter.analyze.savings), with ``saving_ms`` and its band."""
+    memory figures and memory profile; ``disturbance``, given for them too, what other
+    work on the machine did to each one's measurements (run.Section.disturbance_json).
+    Findings come by estimated saving (reporter.analyze.savings), with ``saving_ms`` and
+    its band, and ``established``: false when the machine was busy (run.Section.busy)."""
     from dataclasses import asdict
 
     from .efficiency import to_json
@@ -232,11 +242,14 @@ def profiles_json(profiles: list[Profile], analyses: list[Analysis],
                "breakdown": asdict(p.breakdown) if p.breakdown else None,
                "efficiency": to_json(eff), "ops": ops,
                # By estimated saving; "minor": worth under 3% of the step.
-               "findings": [{**f.to_dict(), **s.to_json(), "minor": is_minor}
+               "findings": [{**f.to_dict(), **s.to_json(), "minor": is_minor,
+                             "established": analysis.established}
                             for group, is_minor in ((main, False), (minor, True))
                             for f, s in group]}
         if memory is not None:
             doc["memory"] = memory[i]
+        if disturbance is not None:
+            doc["disturbance"] = disturbance[i]
         out.append(doc)
     return {"profiles": out}
 

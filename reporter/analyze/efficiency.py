@@ -27,6 +27,14 @@ from .profile import Profile
 # operator with a formula among what it recorded.
 NO_SHAPES, NO_PEAKS, NOTHING_MODELLED = "no-shapes", "no-peaks", "nothing-modelled"
 NOT_RECORDED = "not-recorded"  # a run stored before reporter judged efficiency
+# The machine was busy: the peaks, the timed step or the profiled one were disturbed by
+# other work (reporter.analyze.contention), so no efficiency figure is given.
+BUSY = "busy"
+# The figures came out impossible (MFU above 100%): the peaks or the step are wrong.
+IMPLAUSIBLE = "implausible"
+# A measured peak that the run's own matrix products beat by this factor was taken in a
+# busy moment: refused (IMPLAUSIBLE), not raised.
+REFUSE = 2.0
 
 
 @dataclass
@@ -228,14 +236,24 @@ def assess(profile: Profile, peaks: Peaks | None, tf32: Optional[bool] = None,
 
 def of_section(section: Any, batch_size: int | None = None) -> Efficiency | str:
     """assess() for a run's section (reporter.run.Section) or an imported profile's: its
-    stored peaks, its TF32 state, and the step time of its timed windows."""
+    stored peaks, its TF32 state, and the step time of its timed windows. BUSY when other
+    work on the machine disturbed the peaks' calibration, the timed windows or the
+    profiled steps; IMPLAUSIBLE when the machine would have done more than its peak."""
     p, t = section.profile, section.throughput
     step_us = (batch_size / t.median * 1e6 if batch_size and t is not None and t.windows
                and t.median > 0 else None)
     tf32 = (section.precision.get("tf32") or {}).get("matmul") if p.device_type else False
-    result = assess(p, peaks_for(p, section.peaks), tf32, step_us)
+    peaks = peaks_for(p, section.peaks)
+    if getattr(section, "busy", False) or (peaks is not None and peaks.disturbed):
+        return BUSY
+    result = assess(p, peaks, tf32, step_us)
     if result in (NO_SHAPES, NO_PEAKS) and t is not None and section.peaks is None:
         return NOT_RECORDED
+    if isinstance(result, Efficiency) and (
+            max(result.mfu, result.hfu) > 1.0 or any(
+                result.peaks.flops[k] > REFUSE * peaks.flops[k]
+                for k in result.peaks_raised if peaks is not None and k in peaks.flops)):
+        return IMPLAUSIBLE
     return result
 
 

@@ -28,12 +28,14 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from ..analyze import peaks as peaks_module
 from ..analyze.breakdown import DRAIN_MARK, MODULE_MARK
+from ..analyze.contention import MIN_CLEAN, Disturbance
 from ..analyze.peaks import Peaks, cpu_name
 from ..analyze.profile import Profile
 from ..analyze.stats import median_interval
 from ..errors import BadInput, WorkFailed, user_code
 from ..ingest.traces import read_trace
 from ..run import Run, Section, Throughput
+from . import machine
 from .isa import guard as guard_isa
 from .memprof import tensor_memory
 from .target import BUILTINS, Target, build
@@ -59,6 +61,7 @@ class RunOptions:
     # In a distributed run, how ranks settle on a number they must share (the
     # steps per timed window: DDP's collectives pair up step by step).
     agree: Callable[[int], int] | None = None
+    threads: int | None = None  # torch's intra-op threads while profiling (None: as set)
 
 
 def default_preset(device: str, preset: str | None) -> str:
@@ -341,29 +344,55 @@ def window_steps(stepper: Callable[[], None], device: str, opts: RunOptions) -> 
     return max(3, min(200, round(opts.window_s / max(one, 1e-6))))
 
 
+# A machine busy enough to stretch the windows stops the timing at this many budgets,
+# with at least two windows: the run says it was busy rather than wait it out.
+BUSY_BUDGET = 3
+
 def _timed_windows(window: Callable[[], float], opts: RunOptions, budget_s: float,
-                   progress: Callable[[str], None], steps: int) -> list[float]:
-    """Samples/s of timed windows: at least ``opts.windows``, then more until the
-    median's 95% interval is within +-``opts.precision`` or ``budget_s`` is spent. In a
-    distributed run exactly ``opts.windows`` (the ranks' collectives pair step by step)."""
+                   progress: Callable[[str], None], steps: int
+                   ) -> tuple[list[float], list[Disturbance]]:
+    """Samples/s of timed windows, each with its disturbance: at least ``opts.windows``,
+    then more until the median of the undisturbed ones has a 95% interval within
+    +-``opts.precision`` (and there are MIN_CLEAN of them), or ``budget_s`` is spent.
+    In a distributed run exactly ``opts.windows`` (the ranks' collectives pair step by
+    step)."""
+    threads = torch.get_num_threads()
+
+    def watched() -> tuple[float, Disturbance]:
+        watch = machine.Watch(threads)
+        value = window()
+        return value, watch.stop()
+
     if opts.agree is not None:
         progress(f"timing {opts.windows} windows x {steps} steps")
-        return [window() for _ in range(opts.windows)]
+        pairs = [watched() for _ in range(opts.windows)]
+        return [v for v, _ in pairs], [d for _, d in pairs]
     progress(f"timing windows of {steps} steps (up to {budget_s:g} s, until +-"
              f"{opts.precision:.0%})")
     windows: list[float] = []
+    disturbance: list[Disturbance] = []
     start = time.perf_counter()
     while len(windows) < opts.max_windows:
-        windows.append(window())
-        if len(windows) < opts.windows:
-            continue
-        interval = median_interval(windows)
-        if interval and interval.confidence >= 0.95 and \
-                interval.half_width(statistics.median(windows)) <= opts.precision:
+        value, d = watched()
+        windows.append(value)
+        disturbance.append(d)
+        clean = [w for w, x in zip(windows, disturbance) if not x.disturbed]
+        if len(windows) >= opts.windows and len(clean) >= min(MIN_CLEAN, opts.windows):
+            interval = median_interval(clean)
+            if interval and interval.confidence >= 0.95 and \
+                    interval.half_width(statistics.median(clean)) <= opts.precision:
+                break
+        spent = time.perf_counter() - start
+        if len(windows) >= opts.windows and spent >= budget_s:
             break
-        if time.perf_counter() - start >= budget_s:
+        if len(windows) >= 2 and spent >= BUSY_BUDGET * budget_s and \
+                len(clean) < len(windows):  # a busy machine: it will not get quieter here
             break
-    return windows
+    busy = sum(d.disturbed for d in disturbance)
+    if busy:
+        progress(f"{busy} of {len(windows)} windows disturbed by other work on the machine"
+                 " (left out of the median)")
+    return windows, disturbance
 
 
 MAX_MODULE_DEPTH = 3  # module marks for the model and modules up to 3 levels inside it
@@ -418,6 +447,66 @@ def _profiled_step_count(windows: list[float], batch: int, opts: RunOptions) -> 
     return max(opts.profile_steps, min(opts.max_profile_steps, round(opts.profile_s / step_s)))
 
 
+# Profiled windows tried at most, when other work on the machine disturbs them.
+PROFILE_ATTEMPTS = 3
+
+
+def _profile_once(stepper: _Stepper, device: str, active: int, trace: Path) -> tuple[
+        Profile, float, Disturbance]:
+    """Profile ``active`` steps into the Chrome trace ``trace`` and read it back: the
+    profile, the seconds the recorded steps took, and the window's disturbance."""
+    on_gpu = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    wait, warm = 1, 1
+    prof = profile(activities=activities,
+                   schedule=schedule(wait=wait, warmup=warm, active=active, repeat=1),
+                   record_shapes=True, profile_memory=True)
+    watch = machine.Watch(torch.get_num_threads())
+    with _filtered_native_stderr(), _module_marks(stepper.target.model), prof:
+        active_s = _profiled_steps(stepper, device, prof, wait + warm, active)
+    disturbance = watch.stop()
+    # The profile is read back from the exported trace: the same numbers as
+    # key_averages() (tests/test_traces.py), in a fraction of its time.
+    prof.export_chrome_trace(str(trace))
+    try:
+        profile_obj = read_trace(trace, shapes=True)
+    except BadInput as exc:  # torch wrote it: not the user's input
+        raise WorkFailed(f"torch wrote a Chrome trace that cannot be read ({exc}); torch does "
+                         'not escape a double quote (") in a record_function name',
+                         error_id="bad-trace") from exc
+    return profile_obj, active_s, disturbance
+
+
+def _quietest_profile(stepper: _Stepper, device: str, opts: RunOptions, active: int,
+                      trace: Path, progress: Progress
+                      ) -> tuple[Profile, float, tuple[Disturbance, int]]:
+    """Profile until a window is undisturbed, at most PROFILE_ATTEMPTS times (once in a
+    distributed run: the ranks' collectives pair up); keep the least disturbed. Its
+    trace ends up at ``trace``. Returns the profile, its recorded seconds, and (its
+    disturbance, the attempts made)."""
+    attempts = 1 if opts.agree is not None else PROFILE_ATTEMPTS
+    best: tuple[Profile, float, Disturbance] | None = None
+    made = 0
+    for made in range(1, attempts + 1):
+        progress(f"profiling {active} steps" + (f" (attempt {made})" if made > 1 else ""))
+        candidate = trace.with_name(f"{trace.stem}.{made}{trace.suffix}")
+        got = _profile_once(stepper, device, active, candidate)
+        if best is None or (got[2].share or 0.0) < (best[2].share or 0.0):
+            if best is not None:
+                trace.unlink(missing_ok=True)
+            os.replace(candidate, trace)
+            best = got
+        else:
+            candidate.unlink(missing_ok=True)
+        if not got[2].disturbed:
+            break
+        progress(f"the profiled steps were disturbed by other work on the machine "
+                 f"({got[2].share:.0%} of the thread time waited for a CPU)")
+    assert best is not None
+    progress("aggregating")
+    return best[0], best[1], (best[2], made)
+
+
 def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOptions,
                      scratch: Path, progress: Callable[[str], None],
                      budget_s: float) -> Section:
@@ -434,29 +523,14 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
     if on_gpu:
         _reset_device_memory()
     batch = stepper.target.batch_size
-    windows = _timed_windows(lambda: steps * batch / _timed(stepper, device, steps), opts,
-                             budget_s, progress, steps)
+    windows, disturbance = _timed_windows(
+        lambda: steps * batch / _timed(stepper, device, steps), opts, budget_s, progress,
+        steps)
 
     active = _profiled_step_count(windows, batch, opts)
-    progress(f"profiling {active} steps")
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    wait, warm = 1, 1
-    prof = profile(activities=activities,
-                   schedule=schedule(wait=wait, warmup=warm, active=active, repeat=1),
-                   record_shapes=True, profile_memory=True)
-    with _filtered_native_stderr(), _module_marks(stepper.target.model), prof:
-        active_s = _profiled_steps(stepper, device, prof, wait + warm, active)
-    progress("aggregating")
-    # The profile is read back from the exported trace: the same numbers as
-    # key_averages() (tests/test_traces.py), in a fraction of its time.
     trace_name = f"trace-{label}.json"
-    prof.export_chrome_trace(str(scratch / trace_name))
-    try:
-        profile_obj = read_trace(scratch / trace_name, shapes=True)
-    except BadInput as exc:  # torch wrote it: not the user's input
-        raise WorkFailed(f"torch wrote a Chrome trace that cannot be read ({exc}); torch does "
-                         'not escape a double quote (") in a record_function name',
-                         error_id="bad-trace") from exc
+    profile_obj, active_s, quiet = _quietest_profile(stepper, device, opts, active,
+                                                     scratch / trace_name, progress)
     profile_obj.label = label
     if on_gpu:
         profile_obj.device_type = "cuda"
@@ -476,7 +550,8 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
         tensors = tensor_memory(lambda: stepper.run(loaded), device)
     return Section(label=label,
                    throughput=Throughput(windows=windows, steps_per_window=steps,
-                                         profiled=profiled),
+                                         profiled=profiled, disturbance=disturbance),
+                   profile_disturbance=quiet[0], profile_attempts=quiet[1],
                    profile=profile_obj, memory=memory, precision=precision,
                    trace=trace_name,
                    tensor_memory=tensors if not isinstance(tensors, str) else None,
@@ -493,12 +568,29 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
     if rules & {"unfused-attention", "single-tensor-optimizer", "fp32-gemm",
                  "elementwise-blowup"}:
         progress(f"{section.label}: timing the proposed replacements")
-    try:
-        with _filtered_native_stderr():
-            section.whatif = measure(section, rules, device, optimizer)
-    except (RuntimeError, ValueError, TypeError) as exc:  # out of memory, say: the report
-        section.whatif = {}  # keeps its estimates, and the run its profile
-        progress(f"{section.label}: the replacements could not be timed ({str(exc)[:120]})")
+    timed: dict[str, dict[str, Any]] = {}
+    for attempt in range(1, PROFILE_ATTEMPTS + 1):
+        try:
+            watch = machine.Watch(torch.get_num_threads())
+            with _filtered_native_stderr():
+                timed = measure(section, rules, device, optimizer)
+            disturbance = watch.stop()
+        except (RuntimeError, ValueError, TypeError) as exc:  # out of memory, say: the
+            section.whatif = {}  # report keeps its estimates, and the run its profile
+            progress(f"{section.label}: the replacements could not be timed "
+                     f"({str(exc)[:120]})")
+            return
+        if not timed:
+            return  # nothing to time
+        section.whatif_disturbance = disturbance
+        if not disturbance.disturbed:
+            section.whatif = timed
+            return
+        progress(f"{section.label}: the timed replacements were disturbed by other work on "
+                 f"the machine ({disturbance.share:.0%} of the thread time waited for a "
+                 f"CPU)" + ("; timing them again" if attempt < PROFILE_ATTEMPTS else
+                            "; their estimates are kept instead"))
+    section.whatif = {}  # a busy moment's timings: the report keeps the estimates
 
 
 def _peaks(device: str, progress: Progress) -> Peaks:
@@ -511,7 +603,18 @@ def _peaks(device: str, progress: Progress) -> Peaks:
     tf32 = bool(tf32_state().get("matmul")) if device.startswith("cuda") else False
     if peaks_module.lookup(name, memory) is None:
         progress("measuring the machine's peaks")
-    return peaks_module.for_run(device, name, memory, tf32)
+
+    def measure_once() -> tuple[Peaks, bool]:
+        watch = machine.Watch(torch.get_num_threads())
+        peaks = peaks_module.measure(device, tf32)
+        return peaks, watch.stop().disturbed
+
+    peaks = peaks_module.for_run(device, name, memory, tf32, measure_once,
+                                 torch.get_num_threads())
+    if peaks.disturbed:
+        progress("the peaks could not be measured on a quiet machine: no two "
+                 "calibrations agreed")
+    return peaks
 
 
 def _benchmark(target: Target, device: str, progress) -> list[dict[str, Any]] | None:
@@ -599,6 +702,27 @@ def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
     device = resolve_device(opts.device)
     name = spec
     now = datetime.now(timezone.utc)
+    with _threads(opts.threads):
+        return _profile_target(spec, builder, opts, scratch, progress, device, name, now)
+
+
+@contextlib.contextmanager
+def _threads(count: int | None):
+    """torch's intra-op threads set to ``count`` for the block (None: left as they are)."""
+    if count is None:
+        yield
+        return
+    saved = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def _profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
+                    scratch: Path, progress: Progress, device: str, name: str,
+                    now: datetime) -> Run:
     progress("building")
     with user_code(f"target {spec} failed while building"):
         target = build(spec, builder, device, opts.preset)

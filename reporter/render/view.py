@@ -22,6 +22,7 @@ from babel.units import format_unit
 
 from ..analyze.analyzer import Analysis, Finding, analyze_run, analyze_section, step_wall_us
 from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
+from ..analyze.contention import mean_share
 from ..analyze.efficiency import of_section
 from ..analyze.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from ..analyze.savings import Saving
@@ -416,6 +417,12 @@ class SectionView:
     autocast: str | None
     small_kernels: str | None  # the mean kernel time, when it is launch latency
     timed: bool
+    # Other work on the machine disturbed the measurements (None: it did not, or the
+    # run could not tell): what the summary's first statement says
+    busy: dict[str, Any] | None
+    throughput_unreliable: bool  # too few undisturbed windows: no interval
+    disturbed_windows: int  # left out of the median
+    established: bool  # the findings rest on undisturbed profiled steps
     throughput: str | None  # samples/s, the median of the timed windows
     throughput_min: str | None
     throughput_max: str | None
@@ -511,7 +518,8 @@ class ModeView:
     mode: str | None
     title: str
     rows: list[Row]
-    verdict: str  # faster, slower, noise or unknown
+    verdict: str  # faster, slower, noise, busy (either side disturbed) or unknown
+    busy_runs: list[int]  # the numbers (#) of the first and last runs that were disturbed
     speedup: str
     change: str
     change_abs: str
@@ -551,6 +559,28 @@ class CompareView:
 
 
 View = ReportView | CompareView
+
+
+def _busy_view(section: Section, fmt: Fmt) -> dict[str, Any] | None:
+    """The "busy machine" statement of a section whose throughput, profiled steps or
+    peaks other work on the machine disturbed (reporter.analyze.contention); else None."""
+    t, d = section.throughput, section.profile_disturbance
+    peaks = bool(section.peaks and section.peaks.get("disturbed"))
+    if not section.busy and not peaks:
+        return None
+    timed = t if t is not None and t.disturbance else None
+    wait = mean_share(timed.disturbance) if timed else None
+    return {
+        "time": fmt.pct(timed.disturbed_time) if timed and timed.disturbed_time else None,
+        "windows": timed.disturbed_windows if timed else 0,
+        "of": len(timed.windows) if timed else 0,
+        "wait": fmt.pct(wait) if wait else None,
+        "unreliable": bool(t and t.windows and not t.reliable),
+        "profile": fmt.pct(d.share) if d is not None and d.disturbed and d.share else None,
+        "attempts": section.profile_attempts,
+        "whatif": bool(section.whatif_disturbance and section.whatif_disturbance.disturbed),
+        "peaks": peaks,
+    }
 
 
 def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
@@ -598,15 +628,19 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         # A name taken from the input (the sentence above its table), or None
         title=None if re.fullmatch(r"profile \d+", section.label) else section.label,
         timed=timed,
+        busy=_busy_view(section, fmt),
+        throughput_unreliable=bool(tt and not tt.reliable),
+        disturbed_windows=tt.disturbed_windows if tt else 0,
+        established=analysis.established,
         throughput=fmt.num(tt.median) if tt else None,
-        throughput_min=fmt.num(min(tt.windows)) if tt else None,
-        throughput_max=fmt.num(max(tt.windows)) if tt else None,
+        throughput_min=fmt.num(min(tt.used)) if tt else None,
+        throughput_max=fmt.num(max(tt.used)) if tt else None,
         ci_low=fmt.num(interval.low) if interval else None,
         ci_high=fmt.num(interval.high) if interval else None,
         ci_pct=fmt.pct(interval.half_width(tt.median)) if tt and interval else None,
         ci_confidence=fmt.pct(interval.confidence) if interval else None,
         outliers=len(tt.outliers) if tt else 0,
-        windows=len(tt.windows) if tt else 0,
+        windows=len(tt.used) if tt else 0,
         steps_per_window=tt.steps_per_window if tt else 0,
         profiled_throughput=fmt.num(t.profiled) if t and t.profiled else None,
         profiled_steps=p.steps,
@@ -838,6 +872,8 @@ def compare_view(comparison: Any, lang: str) -> CompareView:
         p = m.overall
         if p.speedup is None:
             verdict = "unknown"
+        elif p.busy:
+            verdict = "busy"
         elif p.within_noise:
             verdict = "noise"
         else:
@@ -845,6 +881,8 @@ def compare_view(comparison: Any, lang: str) -> CompareView:
         modes.append(ModeView(
             mode=m.mode if m.mode in ("train", "inference") else None, title=m.mode,
             rows=rows, verdict=verdict,
+            busy_runs=[n for n, sec in ((1, p.before), (len(m.sections), p.after))
+                       if sec.busy],
             speedup=fmt.num(p.speedup, 2) if p.speedup else "—",
             change=fmt.signed_pct(p.speedup - 1) if p.speedup else "—",
             change_abs=fmt.pct(abs(p.speedup - 1)) if p.speedup else "—",
