@@ -276,8 +276,10 @@ def cmd_list(args) -> int:
         if "error" in info:
             print(f"{folder.name:<52} (unreadable: {info['error']})")
             continue
+        speed = ("~" + fmt.num(info["samples_per_s"]) + " (busy)" if info["busy"]
+                 else fmt.num(info["samples_per_s"]))
         print(f"{info['id']:<52} {info['target']:<24} {info['device']:<6} "
-              f"{fmt.num(info['samples_per_s']):>10}  {', '.join(info['reports']) or '-'}")
+              f"{speed:>10}  {', '.join(info['reports']) or '-'}")
     return 0
 
 

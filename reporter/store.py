@@ -282,6 +282,7 @@ def list_runs(root: Path) -> list[tuple[Path, dict[str, Any]]]:
             "device": run.device, "preset": run.target.get("preset"),
             "samples_per_s": (first.throughput.median if first and first.throughput
                               else None),
+            "busy": any(s.busy for s in run.sections),  # the machine's other work disturbed it
             "reports": sorted(p.name for p in folder.glob("report.*")),
         }))
     rows.sort(key=lambda r: (r[1].get("created") or "", r[0].name))

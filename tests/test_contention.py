@@ -241,3 +241,9 @@ def test_a_run_beside_cpu_hogs_is_flagged_and_prints_nothing_it_cannot_defend(tm
         assert same or not busy_a.established, "the main problems flipped unannounced"
     assert all(s.busy for s in busy.sections), "hogs on every core for the whole run"
     assert "The machine was busy" in render_markdown(run_view(busy, "en"))
+
+
+def test_list_marks_a_busy_run(stored):
+    root, _ = stored("cpu-transformer-busy")
+    result = cli("list", "--runs", root)
+    assert result.code == 0 and "~34.5 (busy)" in result.out
