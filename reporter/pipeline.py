@@ -67,7 +67,7 @@ class RunRequest:
 
     specs: tuple[str, ...]  # built-in names, module:function or file.py:function
     device: str = "auto"  # auto, cuda or cpu
-    preset: str | None = None  # None: large on CUDA, else default
+    preset: str | None = None  # None: large on a GPU of 40 GiB or more, else default
     time_budget_s: float = 1.5
     rank_timeout_s: float = 300.0
     compare: bool = False  # also compare the runs in order, the first as the base

@@ -218,12 +218,16 @@ def test_tf32_flags_are_left_alone_unless_the_target_asks(monkeypatch):
         m.setattr(torch.backends, "cudnn", Untouchable())
         with runner._tf32(False):
             pass
-    if runner._new_tf32_api():
-        before = torch.backends.cuda.matmul.fp32_precision
-        with runner._tf32(True):
-            assert torch.backends.cuda.matmul.fp32_precision == "tf32"
-            assert runner.tf32_state()["matmul"] is True
-        assert torch.backends.cuda.matmul.fp32_precision == before
+    before = torch.get_float32_matmul_precision()
+    with runner._tf32(True):
+        assert runner.tf32_state()["matmul"] is True
+        assert runner.tf32_state()["conv"] is True
+        # The legacy getters, which torch.compile and Lightning read, still answer (they
+        # raised while only the new API was set: "a mix of the legacy and new APIs").
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+        assert torch.get_float32_matmul_precision() == "high"
+    assert torch.get_float32_matmul_precision() == before
+    assert torch.backends.cuda.matmul.allow_tf32 is False
 
 
 def test_a_forced_tf32_is_recorded_and_reported(monkeypatch, stored):
@@ -247,9 +251,14 @@ def test_a_forced_tf32_is_recorded_and_reported(monkeypatch, stored):
 def test_a_cuda_run_without_a_preset_uses_sizes_that_fill_the_gpu():
     from reporter.collect.runner import default_preset
 
-    assert default_preset("cuda", None) == "large" and default_preset("cuda:1", None) == "large"
+    h100, card_24gb = 85_520_809_984, 25_386_352_640  # total_memory as torch reads them
+    assert default_preset("cuda", None, h100) == "large"
+    assert default_preset("cuda:1", None, h100) == "large"
+    # large's transformer training step allocated 31.6 GB on the H100: not on a 24 GB card
+    assert default_preset("cuda", None, card_24gb) == "default"
     assert default_preset("cpu", None) == "default"
-    assert default_preset("cuda", "default") == "default"  # asked for: kept
+    assert default_preset("cuda", "default", h100) == "default"  # asked for: kept
+    assert default_preset("cuda", "large", card_24gb) == "large"
 
 
 def test_a_report_says_when_kernels_are_too_small_for_the_gpu(stored):

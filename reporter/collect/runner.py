@@ -64,12 +64,23 @@ class RunOptions:
     threads: int | None = None  # torch's intra-op threads while profiling (None: as set)
 
 
-def default_preset(device: str, preset: str | None) -> str:
-    """The preset asked for; without one, sizes that fill a GPU on CUDA (the default
-    preset's models are CPU-sized: on a GPU their kernels are all launch latency)."""
+# The large preset's biggest step (transformer training) allocated 31.6 GB on an H100:
+# below this much device memory a CUDA run without --preset takes the default sizes.
+LARGE_PRESET_MEMORY_B = 40 << 30
+
+
+def default_preset(device: str, preset: str | None, memory_b: int | None = None) -> str:
+    """The preset asked for; without one, on CUDA the sizes that fill a GPU when the
+    device holds them (``memory_b``: its memory; None reads it), else the default ones
+    (the default preset's models are CPU-sized: on a GPU their kernels are all launch
+    latency, and the report says so)."""
     if preset:
         return preset
-    return "large" if device.startswith("cuda") else "default"
+    if not device.startswith("cuda"):
+        return "default"
+    if memory_b is None:
+        memory_b = int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    return "large" if memory_b >= LARGE_PRESET_MEMORY_B else "default"
 
 
 def resolve_device(requested: str) -> str:
@@ -639,25 +650,32 @@ def _new_tf32_api() -> bool:
 @contextlib.contextmanager
 def _tf32(enabled: bool):
     """TF32 matmuls and convolutions while a target that asks for them runs; the flags
-    are not touched (not even read) for the others."""
+    are not touched (not even read) for the others.
+
+    Matmuls go through ``torch.set_float32_matmul_precision("high")``, which sets the
+    legacy flag and the new API alike: setting only the new ``fp32_precision`` (torch >=
+    2.9) leaves the two disagreeing, and then torch's legacy getters raise for the whole
+    target, in the target's own code (torch.compile, Lightning) as in ours."""
     if not enabled:
         yield
         return
-    if _new_tf32_api():
-        matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
-        saved = (matmul.fp32_precision, conv.fp32_precision)
-        matmul.fp32_precision = conv.fp32_precision = "tf32"
-        try:
-            yield
-        finally:
-            matmul.fp32_precision, conv.fp32_precision = saved
-        return
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    saved_matmul = torch.get_float32_matmul_precision()
+    new_api = _new_tf32_api()
+    saved_conv = (torch.backends.cudnn.conv.fp32_precision if new_api
+                  else torch.backends.cudnn.allow_tf32)
+    torch.set_float32_matmul_precision("high")
+    if new_api:
+        torch.backends.cudnn.conv.fp32_precision = "tf32"
+    else:
+        torch.backends.cudnn.allow_tf32 = True
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        torch.set_float32_matmul_precision(saved_matmul)
+        if new_api:
+            torch.backends.cudnn.conv.fp32_precision = saved_conv
+        else:
+            torch.backends.cudnn.allow_tf32 = saved_conv
 
 
 def tf32_state() -> dict[str, Any]:
@@ -729,7 +747,8 @@ def _profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
     sections = []
     batch_size = target.batch_size
     try:
-        with user_code(f"target {spec} raised while profiled"), _tf32(target.tf32):
+        with user_code(f"target {spec} raised while profiled"), \
+                _tf32(target.tf32 and device.startswith("cuda")):
             peaks = _peaks(device, progress)
             for mode in target.modes:
                 step = _Stepper(target, mode, device)
