@@ -46,6 +46,9 @@ ul { padding-left: 5mm; }
 li { margin-bottom: 1.5mm; }
 code, pre { font-family: "DejaVu Sans Mono", "WenQuanYi Micro Hei Mono", monospace; }
 code { font-size: 0.92em; background: #f2f4f7; padding: 0 0.5mm; overflow-wrap: anywhere; }
+blockquote { margin: 2mm 0 3mm 0; padding: 1.5mm 3mm; border-left: 1.2mm solid #d9822b;
+             background: #fdf3e7; }
+blockquote p { margin: 0; }
 table { width: 100%; border-collapse: collapse; margin: 2mm 0 4mm 0; font-size: 7.5pt;
         break-inside: auto; }
 thead { display: table-header-group; }
