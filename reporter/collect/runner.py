@@ -359,6 +359,7 @@ def window_steps(stepper: Callable[[], None], device: str, opts: RunOptions) -> 
 # with at least two windows: the run says it was busy rather than wait it out.
 BUSY_BUDGET = 3
 
+
 def _timed_windows(window: Callable[[], float], opts: RunOptions, budget_s: float,
                    progress: Callable[[str], None], steps: int
                    ) -> tuple[list[float], list[Disturbance]]:

@@ -422,7 +422,7 @@ class SectionView:
     busy: dict[str, Any] | None
     throughput_unreliable: bool  # too few undisturbed windows: no interval
     disturbed_windows: int  # left out of the median
-    established: bool  # the findings rest on undisturbed profiled steps
+    established: bool  # the findings rest on undisturbed measurements (run.Section.busy)
     throughput: str | None  # samples/s, the median of the timed windows
     throughput_min: str | None
     throughput_max: str | None
