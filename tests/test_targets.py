@@ -173,6 +173,36 @@ def test_a_distributed_run_id_has_no_colon_and_compares_as_cuda():
     assert Step("a", "a", [], R()).device == "cuda"
 
 
+@pytest.mark.parametrize("name, fp32", [
+    # fp32 GEMVs (batch-1 and decode products), as cuBLAS names them on sm80/sm90
+    ("void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, "
+     "false, cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<float const>, "
+     "cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float>, "
+     "float> >(cublasGemvParamsEx<...>, float, float)", True),
+    ("void gemv2N_kernel<int, int, float, float, float, float, 128, 32, 4, 4, false, "
+     "cublasGemvParams<...> >(cublasGemvParams<...>)", True),
+    ("void internal::gemvx::kernel<int, int, float, float, float, float, false, true, true, "
+     "false, 7, false, cublasGemvParamsEx<...> >(cublasGemvParamsEx<...>)", True),
+    ("sm80_xmma_fprop_implicit_gemm_indexed_f32f32_f32f32_f32_nhwckrsc_nhwc_tilesize"
+     "128x128x8_stage3_warpsize2x2x1_g1_ffma_aligna4_alignc4_execute_kernel__5x_cudnn", True),
+    ("ampere_sgemm_128x64_tn", True),
+    # bf16 GEMVs and tensor-core kernels are not
+    ("void internal::gemvx::kernel<int, int, __nv_bfloat16, __nv_bfloat16, __nv_bfloat16, "
+     "float, false, true, true, false, 7, false, cublasGemvParamsEx<...> >(...)", False),
+    ("void gemv2T_kernel_val<int, int, __half, __half, float, float, 128, 16, 4, 4, false, "
+     "false, cublasGemvParamsEx<...> >(...)", False),
+    ("nvjet_sss_tf32_64x8_64x16_2x1_v_bz_TNN", False),
+    ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1", False),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", False),
+    ("cutlass_tensorop_s1688fprop_optimized_tf32_64x64_32x5_nhwc_align4", False),
+])
+def test_fp32_gemm_kernels_are_told_by_their_element_type(name, fp32):
+    """cuda review N7: the bare 'gemvx' counted bf16 GEMVs, and gemv2T was missed."""
+    from reporter.analyze.rules import _FP32_GEMM
+
+    assert bool(_FP32_GEMM.search(name)) is fp32, name
+
+
 def test_the_real_gemmsn_kernel_name_counts_as_fp32_gemm():
     from reporter.analyze.rules import _FP32_GEMM
 

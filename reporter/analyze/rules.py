@@ -154,9 +154,13 @@ def sync_stall(profile: Profile, limits: dict[str, float]) -> Finding | None:
                     "item_calls": item_calls}, ops=[o.name for o in rows])
 
 
-# Kernel names of fp32 matrix products without tensor cores (cuBLAS sgemm/gemv).
-_FP32_GEMM = re.compile(r"sgemm|gemv2?N?_kernel<[^>]*float|gemvx|gemmSN_\w*kernel<float|"
-                        r"gemm_f32f32_f32|Cijk_Ailk_Bljk_S|Cijk_Alik_Bljk_S")
+# Kernel names of fp32 matrix products without tensor cores (cuBLAS sgemm/gemv, cuDNN's
+# fp32 implicit GEMMs). A GEMV is fp32 when its third template argument, the matrix's
+# element type, is float: "gemv2T_kernel_val<int, int, float, ...>",
+# "internal::gemvx::kernel<int, int, float, ...>" (not "<int, int, __nv_bfloat16, ...>").
+_FP32_GEMM = re.compile(r"sgemm|gemv2?[NT]?_kernel\w*<[^,<>]*, ?[^,<>]*, ?float\b|"
+                        r"gemvx::kernel<[^,<>]*, ?[^,<>]*, ?float\b|gemmSN_\w*kernel<float|"
+                        r"gemm(_indexed)?_f32f32_f32|Cijk_Ailk_Bljk_S|Cijk_Alik_Bljk_S")
 # Architectures whose GEMM kernels name themselves and that have tensor cores.
 _TC_ARCH = re.compile(r"^(volta|turing|ampere|sm[789]\d|hopper|ada|blackwell|sm1\d\d)_")
 _NO_TC_ARCH = re.compile(r"^(maxwell|kepler|pascal)_")
