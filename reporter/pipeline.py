@@ -115,7 +115,7 @@ def run_targets(request: RunRequest, root: Path, output: Output,
 def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output,
                  progress: Say, warn: Say, world, peers) -> int:
     from .analyze.analyzer import analyze_run
-    from .collect.runner import profile_target
+    from .collect.runner import device_broken, profile_target
     from .render.view import run_view
     from .store import commit, staging
 
@@ -142,6 +142,13 @@ def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output
                 raise
             warn(exc.one_line())
             failed += 1
+            broken = device_broken(exc)
+            if broken and i < len(specs):  # every later target would fail with it
+                warn(WorkFailed(
+                    f"the CUDA context is unusable after {name}'s error ({broken}); the "
+                    f"{len(specs) - i} remaining target(s) were not run: run them in a new "
+                    "process", error_id="cuda-broken").one_line())
+                break
             continue
         for name_ in reports:
             output.published(final / name_)

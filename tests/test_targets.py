@@ -385,3 +385,35 @@ def test_cnn_fixed_prefetches_no_more_than_shared_memory_holds():
     s = _worker_settings(batch, 1 << 30)
     assert s["num_workers"] * s["prefetch_factor"] * batch <= (1 << 30) // 2
     assert _worker_settings(1 << 20, 8 << 30)["prefetch_factor"] == 4
+
+
+STICKY_TARGET = '''
+import torch
+from reporter.collect.target import Target
+
+
+def build(device="cpu", preset="default"):
+    model = torch.nn.Linear(4, 4)
+
+    def forward(model, batch):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\\n"
+                           "CUDA kernel errors might be asynchronously reported")
+    return Target(model=model, batches=[(torch.ones(2, 4),)], batch_size=2,
+                  modes=("inference",), forward=forward)
+'''
+
+
+def test_a_sticky_cuda_error_stops_the_suite_instead_of_blaming_the_next_targets(tmp_path):
+    """cuda review N9: after an illegal address the CUDA context is gone, and every later
+    target failed 'while building' with the same error."""
+    from conftest import cli
+
+    (tmp_path / "sticky.py").write_text(STICKY_TARGET, encoding="utf-8")
+    runs = tmp_path / "runs"
+    result = cli("run", "--target", tmp_path / "sticky.py:build", "--target", "tensor-ops",
+                 "--preset", "tiny", "--device", "cpu", "--out", runs, "--quiet")
+    assert result.code == 1
+    lines = result.err.strip().splitlines()
+    assert "illegal memory access" in lines[-2]
+    assert "[cuda-broken]" in lines[-1] and "1 remaining target(s) were not run" in lines[-1]
+    assert not list(runs.glob("*/run.json")), "tensor-ops was not run"

@@ -321,6 +321,25 @@ def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped
     return begin.elapsed_time(end) / 1e3
 
 
+# CUDA errors after which the process's CUDA context is unusable: every later call fails
+# with the same error (a device-side assert, a fault of the kernel).
+_STICKY = ("device-side assert", "illegal memory access", "illegal instruction",
+           "unspecified launch failure", "misaligned address", "invalid program counter",
+           "hardware stack error", "uncorrectable ECC error")
+
+
+def device_broken(exc: BaseException | None) -> str | None:
+    """The CUDA error in ``exc`` or its causes that left the CUDA context unusable (so
+    every later target would fail with it), or None."""
+    seen = 0
+    while exc is not None and seen < 16:
+        text = str(exc)
+        if any(s in text for s in _STICKY) and ("CUDA" in text or "cuda" in text):
+            return text.strip().splitlines()[0][:200]
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
 def _check_kernels(profile_obj: Profile) -> None:
     """Say so when a GPU run recorded no kernels: its times fall back to CPU time."""
     if profile_obj.self_device_us <= 0:
@@ -588,6 +607,8 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
                 timed = measure(section, rules, device, optimizer)
             disturbance = watch.stop()
         except (RuntimeError, ValueError, TypeError) as exc:  # out of memory, say: the
+            if device_broken(exc):  # not the replacement's failure: the context is gone
+                raise
             section.whatif = {}  # report keeps its estimates, and the run its profile
             progress(f"{section.label}: the replacements could not be timed "
                      f"({str(exc)[:120]})")
