@@ -239,3 +239,26 @@ def test_crafted_run_json(tmp_path):
     (folder / "run.json").write_text(json.dumps(doc))
     with pytest.raises(BadInput, match="missing flops"):
         load(folder)
+
+
+def test_the_near_roofline_lever_is_one_autocast_or_tf32_can_pull():
+    """cuda review N8: on an H100, bf16 products were told to go 'fp8 with torch.autocast',
+    which autocast cannot do; and fp32 products under TF32 were held to the CUDA-core
+    fp32 peak."""
+    from dataclasses import replace
+
+    from conftest import FIXTURES
+    from reporter.analyze.analyzer import _lever
+    from reporter.store import load
+
+    run = load(FIXTURES / "runs" / "cpu-transformer")
+    e = of_section(run.sections[0], run.target["batch_size"])
+    h100 = lookup("NVIDIA H100 80GB HBM3", 85_520_809_984)
+    bf16 = _lever(replace(e, peaks=h100, peak_dtype="bf16"), ["bf16"], 1000.0)
+    assert bf16["faster_dtype"] is None and bf16["saving_us"] is None  # fp8 is no lever
+    tf32 = _lever(replace(e, peaks=h100, peak_dtype="tf32"), ["fp32"], 1000.0)
+    assert tf32["peak_fps"] == h100.flops["tf32"]  # held to the rate TF32 runs at
+    assert tf32["faster_dtype"] in ("bf16", "fp16")
+    assert tf32["saving_us"] == pytest.approx(1000.0 * (1 - 494.5 / 989.5))
+    fp32 = _lever(replace(e, peaks=h100, peak_dtype="fp32"), ["fp32"], 1000.0)
+    assert fp32["peak_fps"] == h100.flops["fp32"] and fp32["faster_dtype"] in ("bf16", "fp16")

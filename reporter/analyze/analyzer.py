@@ -111,13 +111,20 @@ def _near_roofline(dominant: Finding, efficiency: Any, limits: dict[str, float]
     }, ops=dominant.ops)
 
 
+# The dtypes a lever may name: what torch.autocast (bf16, fp16) and the TF32 switch reach.
+# fp8 products need Transformer Engine or torch._scaled_mm, not a switch: never a lever.
+LEVER_DTYPES = ("tf32", "bf16", "fp16")
+
+
 def _lever(efficiency: Any, dtypes: list[str], time_us: float) -> dict[str, Any]:
     """The near-roofline lever: the peak of ``dtypes`` (the products' own), the dtype with
     the highest peak above it on this machine (fp32 aside), and what ``time_us`` of
     products would save at that peak, per step."""
     peaks = efficiency.peaks.flops
-    current = max((peaks.get(d, 0.0) for d in dtypes), default=0.0) or efficiency.peak_flops
-    faster = max(((k, v) for k, v in peaks.items() if k != "fp32" and v > current * 1.1),
+    # fp32 products ran at the TF32 peak when TF32 was on (the step's peak dtype says so)
+    keys = ["tf32" if d == "fp32" and efficiency.peak_dtype == "tf32" else d for d in dtypes]
+    current = max((peaks.get(k, 0.0) for k in keys), default=0.0) or efficiency.peak_flops
+    faster = max(((k, v) for k, v in peaks.items() if k in LEVER_DTYPES and v > current * 1.1),
                  key=lambda kv: kv[1], default=None)
     saving = time_us * (1 - current / faster[1]) if faster else None
     step = efficiency.profiled_step_us
