@@ -153,3 +153,25 @@ def test_a_blown_up_pairwise_product_timed_against_its_matrix_product():
     # a profile without the pattern has nothing to time
     assert blowup_matmul(load(FIXTURE.parent / "cpu-transformer-bloat-fixed").sections[0]
                          .profile, "cpu", 3) is None
+
+
+def test_the_gemm_what_if_works_when_tf32_was_set_through_the_new_api_only():
+    """cuda review N12: a target that set torch.backends.cuda.matmul.fp32_precision leaves
+    torch's legacy allow_tf32 unreadable; the what-if read it, and lost its measurement."""
+    import torch
+
+    from reporter.analyze.whatif import gemm_precision
+
+    section = load(FIXTURE).sections[0]
+    steps = len(section.profile.breakdown.steps_us)
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.fp32_precision
+    matmul.fp32_precision = "tf32"  # the new API alone: the legacy getter now raises
+    try:
+        with pytest.raises(RuntimeError):
+            _ = matmul.allow_tf32
+        timed = gemm_precision(section.profile, "cpu", steps)
+        assert timed is not None and timed["tf32_ms"] > 0
+    finally:
+        matmul.fp32_precision = saved
+        torch.set_float32_matmul_precision("highest")

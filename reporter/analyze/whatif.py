@@ -236,8 +236,17 @@ def gemm_precision(profile: Profile, device: str, steps: int) -> dict[str, Any] 
         return None
     sync = _sync_for(device)
     gen = torch.Generator(device="cpu").manual_seed(0)
+    # TF32 through set_float32_matmul_precision, which sets torch's legacy flag and its new
+    # API alike; the legacy getters raise once a target set the new API alone (torch >=
+    # 2.9), so the state is read from the new API then, and put back as it was.
     matmul = torch.backends.cuda.matmul
-    was = matmul.allow_tf32
+    new_api = getattr(matmul, "fp32_precision", None)
+    try:
+        was: str | None = torch.get_float32_matmul_precision()
+    except RuntimeError:  # "a mix of the legacy and new APIs"
+        was = None
+    as_model = (was if was is not None else "high" if new_api == "tf32" else "highest")
+    as_model = "highest" if as_model == "highest" else "high"
     timed_us = bf16_us = tf32_us = 0.0
     try:
         for row, a, b in shapes:
@@ -245,9 +254,10 @@ def gemm_precision(profile: Profile, device: str, steps: int) -> dict[str, Any] 
             y = torch.randn(*b, generator=gen).to(device)
             xb, yb = x.to(torch.bfloat16), y.to(torch.bfloat16)
             seconds: dict[str, float] = {}
-            for key, tf32, (p, q) in (("fp32", was, (x, y)), ("bf16", was, (xb, yb)),
-                                      ("tf32", True, (x, y))):
-                matmul.allow_tf32 = tf32
+            for key, precision, (p, q) in (("fp32", as_model, (x, y)),
+                                           ("bf16", as_model, (xb, yb)),
+                                           ("tf32", "high", (x, y))):
+                torch.set_float32_matmul_precision(precision)
                 seconds[key] = _median_s(partial(torch.matmul, p, q), sync, GEMM_BUDGET_S)
             del x, y, xb, yb
             recorded = _gemm_time_us(row)
@@ -255,7 +265,10 @@ def gemm_precision(profile: Profile, device: str, steps: int) -> dict[str, Any] 
             bf16_us += recorded * seconds["bf16"] / seconds["fp32"]
             tf32_us += recorded * seconds["tf32"] / seconds["fp32"]
     finally:
-        matmul.allow_tf32 = was
+        if was is not None:
+            torch.set_float32_matmul_precision(was)
+        if new_api is not None:
+            matmul.fp32_precision = new_api
     per_step_ms = total_us / max(steps, 1) / 1e3
     return {"before_ms": per_step_ms, "after_ms": per_step_ms * bf16_us / timed_us,
             "tf32_ms": per_step_ms * tf32_us / timed_us, "shapes": len(shapes),
