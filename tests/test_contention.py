@@ -164,8 +164,8 @@ def test_a_busy_run_has_no_efficiency_figures_and_unestablished_findings():
 
 @pytest.mark.parametrize("lang, words", [
     ("en", ("The machine was busy", "unreliable, about", "Possible problems")),
-    ("ru", ("Машина была загружена", "ненадёжно, около", "Возможные проблемы")),
-    ("zh", ("机器繁忙", "不可靠，约", "可能的问题")),
+    ("ru", ("Машина была занята", "оценка ненадёжна", "Возможные проблемы")),
+    ("zh", ("机器繁忙", "结果不可靠", "可能的问题")),
 ])
 def test_the_busy_statement_opens_the_summary_in_every_language(lang, words, stored):
     root, _ = stored("cpu-transformer-busy")
