@@ -4,7 +4,7 @@
    at least --min-events events, with the efficiency section and without it
    (REPORTER_EFFICIENCY=0), interleaved; prints the medians, their spread and the
    ratio (goal: under 1.2).
-2. The calibration of this machine's peaks (``reporter.analyze.peaks.measure``), timed
+2. The calibration of this machine's peaks (``reporter.collect.calibrate.measure``), timed
    --repeats times in this process: median and spread of its duration (goal:
    under 2 s), and the peaks it found.
 
@@ -28,7 +28,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from reporter.analyze.peaks import measure  # noqa: E402
+from reporter.collect.calibrate import measure  # noqa: E402
 from reporter.collect.isa import guard  # noqa: E402
 
 guard()  # a CPU that lists AMX and traps it (reporter.collect.isa)

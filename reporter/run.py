@@ -127,7 +127,7 @@ class Section:
     # The machine's peaks (reporter.peaks.Peaks.to_dict): a datasheet's, or measured by
     # the run; None for imported profiles and runs stored before it existed.
     peaks: dict[str, Any] | None = None
-    # Replacements timed on the device (reporter.analyze.whatif), by rule id: {"before_ms",
+    # Replacements timed on the device (reporter.collect.whatif), by rule id: {"before_ms",
     # "after_ms", ...} per step.
     whatif: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The disturbance of the profiled steps kept (the least disturbed of the attempts),

@@ -248,7 +248,7 @@ def test_the_near_roofline_lever_is_one_autocast_or_tf32_can_pull():
     from dataclasses import replace
 
     from conftest import FIXTURES
-    from reporter.analyze.analyzer import _lever
+    from reporter.analyze.roofline import _lever
     from reporter.store import load
 
     run = load(FIXTURES / "runs" / "cpu-transformer")

@@ -28,7 +28,7 @@ def test_every_rule_has_its_text(lang):
     """From the rule registry: every rule's finding text, and its name in the comparison's
     table of which findings stayed and which went (terms.j2: rule)."""
     terms = environment(lang).get_template("terms.j2").module
-    assert set(RULES) < set(finding_ids())
+    assert "near-roofline" in RULES and set(RULES) == set(finding_ids())  # statements too
     for rule_id in finding_ids():
         assert (language(lang).folder / "findings" / f"{rule_id}.md.j2").is_file(), (lang,
                                                                                     rule_id)

@@ -112,3 +112,26 @@ def test_the_shared_modules_import_no_stage_above_analyze():
     graph = _graph()
     for module in SHARED:
         assert {_stage(d) for d in graph[module]} <= {None, "analyze"}, module
+
+
+def test_analysis_computes_from_recorded_data_without_torch():
+    """analyze/ never imports torch (device timing lives in collect/): no module of it
+    names torch, and analyzing a stored run in a fresh process leaves torch unloaded."""
+    import subprocess
+    import sys
+
+    for path in (PACKAGE / "analyze").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.split(".")[0] == "torch" for n in names), path.name
+    fixture = Path(__file__).resolve().parent / "fixtures" / "runs" / "cpu-transformer"
+    code = ("import sys\n"
+            "from reporter import store\n"
+            "from reporter.analyze.analyzer import analyze_run\n"
+            f"analyses = analyze_run(store.load({str(fixture)!r}))\n"
+            "assert analyses and analyses[0].findings is not None\n"
+            "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=PACKAGE.parent)
+    assert out.stdout.strip() == "False", out.stderr

@@ -1,4 +1,4 @@
-"""reporter.analyze.whatif: proposed replacements timed at the recorded shapes, and what the
+"""reporter.collect.whatif: proposed replacements timed at the recorded shapes, and what the
 report does with the result."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from reporter.analyze.analyzer import analyze_section
 from reporter.analyze.savings import NOT_FASTER, ranked
 from reporter.store import load
-from reporter.analyze.whatif import attention_shapes, measure
+from reporter.collect.whatif import attention_shapes, measure
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "cpu-transformer"
 
@@ -69,7 +69,7 @@ def test_a_per_parameter_optimizer_against_foreach():
     """Both steps timed on copies: the model's own parameters are not touched."""
     import torch
 
-    from reporter.analyze.whatif import optimizer_foreach
+    from reporter.collect.whatif import optimizer_foreach
 
     model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(8)])
     model(torch.randn(4, 32)).sum().backward()
@@ -90,13 +90,15 @@ def test_a_per_parameter_optimizer_against_foreach():
 def test_a_replacement_that_fails_to_time_leaves_the_run_whole(tmp_path, monkeypatch):
     """Timing a replacement may fail (out of device memory, say): the run keeps its
     profile and its estimates."""
-    import reporter.analyze.whatif
+    import reporter.collect.whatif
     from reporter.collect.runner import RunOptions, profile_target
     from reporter.collect.target import resolve
 
     def fail(*args, **kwargs):
         raise RuntimeError("CUDA out of memory")
-    monkeypatch.setattr(reporter.analyze.whatif, "measure", fail)
+    monkeypatch.setattr(reporter.collect.whatif, "measure", fail)
+    # whether or not the tiny model's findings have a replacement, one is to be timed
+    monkeypatch.setattr(reporter.collect.whatif, "timeable", lambda f: ["unfused-attention"])
     said = []
     spec, builder = resolve("transformer")
     run = profile_target(spec, builder, RunOptions(device="cpu", preset="tiny", windows=3,
@@ -112,7 +114,7 @@ def test_fp32_products_timed_against_bf16_and_tf32_at_the_recorded_shapes():
     products' recorded time; the TF32 setting is left as it was."""
     import torch
 
-    from reporter.analyze.whatif import GEMM_SHAPES, GEMMS, gemm_precision, gemm_shapes
+    from reporter.collect.whatif import GEMM_SHAPES, GEMMS, gemm_precision, gemm_shapes
 
     section = load(FIXTURE).sections[0]
     shapes, total_us = gemm_shapes(section.profile)
@@ -138,7 +140,7 @@ def test_a_blown_up_pairwise_product_timed_against_its_matrix_product():
     """transformer-bloat's (B, T, T, D) products, made by mul and reduced by sum over D,
     are found at their recorded shape; the repeat copies that materialise them count in
     the "before", and the matrix product takes less than the recorded operators."""
-    from reporter.analyze.whatif import blowup_matmul, blowup_shapes
+    from reporter.collect.whatif import blowup_matmul, blowup_shapes
 
     section = load(FIXTURE.parent / "cpu-transformer-bloat").sections[0]
     assert blowup_shapes(section.profile) == [[4, 64, 64, 64]]
@@ -160,7 +162,7 @@ def test_the_gemm_what_if_works_when_tf32_was_set_through_the_new_api_only():
     torch's legacy allow_tf32 unreadable; the what-if read it, and lost its measurement."""
     import torch
 
-    from reporter.analyze.whatif import gemm_precision
+    from reporter.collect.whatif import gemm_precision
 
     section = load(FIXTURE).sections[0]
     steps = len(section.profile.breakdown.steps_us)

@@ -1,13 +1,17 @@
 """Findings and the rule registry, with the helpers rules share: the vocabulary that
 reporter.analyze.rules (the built-in rules), reporter.analyze.analyzer (which runs them) and
 reporter.analyze.savings (what each is worth) speak, in a module that imports none of them.
-reporter.analyze.analyzer re-exports every name here.
+
+A rule is registered once, with its whole story (``Rule``): how it is detected, what its
+fix is worth (its saving model), which catch-all finding it explains, when it is only a
+symptom, and which replacement the runner can time for it (its what-if recipe). The
+analyzer, the savings and the runner read the record; none of them names a rule.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .profile import KIND_ANNOTATION, KIND_DATALOADER, KIND_OP, Op, Profile
 
@@ -15,6 +19,12 @@ SEVERITIES = ("high", "medium", "low")
 MIN_PROFILE_US = 100.0
 MATMUL_OPS = {"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::matmul",
               "aten::linear", "aten::addmv", "aten::mv"}
+# A saving's note: the profile cannot give an estimate; or the replacement, timed on the
+# device, saves nothing there.
+NOT_QUANTIFIABLE = "not-quantifiable"
+NOT_FASTER = "not-faster"
+# A finding whose fix saves less than this share of the step is minor.
+MINOR_SHARE = 0.03
 
 
 @dataclass
@@ -28,27 +38,140 @@ class Finding:
         return {"rule": self.rule, "severity": self.severity, "ops": self.ops, **self.evidence}
 
 
+@dataclass
+class Saving:
+    """What a finding is worth, per step (reporter.analyze.savings)."""
+
+    accounts_us: float | None  # the time the finding accounts for, per step
+    saving_us: float | None  # the estimated saving of its fix, per step
+    low_us: float | None
+    high_us: float | None
+    step_us: float | None  # the step the shares are of (see savings.estimate)
+    note: str | None = None  # NOT_QUANTIFIABLE, or NOT_FASTER when timed here
+    measured: dict[str, float] | None = None  # {"before_ms", "after_ms"}: timed here
+    # Set when the step timed without the profiler bounded an idle-time saving.
+    unprofiled_step_us: float | None = None
+    host_saving: bool = False  # the saving is host time under the profiler (see estimate)
+
+    def share(self, us: float | None) -> float | None:
+        return us / self.step_us if us is not None and self.step_us else None
+
+    @property
+    def minor(self) -> bool:
+        s = self.share(self.saving_us)
+        return s is not None and s < MINOR_SHARE
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields --json adds to a finding."""
+        def ms(us: float | None) -> float | None:
+            return us / 1e3 if us is not None else None
+
+        return {"accounts_ms": ms(self.accounts_us), "saving_ms": ms(self.saving_us),
+                "saving_share": self.share(self.saving_us), "saving_low": ms(self.low_us),
+                "saving_high": ms(self.high_us), "saving_note": self.note,
+                "measured": self.measured,
+                "bounded_by_unprofiled_step_ms": ms(self.unprofiled_step_us)}
+
+
+@dataclass(frozen=True)
+class Worth:
+    """What a saving model reads: the finding, its profile and the profile's efficiency
+    (reporter.analyze.efficiency; a string says why there is none), the profile's other
+    findings (so that two do not count the same time), the profiled steps and the mean
+    step, the time the finding accounts for per step (from its share; None without one),
+    and the step timed without the profiler (None when not timed)."""
+
+    finding: Finding
+    profile: Profile
+    eff: Any
+    others: Sequence[Finding]
+    steps: int
+    step_us: float
+    accounts_us: float | None
+    real_step_us: float | None
+
+    def unquantified(self) -> Saving:
+        return Saving(self.accounts_us, None, None, None, self.step_us, NOT_QUANTIFIABLE)
+
+
+RuleFunc = Callable[[Profile, dict[str, float]], "Finding | None"]
+# From the findings a profile's rules returned, its efficiency and the statement's
+# limits: the findings with the statement's made (see ``statement``).
+DeriveFunc = Callable[[list[Finding], Any, dict[str, float]], list[Finding]]
+SavingModel = Callable[[Worth], Saving]
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """A replacement the runner times on the device for a finding (reporter.collect.whatif
+    holds the recipes by name). ``replaces_all``: the fix does away with all the time the
+    finding accounts for, not only the operators timed, so the timed "before" is at least
+    that time."""
+
+    recipe: str
+    replaces_all: bool = False
+
+
 @dataclass(frozen=True)
 class Rule:
+    """A rule's whole story.
+
+    - ``func``: detection, a pure function of a Profile and its limits; None for a
+      statement, which ``derive`` makes from the other findings and the efficiency;
+    - ``limits``: its default thresholds (overridable per run);
+    - ``saving``: what its fix is worth (reporter.analyze.savings has the shared models;
+      ``savings.unquantified`` says, explicitly, that the profile cannot tell);
+    - ``explains``: whether a finding of this rule accounts for a catch-all finding's
+      operators (the one given), beyond naming them, which always explains;
+    - ``catch_all``: a finding dropped when another one explains its operators;
+    - ``symptom``: whether, with its saving, the finding is only a symptom of another
+      cause, left out of the ranking;
+    - ``whatif``: the replacement the runner can time for it, if any.
+    """
+
     id: str
-    func: Callable[[Profile, dict[str, float]], Finding | None]
+    func: RuleFunc | None
     limits: dict[str, float]
     order: int
+    saving: SavingModel
+    explains: Callable[[Finding, Finding], bool] | None = None
+    catch_all: bool = False
+    symptom: Callable[[Profile, Saving], bool] | None = None
+    whatif: WhatIf | None = None
+    derive: DeriveFunc | None = None
 
 
 RULES: dict[str, Rule] = {}
 
 
-RuleFunc = Callable[[Profile, dict[str, float]], "Finding | None"]
+def _register(rule_id: str, **fields: Any) -> None:
+    if rule_id in RULES:
+        raise ValueError(f"rule id {rule_id!r} registered twice")
+    if not callable(fields.get("saving")):
+        raise ValueError(f"rule {rule_id!r} has no saving model")
+    RULES[rule_id] = Rule(rule_id, order=len(RULES), **fields)
 
 
-def rule(rule_id: str, **limits: float) -> Callable[[RuleFunc], RuleFunc]:
-    """Register a rule under a stable id with its default thresholds."""
+def rule(rule_id: str, *, saving: SavingModel,
+         explains: Callable[[Finding, Finding], bool] | None = None, catch_all: bool = False,
+         symptom: Callable[[Profile, Saving], bool] | None = None,
+         whatif: WhatIf | None = None, **limits: float) -> Callable[[RuleFunc], RuleFunc]:
+    """Register a rule under a stable id with its saving model, the rest of its story
+    (see ``Rule``) and its default thresholds."""
     def register(func: RuleFunc) -> RuleFunc:
-        if rule_id in RULES:
-            raise ValueError(f"rule id {rule_id!r} registered twice")
-        RULES[rule_id] = Rule(rule_id, func, dict(limits), len(RULES))
+        _register(rule_id, func=func, limits=dict(limits), saving=saving, explains=explains,
+                  catch_all=catch_all, symptom=symptom, whatif=whatif)
         return func
+    return register
+
+
+def statement(rule_id: str, *, saving: SavingModel, **limits: float
+              ) -> Callable[[DeriveFunc], DeriveFunc]:
+    """Register a statement: a finding made after the rules ran, from their findings and
+    the profile's efficiency (run only when there is one), such as near-roofline."""
+    def register(derive: DeriveFunc) -> DeriveFunc:
+        _register(rule_id, func=None, limits=dict(limits), saving=saving, derive=derive)
+        return derive
     return register
 
 

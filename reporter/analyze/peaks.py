@@ -2,8 +2,9 @@
 
 For the NVIDIA GPUs people use, the datasheet's dense figures (never the 2:4
 sparse ones, which NVIDIA prints next to them at twice the value); for the CPU
-and any other GPU, ``measure`` times a large matrix product per dtype and a
-copy on the device itself. A trace from a device this table does not know gets
+and any other GPU, the runner times a large matrix product per dtype and a
+copy on the device itself (reporter.collect.calibrate); this module decides when two
+such measurements agree. A trace from a device this table does not know gets
 no peaks at all: the report says they are unknown rather than guess.
 
 Keys of ``flops``: "fp32" is the plain (CUDA-core, or the CPU's vector) rate,
@@ -13,9 +14,7 @@ which element-wise work runs at; "tf32", "bf16", "fp16", "fp8" are matrix
 
 from __future__ import annotations
 
-import platform
 import re
-import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Optional
 
@@ -173,103 +172,6 @@ def lookup(name: str | None, memory_b: int | None = None) -> Peaks | None:
     return None
 
 
-# -- measuring ---------------------------------------------------------------------------------
-
-def _best_rate(fn: Callable[[], object], work: float, sync: Callable[[], None],
-               budget_s: float, max_reps: int = 50) -> float:
-    """The best work per second over repeats of fn (after one warm-up call)."""
-    fn()
-    sync()
-    best, spent, reps = 0.0, 0.0, 0
-    while reps < 3 or (spent < budget_s and reps < max_reps):
-        start = time.perf_counter()
-        fn()
-        sync()
-        elapsed = time.perf_counter() - start
-        spent += elapsed
-        reps += 1
-        if elapsed > 0:
-            best = max(best, work / elapsed)
-    return best
-
-
-def _matmul_rate(torch: Any, device: str, dtype: Any, sync: Callable[[], None],
-                 budget_s: float, start_n: int, max_n: int) -> float:
-    """FLOP/s of square matrix products, grown until one takes a few milliseconds."""
-    n = start_n
-    while True:
-        a = torch.randn(n, n, device=device).to(dtype)
-        b = torch.randn(n, n, device=device).to(dtype)
-        sync()
-        start = time.perf_counter()
-        torch.mm(a, b)
-        sync()
-        if time.perf_counter() - start > 0.005 or n >= max_n:
-            break
-        n *= 2
-    return _best_rate(lambda: torch.mm(a, b), 2.0 * n ** 3, sync, budget_s)
-
-
-def measure(device: str, tf32: bool = False) -> Peaks:
-    """Time what this device achieves: a large matrix product per dtype and a copy,
-    synchronised, a second or two in all; labelled as measured."""
-    import torch
-
-    started = time.perf_counter()
-    on_gpu = device.startswith("cuda")
-    sync = (lambda: torch.cuda.synchronize(device)) if on_gpu else (lambda: None)
-    flops: dict[str, float] = {}
-    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
-    if on_gpu:
-        dtypes["fp16"] = torch.float16
-    for key, dtype in dtypes.items():
-        if on_gpu and key == "fp32":
-            flops["fp32"] = _fp32_rate(torch, device, sync, tf32=False)
-            if tf32:
-                flops["tf32"] = _fp32_rate(torch, device, sync, tf32=True)
-            continue
-        try:
-            flops[key] = _matmul_rate(torch, device, dtype, sync, 0.25,
-                                      1024 if on_gpu else 128, 8192 if on_gpu else 2048)
-        except RuntimeError:  # a dtype the device has no kernels for
-            continue
-    # Copy bandwidth: read once and write once, 2 x the tensor's bytes per copy.
-    size = (256 << 20) if on_gpu else (64 << 20)
-    src = torch.empty(size // 4, device=device)
-    dst = torch.empty_like(src)
-    bandwidth = _best_rate(lambda: dst.copy_(src), 2.0 * size, sync, 0.25)
-    name = torch.cuda.get_device_name(device) if on_gpu else cpu_name()
-    return Peaks(source=MEASURED, device=name, flops={k: v for k, v in flops.items() if v > 0},
-                 bandwidth=bandwidth, seconds=time.perf_counter() - started,
-                 threads=None if on_gpu else torch.get_num_threads())
-
-
-def _fp32_rate(torch: Any, device: str, sync: Callable[[], None], tf32: bool) -> float:
-    """fp32 products with TF32 off (the CUDA cores' rate) or on (the tensor cores')."""
-    matmul = torch.backends.cuda.matmul
-    new_api = hasattr(matmul, "fp32_precision")  # torch >= 2.9; the legacy flag raises then
-    attr, value = ("fp32_precision", "tf32" if tf32 else "ieee") if new_api else \
-        ("allow_tf32", tf32)
-    saved = getattr(matmul, attr)
-    setattr(matmul, attr, value)
-    try:
-        return _matmul_rate(torch, device, torch.float32, sync, 0.25, 1024, 8192)
-    finally:
-        setattr(matmul, attr, saved)
-
-
-def cpu_name() -> str:
-    """The CPU's model name (for the environment and for measured peaks)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 # A calibration is taken when two undisturbed measurements agree this closely on every
 # figure (on the quiet development machine repeats agree within 1-8%), after at most
 # CALIBRATIONS measurements.
@@ -315,19 +217,17 @@ _CACHE: dict[tuple[str, bool, int | None], Peaks] = {}
 
 
 def for_run(device: str, device_name: str | None, memory_b: int | None,
-            tf32: bool = False,
-            measure_once: Callable[[], tuple[Peaks, bool]] | None = None,
+            tf32: bool, measure_once: Callable[[], tuple[Peaks, bool]],
             threads: int | None = None) -> Peaks:
     """The peaks a run's report uses: the datasheet's for a GPU the table knows, else
     measured here (once per process and device) until two measurements agree
-    (``measure_once``: one measurement and whether it was disturbed; by default
-    ``measure``, taken as undisturbed); ``threads``: the CPU threads it runs on, which
-    the figures depend on."""
+    (``measure_once``: one measurement, reporter.collect.calibrate.measure, and whether
+    it was disturbed); ``threads``: the CPU threads it runs on, which the figures depend
+    on."""
     known = lookup(device_name, memory_b) if device.startswith("cuda") else None
     if known is not None:
         return known
     key = (device, tf32, threads)
     if key not in _CACHE or _CACHE[key].disturbed:  # a busy moment's figures: try again
-        once = measure_once or (lambda: (measure(device, tf32), False))
-        _CACHE[key] = agreed(once)
+        _CACHE[key] = agreed(measure_once)
     return _CACHE[key]

@@ -1,12 +1,20 @@
-"""The built-in rules. Each is a pure function of a Profile and its limits."""
+"""The built-in rules. Each is a pure function of a Profile and its limits, registered
+with its whole story (reporter.analyze.findings.Rule): its saving model, what it explains,
+when it is only a symptom, and the replacement the runner can time for it."""
 
 from __future__ import annotations
 
 import re
+from typing import Callable
 
+from . import savings
 from .findings import (
+    MATMUL_OPS,
     Basis,
     Finding,
+    Saving,
+    WhatIf,
+    Worth,
     basis,
     dataloader_rows,
     op_evidence,
@@ -46,7 +54,65 @@ def _ranked(profile: Profile, names: set[str]) -> tuple[Basis, list[Op], float]:
     return b, ops, share(ops, b)
 
 
-@rule("elementwise-blowup", share=0.30, high=0.50)
+# What particular rules are worth, and what they explain -----------------------
+
+def _copies_saving(w: Worth) -> Saving:
+    """Copies go away, less those that materialise a blow-up another finding reports
+    (its ``materialisers``): they are the blow-up's, and go with its fix."""
+    owned = sorted({m for o in w.others if o is not w.finding
+                    for m in o.evidence.get("materialisers", [])})
+    less = savings.materialised(w.profile, owned, w.steps) if owned else 0.0
+    return savings.work_removed(w, less_us=less)
+
+
+def _fused_attention_saving(w: Worth) -> Saving:
+    """The softmax, masks and copies go away; the products stay, at their roofline, in
+    the fused kernel."""
+    return savings.work_removed(w, keep_us=savings.matrix_roof(w.finding.ops, w.eff))
+
+
+def _optimizer_saving(w: Worth) -> Saving:
+    """The optimizer phase, less what its element-wise updates need at their roofline
+    (the mean roofline share of the profile's element-wise operators stands in)."""
+    b = w.profile.breakdown
+    accounted = w.accounts_us
+    if b is not None and b.host_us.get("optimizer"):
+        accounted = b.mean(b.host_us["optimizer"])
+    names = ([o.name for o in w.eff.ops if not o.matrix]
+             if w.eff is not None and not isinstance(w.eff, str) else [])
+    beyond = savings.beyond_roof(names, accounted or 0.0, w.eff)
+    if not accounted or beyond is None:
+        return w.unquantified()
+    return Saving(accounted, beyond, beyond / 2, beyond, w.step_us, host_saving=True)
+
+
+def _idle_sync_part(of_copies: bool) -> Callable[[Profile], float]:
+    """The part of the device's idle time in synchronisations that copies (or, with
+    ``of_copies`` false, synchronisations proper) own: the host's time in their calls over
+    its time in both."""
+    def owned(profile: Profile) -> float:
+        copies = sum(o.self_cpu_us for o in profile.ops if o.name in COPY_CALLS)
+        syncs = sum(o.self_cpu_us for o in profile.ops if o.name in SYNC_OPS)
+        if copies + syncs <= 0:
+            return 1.0
+        return (copies if of_copies else syncs) / (copies + syncs)
+    return owned
+
+
+def _waits_longer(waiting: Finding, dominant: Finding) -> bool:
+    """The input pipeline is waited on for longer than the operator runs: work done
+    inside ``enumerate(DataLoader)``, such as a per-sample transform, shows up as
+    ordinary operators."""
+    return bool(waiting.evidence.get("op_time_us", 0) >= dominant.evidence.get("op_time_us", 0))
+
+
+def _runs_products(gemms: Finding, dominant: Finding) -> bool:
+    """The fp32 GEMM kernels run inside a dominant matrix operator."""
+    return bool(dominant.ops) and dominant.ops[0] in MATMUL_OPS
+
+
+@rule("elementwise-blowup", saving=savings.removed,
+      whatif=WhatIf("blowup-matmul", replaces_all=True), share=0.30, high=0.50)
 def elementwise_blowup(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Element-wise and reduction operators hold a large share of the time."""
     b, ops, total = _ranked(profile, ELEMENTWISE)
@@ -64,7 +130,7 @@ def elementwise_blowup(profile: Profile, limits: dict[str, float]) -> Finding | 
                    ops=[o.name for o in ops[:3]])
 
 
-@rule("copy-heavy", share=0.20, high=0.40)
+@rule("copy-heavy", saving=_copies_saving, share=0.20, high=0.40)
 def copy_heavy(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Copies hold a large share: say whether transfers, layout copies or CopySlices."""
     b, ops, total = _ranked(profile, COPIES)
@@ -90,7 +156,8 @@ def copy_heavy(profile: Profile, limits: dict[str, float]) -> Finding | None:
                    ops=[o.name for o in ops[:2]])
 
 
-@rule("dataloader-bound", share=0.10, high=0.30)
+@rule("dataloader-bound", saving=savings.waited("idle_data", host_key="data"),
+      explains=_waits_longer, share=0.10, high=0.30)
 def dataloader_bound(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """The step waits for its input: enumerate(DataLoader) takes a share of the step."""
     rows = dataloader_rows(profile)
@@ -107,7 +174,7 @@ def dataloader_bound(profile: Profile, limits: dict[str, float]) -> Finding | No
                    ops=[o.name for o in rows])
 
 
-@rule("dominant-operator", share=0.50)
+@rule("dominant-operator", saving=savings.beyond_roofline, catch_all=True, share=0.50)
 def dominant_operator(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """One operator holds most of the self time."""
     b = basis(profile)
@@ -136,7 +203,8 @@ def _host_calls(profile: Profile, names: tuple[str, ...]) -> tuple[list[Op], flo
     return rows, sum(o.self_cpu_us for o in rows) / profile.self_cpu_us
 
 
-@rule("sync-stall", share=0.10, high=0.30)
+@rule("sync-stall", saving=savings.waited("idle_sync", owned=_idle_sync_part(of_copies=False)),
+      symptom=savings.device_kept_busy, share=0.10, high=0.30)
 def sync_stall(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """The host waits for the device: synchronisations hold a share of CPU time."""
     if profile.self_cpu_us <= 0:
@@ -176,7 +244,9 @@ COPY_CALLS = ("cudaMemcpyAsync", "cudaMemcpy", "cudaMemcpy2DAsync", "cudaMemcpy2
               "hipMemcpyAsync", "hipMemcpy", "hipMemcpyWithStream")
 
 
-@rule("host-copy-blocked", share=0.10, high=0.30)
+@rule("host-copy-blocked",
+      saving=savings.waited("idle_sync", owned=_idle_sync_part(of_copies=True)),
+      share=0.10, high=0.30)
 def host_copy_blocked(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """The host is blocked in copy calls a share of CPU time (pageable memory, implicit
     synchronisation)."""
@@ -193,7 +263,8 @@ def host_copy_blocked(profile: Profile, limits: dict[str, float]) -> Finding | N
                    ops=[o.name for o in rows])
 
 
-@rule("fp32-gemm", share=0.50, high=0.70)
+@rule("fp32-gemm", saving=savings.faster_dtype, explains=_runs_products,
+      whatif=WhatIf("gemm-precision"), share=0.50, high=0.70)
 def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """fp32 matrix products without tensor cores hold most of the device time."""
     if not profile.has_device:
@@ -227,7 +298,8 @@ _FUSED_ATTENTION = ("scaled_dot_product", "flash_attention", "efficient_attentio
                     "cudnn_attention", "fmha", "flash_fwd", "flash_bwd")
 
 
-@rule("unfused-attention", share=0.10)
+@rule("unfused-attention", saving=_fused_attention_saving, whatif=WhatIf("attention"),
+      share=0.10)
 def unfused_attention(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Attention as separate bmm/matmul and softmax kernels instead of one fused kernel."""
     names = {o.name for o in profile.ops}
@@ -255,7 +327,8 @@ _LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLau
              "hipLaunchKernel", "hipExtModuleLaunchKernel")
 
 
-@rule("launch-overhead", ratio=0.5, short_kernel_us=10.0, min_launches=100)
+@rule("launch-overhead", saving=savings.unquantified, ratio=0.5, short_kernel_us=10.0,
+      min_launches=100)
 def launch_overhead(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Many short kernels: launching them costs about as much as running them."""
     if not profile.has_device:
@@ -277,7 +350,7 @@ def launch_overhead(profile: Profile, limits: dict[str, float]) -> Finding | Non
                    ops=[o.name for o in launches])
 
 
-@rule("low-device-utilization", busy=0.50)
+@rule("low-device-utilization", saving=savings.waited("idle_host"), busy=0.50)
 def low_device_utilization(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """The device is busy for less than half of the profiled window."""
     if not profile.has_device:
@@ -290,7 +363,7 @@ def low_device_utilization(profile: Profile, limits: dict[str, float]) -> Findin
                     "op_time_us": profile.self_device_us, "step_us": wall, "calls": 0})
 
 
-@rule("memory-pressure", peak=0.90, per_call=0.25)
+@rule("memory-pressure", saving=savings.unquantified, peak=0.90, per_call=0.25)
 def memory_pressure(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Peak device memory near capacity, or one operator allocating a large share of it."""
     peak, capacity = profile.peak_device_mem_b, profile.device_mem_capacity_b
@@ -314,7 +387,7 @@ _PADDING = ("aten::pad_sequence", "aten::_pad_packed_sequence", "aten::pad",
             "aten::constant_pad_nd")
 
 
-@rule("cpu-side-padding", share=0.10)
+@rule("cpu-side-padding", saving=savings.removed, share=0.10)
 def cpu_side_padding(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Padding or collation on the CPU takes a large share of the step."""
     rows = [o for o in profile.ops if o.name in _PADDING or "collate" in o.name.lower()]
@@ -334,7 +407,8 @@ _PER_TENSOR_UPDATES = ("aten::add_", "aten::mul_", "aten::addcdiv_", "aten::addc
                        "aten::lerp_", "aten::sqrt", "aten::div_")
 
 
-@rule("single-tensor-optimizer", share=0.05, per_step=4)
+@rule("single-tensor-optimizer", saving=_optimizer_saving, whatif=WhatIf("optimizer"),
+      share=0.05, per_step=4)
 def single_tensor_optimizer(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """The optimizer updates one parameter at a time instead of foreach or fused kernels
     (on the CPU too: whether they help there, a live run times on the device)."""
@@ -356,7 +430,8 @@ def single_tensor_optimizer(profile: Profile, limits: dict[str, float]) -> Findi
                    ops=[o.name for o in steps])
 
 
-@rule("communication-bound", share=0.10, high=0.30)
+@rule("communication-bound", saving=savings.waited("communication"), share=0.10,
+      high=0.30)
 def communication_bound(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Collectives (all-reduce, all-gather, ...) take a large share of the step."""
     if not profile.comm_us:
@@ -370,3 +445,4 @@ def communication_bound(profile: Profile, limits: dict[str, float]) -> Finding |
                     "op_time_us": profile.comm_us, "step_us": wall, "overlap_share": overlap,
                     "exposed_us": profile.comm_us - (profile.comm_overlap_us or 0.0),
                     "calls": 0})
+

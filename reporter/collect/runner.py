@@ -29,13 +29,13 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from ..analyze import peaks as peaks_module
 from ..analyze.breakdown import DRAIN_MARK, MODULE_MARK
 from ..analyze.contention import MIN_CLEAN, Disturbance
-from ..analyze.peaks import Peaks, cpu_name
+from ..analyze.peaks import Peaks
 from ..analyze.profile import Profile
 from ..analyze.stats import median_interval
 from ..errors import BadInput, WorkFailed, user_code
 from ..ingest.traces import read_trace
 from ..run import Run, Section, Throughput
-from . import machine
+from . import calibrate, machine
 from .isa import guard as guard_isa
 from .memprof import tensor_memory
 from .target import BUILTINS, Target, build
@@ -103,7 +103,7 @@ def environment(device: str) -> dict[str, Any]:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "cpu": cpu_name(),
+        "cpu": calibrate.cpu_name(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "cuda": torch.version.cuda,
@@ -593,12 +593,12 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
             optimizer: Any) -> None:
     """Time on the device the replacements the section's findings propose."""
     from ..analyze.analyzer import analyze_section
-    from ..analyze.whatif import measure
+    from .whatif import measure, timeable
 
-    rules = {f.rule for f in analyze_section(section, batch_size).findings}
-    if rules & {"unfused-attention", "single-tensor-optimizer", "fp32-gemm",
-                 "elementwise-blowup"}:
-        progress(f"{section.label}: timing the proposed replacements")
+    rules = timeable(analyze_section(section, batch_size).findings)
+    if not rules:
+        return  # nothing to time
+    progress(f"{section.label}: timing the proposed replacements")
     timed: dict[str, dict[str, Any]] = {}
     for attempt in range(1, PROFILE_ATTEMPTS + 1):
         try:
@@ -639,7 +639,7 @@ def _peaks(device: str, progress: Progress) -> Peaks:
 
     def measure_once() -> tuple[Peaks, bool]:
         watch = machine.Watch(torch.get_num_threads())
-        peaks = peaks_module.measure(device, tf32)
+        peaks = calibrate.measure(device, tf32)
         return peaks, watch.stop().disturbed
 
     peaks = peaks_module.for_run(device, name, memory, tf32, measure_once,

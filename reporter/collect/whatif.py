@@ -17,6 +17,9 @@ and in TF32, at the shapes that hold most of their time, the speed-up applied to
 their recorded time (the casts that autocast adds are not counted: for weights it
 caches them within a step); a blown-up pairwise product (repeat, then mul and sum over the last
 dimension) against the matrix product that computes it, likewise.
+
+Each rule names its recipe where it is registered (reporter.analyze.findings.WhatIf);
+``RECIPES`` holds them by name, and ``timeable`` says which findings have one.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ import math
 import statistics
 import time
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from .profile import Profile
+from ..analyze.findings import RULES, Finding
+from ..analyze.profile import Profile
 
 SOFTMAX = ("aten::_softmax", "aten::softmax")
 PRODUCTS = ("aten::bmm", "aten::matmul")
@@ -363,27 +367,42 @@ def blowup_matmul(profile: Profile, device: str, steps: int) -> dict[str, Any] |
             "shapes": [list(s) for s in shapes]}
 
 
-def measure(section: Any, rules: set[str], device: str,
+Recipe = Callable[[Any, str, Any, int], "dict[str, Any] | None"]
+
+# The replacements by recipe name, as rules name them (reporter.analyze.findings.WhatIf):
+# each takes the section, the device, the target's optimizer and the profiled steps.
+RECIPES: dict[str, Recipe] = {
+    "attention": lambda section, device, optimizer, steps: attention(
+        section.profile, device, section.label == "train", steps),
+    "optimizer": lambda section, device, optimizer, steps: optimizer_foreach(
+        optimizer, device) if optimizer is not None and section.label == "train" else None,
+    "gemm-precision": lambda section, device, optimizer, steps: gemm_precision(
+        section.profile, device, steps),
+    "blowup-matmul": lambda section, device, optimizer, steps: blowup_matmul(
+        section.profile, device, steps),
+}
+
+
+def timeable(findings: list[Finding]) -> list[str]:
+    """The ids of the findings whose rule has a replacement to time, in rule order."""
+    ids = {f.rule for f in findings}
+    return [r.id for r in sorted(RULES.values(), key=lambda r: r.order)
+            if r.id in ids and r.whatif is not None]
+
+
+def measure(section: Any, rules: Iterable[str], device: str,
             optimizer: Any = None) -> dict[str, dict[str, Any]]:
-    """The replacements of ``rules`` (the section's findings) that can be timed here;
-    ``optimizer``, the target's, for a training step."""
+    """The replacements of ``rules`` (ids of the section's findings) that their rules name
+    and that can be timed here, in rule order; ``optimizer``, the target's, for a
+    training step."""
     out: dict[str, dict[str, Any]] = {}
     b = section.profile.breakdown
     steps = len(b.steps_us) if b is not None and b.steps_us else max(section.profile.steps, 1)
-    if "unfused-attention" in rules:
-        timed = attention(section.profile, device, section.label == "train", steps)
+    wanted = set(rules)
+    for rule in sorted(RULES.values(), key=lambda r: r.order):
+        if rule.id not in wanted or rule.whatif is None:
+            continue
+        timed = RECIPES[rule.whatif.recipe](section, device, optimizer, steps)
         if timed is not None:
-            out["unfused-attention"] = timed
-    if "single-tensor-optimizer" in rules and optimizer is not None and section.label == "train":
-        timed = optimizer_foreach(optimizer, device)
-        if timed is not None:
-            out["single-tensor-optimizer"] = timed
-    if "fp32-gemm" in rules:
-        timed = gemm_precision(section.profile, device, steps)
-        if timed is not None:
-            out["fp32-gemm"] = timed
-    if "elementwise-blowup" in rules:
-        timed = blowup_matmul(section.profile, device, steps)
-        if timed is not None:
-            out["elementwise-blowup"] = timed
+            out[rule.id] = timed
     return out

@@ -1,0 +1,94 @@
+"""near-roofline: a statement, not a problem. Made after the rules ran, from their
+findings and the profile's efficiency (reporter.analyze.efficiency): a dominant matrix
+operator, or matrix products that together bound the step, running near their roofline
+are the step's shape, and the lever left is a dtype with a higher peak on this machine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import savings
+from .findings import Finding, statement
+
+# An operator at this share of its roofline or more runs as well as can be expected.
+NEAR_ROOFLINE = 0.5
+# Matrix products holding this share of the operators' time together bound the step.
+MATRIX_BOUND = 0.5
+# The dtypes a lever may name: what torch.autocast (bf16, fp16) and the TF32 switch reach.
+# fp8 products need Transformer Engine or torch._scaled_mm, not a switch: never a lever.
+LEVER_DTYPES = ("tf32", "bf16", "fp16")
+# Findings that already speak of the step's matrix products: with one of them there is
+# no separate statement for several products.
+_ABOUT_PRODUCTS = ("near-roofline", "dominant-operator", "fp32-gemm")
+
+
+@statement("near-roofline", saving=savings.stated, roofline=NEAR_ROOFLINE,
+           share=MATRIX_BOUND)
+def near_roofline(found: list[Finding], efficiency: Any, limits: dict[str, float]
+                  ) -> list[Finding]:
+    """Each dominant operator near its roofline becomes this statement; without any
+    finding about the products, a step bound by products near their roofline gets it."""
+    kept = [_near_roofline(f, efficiency, limits) if f.rule == "dominant-operator" else f
+            for f in found]
+    out = [f for f in kept if f is not None]
+    if not any(f.rule in _ABOUT_PRODUCTS for f in out):
+        bound = _matrix_bound(efficiency, limits)
+        if bound is not None:
+            out.append(bound)
+    return out
+
+
+def _near_roofline(dominant: Finding, efficiency: Any, limits: dict[str, float]
+                   ) -> Finding | None:
+    """A dominant matrix operator that runs near its roofline: not a problem but the
+    step's shape. Its lever: a dtype with a higher peak on this machine, worth the
+    operator's time x (1 - its peak / the faster one) per step, if any."""
+    row = next((o for o in efficiency.ops if o.name == dominant.evidence["op"]), None)
+    if row is None or not row.matrix or row.bound != "compute" or \
+            row.roofline_share < limits["roofline"]:
+        return dominant
+    return Finding("near-roofline", "low", {
+        **{k: v for k, v in dominant.evidence.items() if k != "threshold"},
+        "products": 0,  # one operator (see _matrix_bound for several)
+        "roofline_share": row.roofline_share, "achieved_fps": row.achieved_flops,
+        **_lever(efficiency, row.dtypes, row.time_us),
+    }, ops=dominant.ops)
+
+
+def _lever(efficiency: Any, dtypes: list[str], time_us: float) -> dict[str, Any]:
+    """The near-roofline lever: the peak of ``dtypes`` (the products' own), the dtype with
+    the highest peak above it on this machine (fp32 aside), and what ``time_us`` of
+    products would save at that peak, per step."""
+    peaks = efficiency.peaks.flops
+    # fp32 products ran at the TF32 peak when TF32 was on (the step's peak dtype says so)
+    keys = ["tf32" if d == "fp32" and efficiency.peak_dtype == "tf32" else d for d in dtypes]
+    current = max((peaks.get(k, 0.0) for k in keys), default=0.0) or efficiency.peak_flops
+    faster = max(((k, v) for k, v in peaks.items() if k in LEVER_DTYPES and v > current * 1.1),
+                 key=lambda kv: kv[1], default=None)
+    saving = time_us * (1 - current / faster[1]) if faster else None
+    step = efficiency.profiled_step_us
+    return {"peak_fps": current, "dtype": ", ".join(dtypes), "source": efficiency.peaks.source,
+            "faster_dtype": faster[0] if faster else None,
+            "faster_fps": faster[1] if faster else None,
+            "saving_us": saving, "saving_share": saving / step if saving and step else None}
+
+
+def _matrix_bound(efficiency: Any, limits: dict[str, float]) -> Finding | None:
+    """A step bound by matrix products that no single one dominates (a ViT, say), all
+    running near their roofline: the same statement as for one dominant product, for
+    them together, with the lever a faster dtype would give them."""
+    rows = [o for o in efficiency.ops if o.matrix and o.bound == "compute" and o.time_us > 0]
+    time_us = sum(o.time_us for o in rows)
+    if not rows or not efficiency.total_us or time_us / efficiency.total_us < limits["share"]:
+        return None
+    roofline = sum(min(o.roof_us, o.time_us) for o in rows) / time_us
+    if roofline < limits["roofline"]:
+        return None
+    flops = sum(o.flops for o in rows)
+    return Finding("near-roofline", "low", {
+        "basis": efficiency.basis, "share": time_us / efficiency.total_us,
+        "op": rows[0].name, "op_share": time_us / efficiency.total_us,
+        "others": [o.name for o in rows[1:5]], "products": len(rows),
+        "roofline_share": roofline, "achieved_fps": flops / time_us * 1e6,
+        **_lever(efficiency, sorted({d for o in rows for d in o.dtypes}), time_us),
+    }, ops=[o.name for o in rows])
