@@ -105,6 +105,11 @@ def _gpu(ops, cpu_total=None, **extra) -> Profile:
 
 
 SYNTHETIC = {
+    "dropout-cost": Profile(label="train", self_cpu_us=10_000, ops=[
+        Op("aten::dropout", calls=6, self_cpu_us=200, cpu_total_us=2500),
+        Op("aten::bernoulli_", calls=6, self_cpu_us=1800, cpu_total_us=1800),
+        Op("aten::mul", calls=12, self_cpu_us=500, cpu_total_us=500),
+        Op("aten::addmm", calls=6, self_cpu_us=7500, cpu_total_us=7500)]),
     "communication-bound": Profile(label="rank 0", self_cpu_us=2000, comm_us=600,
                                    comm_overlap_us=150, ops=[
         Op("ProfilerStep*", calls=2, self_cpu_us=100, cpu_total_us=1800, kind="annotation"),

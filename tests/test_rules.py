@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from reporter.analyze.analyzer import RULES, analyze
@@ -102,3 +104,41 @@ def test_thresholds_are_configurable():
 def test_rule_ids_are_the_published_ones():
     assert {"elementwise-blowup", "copy-heavy", "dataloader-bound",
             "dominant-operator"} <= set(RULES)
+
+
+PLANTED = Path(__file__).parent / "models" / "planted.py"
+
+
+def _live(name: str, tmp_path) -> list[set[str]]:
+    """The rules that fire in each section of a live CPU run of a planted model."""
+    from reporter.analyze.analyzer import analyze_section
+    from reporter.collect.runner import RunOptions, profile_target
+    from reporter.collect.target import resolve
+
+    spec, builder = resolve(f"{PLANTED}:{name}")
+    tmp_path.mkdir()
+    run = profile_target(spec, builder, RunOptions(device="cpu", windows=3, time_budget_s=0.5,
+                                                   warmup_steps=1), tmp_path)
+    return [{f.rule for f in analyze_section(s, run.target["batch_size"]).findings}
+            for s in run.sections]
+
+
+def test_dropout_cost_fires_on_a_dropout_heavy_mlp_and_not_on_its_fix(tmp_path):
+    """Live, and on the trace the live run wrote: the share is the dropout calls' own
+    events (their inclusive time) over the CPU time --json reports."""
+    import json
+
+    from conftest import cli
+
+    assert "dropout-cost" in _live("dropout_heavy", tmp_path / "a")[0]
+    assert "dropout-cost" not in _live("dropout_fixed", tmp_path / "b")[0]
+    trace = next((tmp_path / "a").glob("trace-train*.json*"))
+    res = cli("analyze", trace, "--json")
+    assert res.code == 0, res.err
+    profile = json.loads(res.out)["profiles"][0]
+    found = next(f for f in profile["findings"] if f["rule"] == "dropout-cost")
+    events = json.loads(trace.read_text())["traceEvents"]
+    dropout_us = sum(e.get("dur", 0) for e in events if e.get("name") == "aten::dropout")
+    assert found["share"] == pytest.approx(dropout_us / profile["totals"]["self_cpu_us"],
+                                           rel=1e-6)
+    assert found["share"] > RULES["dropout-cost"].limits["share"]

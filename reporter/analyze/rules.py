@@ -446,3 +446,38 @@ def communication_bound(profile: Profile, limits: dict[str, float]) -> Finding |
                     "exposed_us": profile.comm_us - (profile.comm_overlap_us or 0.0),
                     "calls": 0})
 
+
+# Dropout's operators: the top-level calls (their inclusive time holds the mask's
+# bernoulli_, its scaling and the multiply) and the fused kernel's backward.
+_DROPOUT = ("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout",
+            "aten::feature_alpha_dropout", "aten::native_dropout",
+            "aten::native_dropout_backward")
+_DROPOUT_PARTS = ("aten::bernoulli_", "aten::bernoulli", "aten::native_dropout",
+                  "aten::native_dropout_backward")
+
+
+@rule("dropout-cost", saving=savings.removed, share=0.10, high=0.25)
+def dropout_cost(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """Dropout's random masks take a share of the time (a bernoulli_ per element on the
+    CPU; a fused kernel on a GPU, still a random number per element)."""
+    b = basis(profile)
+    inclusive = "device_total_us" if b.name == "device" else "cpu_total_us"
+    rows = {o.name: o for o in operators(profile) if o.name in _DROPOUT}
+    if not rows or b.total_us <= 0:
+        return None
+    # aten::native_dropout runs inside aten::dropout when both are recorded
+    top = [o for n, o in rows.items() if n != "aten::native_dropout" or
+           "aten::dropout" not in rows]
+    time_us = sum(getattr(o, inclusive) for o in top)
+    s = time_us / b.total_us
+    if s <= limits["share"]:
+        return None
+    first = max(top, key=lambda o: getattr(o, inclusive))
+    calls = sum(o.calls for o in top if not o.name.endswith("_backward"))
+    return Finding("dropout-cost", _severity(s, limits["high"]),
+                   {"basis": b.name, "share": s, "threshold": limits["share"],
+                    "op": first.name, "op_time_us": time_us, "calls": calls,
+                    "fused": "aten::native_dropout" in rows,
+                    "inference": profile.label == "inference"},
+                   ops=sorted({*rows, *(o.name for o in operators(profile)
+                                        if o.name in _DROPOUT_PARTS)}))

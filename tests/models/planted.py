@@ -1,0 +1,69 @@
+"""Hand-made models with one planted problem each, and their fixes. Test-only."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from reporter.collect.target import Target
+
+
+def _mlp_train(p: float, device: str) -> Target:
+    """An MLP training step whose wide activations each go through dropout with rate
+    ``p`` (0: no dropout, the fix)."""
+    torch.manual_seed(0)
+    width = 1024
+    layers: list[nn.Module] = []
+    for _ in range(3):
+        layers += [nn.Linear(width, width), nn.GELU(), nn.Dropout(p) if p else nn.Identity()]
+    model = nn.Sequential(*layers, nn.Linear(width, 8)).to(device)
+    gen = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(64, width, generator=gen), torch.randint(0, 8, (64,), generator=gen))
+               for _ in range(4)]
+    return Target(model=model, batches=batches, batch_size=64,
+                  loss=lambda out, batch: nn.functional.cross_entropy(out, batch[1]),
+                  optimizer=torch.optim.SGD(model.parameters(), lr=1e-3))
+
+
+def dropout_heavy(device: str = "cpu", preset: str = "default") -> Target:
+    """Dropout (p=0.1) after every hidden layer of a wide MLP."""
+    return _mlp_train(0.1, device)
+
+
+def dropout_fixed(device: str = "cpu", preset: str = "default") -> Target:
+    """The same MLP without dropout."""
+    return _mlp_train(0.0, device)
+
+
+class _PerSample(nn.Module):
+    """An MLP applied to one sample at a time in a Python loop over the batch (the
+    planted problem), or to the whole batch in one call (its fix)."""
+
+    def __init__(self, batched: bool) -> None:
+        super().__init__()
+        self.batched = batched
+        self.mlp = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
+                                 nn.Linear(64, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.batched:
+            return self.mlp(x)
+        return torch.stack([self.mlp(row) for row in x])
+
+
+def _per_sample(batched: bool, device: str) -> Target:
+    torch.manual_seed(0)
+    model = _PerSample(batched).to(device).eval()
+    gen = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(64, 64, generator=gen),) for _ in range(4)]
+    return Target(model=model, batches=batches, batch_size=64, modes=("inference",))
+
+
+def per_sample_loop(device: str = "cpu", preset: str = "default") -> Target:
+    """A small MLP called once per sample of a batch of 64."""
+    return _per_sample(False, device)
+
+
+def per_sample_batched(device: str = "cpu", preset: str = "default") -> Target:
+    """The same MLP called once on the whole batch."""
+    return _per_sample(True, device)
