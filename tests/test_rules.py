@@ -142,3 +142,27 @@ def test_dropout_cost_fires_on_a_dropout_heavy_mlp_and_not_on_its_fix(tmp_path):
     assert found["share"] == pytest.approx(dropout_us / profile["totals"]["self_cpu_us"],
                                            rel=1e-6)
     assert found["share"] > RULES["dropout-cost"].limits["share"]
+
+
+def test_a_per_sample_loop_fires_and_the_batched_call_does_not(tmp_path):
+    """A small MLP called once per sample of a batch of 64 (the runner's module marks
+    count the calls), against one call on the batch; and on the trace the loop's run
+    wrote: the module's calls and time are its mark's events."""
+    import json
+
+    from conftest import cli
+
+    assert "per-sample-loop" in _live("per_sample_loop", tmp_path / "a")[0]
+    assert "per-sample-loop" not in _live("per_sample_batched", tmp_path / "b")[0]
+    trace = next((tmp_path / "a").glob("trace-*.json*"))
+    res = cli("analyze", trace, "--json")
+    assert res.code == 0, res.err
+    found = next(f for f in json.loads(res.out)["profiles"][0]["findings"]
+                 if f["rule"] == "per-sample-loop")
+    marks = [e for e in json.loads(trace.read_text())["traceEvents"]
+             if e.get("name") == "module::mlp" and e.get("ph") == "X"]
+    steps = {e["name"] for e in json.loads(trace.read_text())["traceEvents"]
+             if str(e.get("name", "")).startswith("ProfilerStep#")}
+    assert found["op"] == "mlp" and found["calls"] == len(marks)
+    assert found["calls_per_step"] == len(marks) // len(steps) == 64
+    assert found["op_time_us"] == pytest.approx(sum(e["dur"] for e in marks), rel=1e-6)

@@ -23,7 +23,8 @@ from .findings import (
     share,
     step_share,
 )
-from .profile import Op, Profile
+from .breakdown import MODULE_MARK
+from .profile import KIND_ANNOTATION, Op, Profile
 
 # Element-wise and reduction operators that make a new tensor. In-place updates (mul_,
 # add_, addcdiv_, ...) are left out: they materialise nothing, and most of them are an
@@ -481,3 +482,46 @@ def dropout_cost(profile: Profile, limits: dict[str, float]) -> Finding | None:
                     "inference": profile.label == "inference"},
                    ops=sorted({*rows, *(o.name for o in operators(profile)
                                         if o.name in _DROPOUT_PARTS)}))
+
+
+def _batched_saving(w: Worth) -> Saving:
+    """Calling the module once on the stacked batch instead of N times: at most its time
+    less one call's (each call is overhead-bound: the same framework work per call,
+    whatever its size); at least that less the operators' own time in the step, which a
+    batched call may still take in full."""
+    n = float(w.finding.evidence.get("calls_per_step") or 0)
+    if not w.accounts_us or n < 2:
+        return w.unquantified()
+    high = w.accounts_us * (1 - 1 / n)
+    ops_us = sum(o.self_cpu_us for o in operators(w.profile)) / max(w.steps, 1)
+    return Saving(w.accounts_us, high, max(0.0, high - ops_us), high, w.step_us,
+                  host_saving=True)
+
+
+@rule("per-sample-loop", saving=_batched_saving, calls_per_step=16, share=0.30,
+      call_us=500.0)
+def per_sample_loop(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """One module called many times per step, each call short: a Python loop over the
+    samples (or time steps) of a batch, paying the framework's per-call cost each time
+    (the runner's module marks say how often each module ran)."""
+    steps = max(profile.steps, 1)
+    marks = [o for o in profile.ops if o.kind == KIND_ANNOTATION and
+             o.name.startswith(MODULE_MARK) and o.calls / steps >= limits["calls_per_step"]
+             and o.cpu_total_us / o.calls <= limits["call_us"]]
+    if not marks:
+        return None
+    top = max(marks, key=lambda o: o.cpu_total_us)
+    s, wall = step_share(profile, top.cpu_total_us)
+    if s <= limits["share"]:
+        return None
+    ops = operators(profile)
+    op_calls = sum(o.calls for o in ops)
+    return Finding("per-sample-loop", _severity(s, 0.6),
+                   {"basis": "step", "share": s, "threshold": limits["share"],
+                    "op": top.name[len(MODULE_MARK):], "op_time_us": top.cpu_total_us,
+                    "step_us": wall, "calls": top.calls,
+                    "calls_per_step": round(top.calls / steps),
+                    "mean_call_us": top.cpu_total_us / top.calls,
+                    "op_calls_per_step": round(op_calls / steps),
+                    "mean_op_us": sum(o.self_cpu_us for o in ops) / op_calls if op_calls else 0.0},
+                   ops=[top.name])
