@@ -211,3 +211,24 @@ def test_fp32_convolutions_are_tensor_core_eligible_work_by_kernel_name():
                          Op(tf32, calls=10, self_device_us=9000, kind="kernel")])
     assert "fp32-gemm" not in {f.rule for f in analyze(tensor_cores)}
 
+
+
+@pytest.mark.parametrize("cls, call", [
+    ("Adam", "torch.optim.Adam(params, lr=..., fused=True)"),
+    ("RMSprop", "torch.optim.RMSprop(params, lr=..., foreach=True)"),
+    ("MyOptimizer", "torch.optim.AdamW(params, lr=..., fused=True)")])
+def test_the_optimizer_advice_names_the_users_own_class(cls, call):
+    """An Adam user is told about Adam(..., fused=True), not AdamW; a class torch.optim
+    does not have gets the general advice."""
+    p = SYNTHETIC["single-tensor-optimizer"]
+    ops = [Op(o.name.replace("Adam", cls), calls=o.calls, self_cpu_us=o.self_cpu_us,
+              cpu_total_us=o.cpu_total_us, self_device_us=o.self_device_us, kind=o.kind)
+           for o in p.ops]
+    finding = next(f for f in analyze(_gpu(ops, cpu_total=p.self_cpu_us))
+                   if f.rule == "single-tensor-optimizer")
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                                "f": _finding_view(finding, fmt)},
+                               template="findings/single-tensor-optimizer.md.j2")
+        assert f"`{call}`" in text, (lang, text)

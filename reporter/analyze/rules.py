@@ -408,6 +408,12 @@ _PER_TENSOR_UPDATES = ("aten::add_", "aten::mul_", "aten::addcdiv_", "aten::addc
                        "aten::lerp_", "aten::sqrt", "aten::div_")
 
 
+# torch.optim classes with foreach=True, and those with fused=True too (torch >= 2.4).
+_FOREACH_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad", "Adamax", "NAdam", "RAdam",
+                       "RMSprop", "Rprop", "ASGD", "Adadelta")
+_FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
+
+
 @rule("single-tensor-optimizer", saving=_optimizer_saving, whatif=WhatIf("optimizer"),
       share=0.05, per_step=4)
 def single_tensor_optimizer(profile: Profile, limits: dict[str, float]) -> Finding | None:
@@ -424,10 +430,15 @@ def single_tensor_optimizer(profile: Profile, limits: dict[str, float]) -> Findi
     s, _ = step_share(profile, max(o.cpu_total_us for o in steps))
     if updates < limits["per_step"] * step_calls or s <= limits["share"]:
         return None
+    name = steps[0].name.partition("#")[2].partition(".")[0]  # Optimizer.step#Adam.step
     return Finding("single-tensor-optimizer", "medium",
                    {"basis": "step", "share": s, "threshold": limits["share"],
                     "op": steps[0].name, "op_time_us": steps[0].cpu_total_us,
-                    "calls": step_calls, "updates_per_step": updates / step_calls},
+                    "calls": step_calls, "updates_per_step": updates / step_calls,
+                    # the user's own torch.optim class, named in the advice, and
+                    # whether torch has a fused implementation of it
+                    "optimizer": name if name in _FOREACH_OPTIMIZERS else None,
+                    "fused": name in _FUSED_OPTIMIZERS},
                    ops=[o.name for o in steps])
 
 
