@@ -88,6 +88,32 @@ def test_on_a_gpu_shares_are_of_the_step_timed_without_the_profiler():
     assert host.share(host.saving_us) == pytest.approx(0.25)
 
 
+def test_an_estimate_and_a_measured_saving_are_of_the_same_step():
+    """On the CPU every profiled time is stretched by the profiler (here the profiled step
+    is 10 ms and the step timed without it 4 ms): an estimate is scaled to the unprofiled
+    step, its share unchanged; a replacement timed without the profiler keeps its
+    milliseconds and is a share of that same step, not of the stretched one."""
+    p = Profile(self_cpu_us=20_000, steps=2, ops=[
+        Op("ProfilerStep*", calls=2, self_cpu_us=100, cpu_total_us=20_000,
+           kind="annotation")])
+    copies = estimate(_f("copy-heavy", 0.25, basis="cpu"), p, real_step_us=4000)
+    assert copies.step_us == 4000 and copies.saving_us == pytest.approx(0.25 * 4000)
+    assert copies.share(copies.saving_us) == pytest.approx(0.25)
+    timed = {"before_ms": 2.0, "after_ms": 0.6}  # as the what-if measured, unprofiled
+    attention = estimate(_f("unfused-attention", 0.3, basis="cpu"), p, measured=timed,
+                         real_step_us=4000)
+    assert attention.step_us == 4000 and attention.saving_us == pytest.approx(1400)
+    assert attention.share(attention.saving_us) == pytest.approx(0.35)  # not 1.4 / 10 ms
+    assert attention.accounts_us == pytest.approx(0.3 * 4000)
+    # A blow-up's fix removes all it accounts for: its recorded time, on the same step
+    blowup = estimate(_f("elementwise-blowup", 0.5, basis="cpu"), p,
+                      measured={"before_ms": 1.0, "after_ms": 0.2}, real_step_us=4000)
+    assert blowup.measured["before_ms"] == pytest.approx(2.0)  # 50% of 4 ms, not of 10 ms
+    assert blowup.saving_us == pytest.approx(1800)
+    # Without a quiet timed step, the profiled one stands in
+    assert estimate(_f("copy-heavy", 0.25, basis="cpu"), p).step_us == 10_000
+
+
 def test_small_savings_are_minor():
     p = _profile()
     tiny = _f("copy-heavy", MINOR_SHARE / 2 * 20_000 / 16_000)

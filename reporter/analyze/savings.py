@@ -3,9 +3,9 @@
 A pure function of a finding, its profile, and the profile's efficiency
 (reporter.analyze.efficiency). Each rule names its saving model where it is registered
 (reporter.analyze.findings.Rule); this module holds the models rules share and the
-machinery every estimate goes through. Times are per step, in microseconds; shares are of the
-profiled step, or on a GPU, when the run was timed, of the step timed without the
-profiler (see ``estimate``). Each estimate says how it is made:
+machinery every estimate goes through. Times are per step, in microseconds; shares are of
+the step timed without the profiler when the run was timed on a quiet machine, else of
+the profiled step (see ``estimate``). Each estimate says how it is made:
 
 - the work goes away (element-wise blow-up, copies, CPU-side padding, unfused
   attention): all of their time, at least the time beyond the operators'
@@ -225,19 +225,25 @@ def estimate(f: Finding, profile: Profile, eff: Any = None,
 
     ``real_step_us``, the step timed without the profiler, bounds what the device's idle
     time can save: the profiler's own work slows the host, not the device, so a step it
-    lengthens shows more idle time than there is without it (``_unprofiled_idle``). On a
-    GPU it is also the step the shares are of: device times are what they are without
-    the profiler, and host times are scaled from the profiled step to it."""
+    lengthens shows more idle time than there is without it (``_unprofiled_idle``). It is
+    also the step every share is of, so that an estimate and a replacement timed without
+    the profiler are of one step: profiled host times (on the CPU, every time) are
+    scaled from the profiled step to it; device times are what they are without the
+    profiler; a timed replacement's saving is unprofiled already."""
     s = _estimate(f, profile, eff, others, measured, real_step_us)
-    if real_step_us and s.step_us and profile.has_device:
+    if real_step_us and s.step_us:
         k = real_step_us / s.step_us
 
         def host(us: float | None) -> float | None:
             return us * k if us is not None else None
 
+        # On the CPU every profiled time is host time; on a GPU the device's are not
+        # slowed by the profiler. A replacement timed on the device is unprofiled already.
+        on_host = not profile.has_device
         s = replace(s, step_us=real_step_us,
-                    accounts_us=host(s.accounts_us) if _host_basis(f) else s.accounts_us)
-        if s.host_saving:
+                    accounts_us=host(s.accounts_us) if on_host or _host_basis(f)
+                    else s.accounts_us)
+        if s.measured is None and (on_host or s.host_saving):
             s = replace(s, saving_us=host(s.saving_us), low_us=host(s.low_us),
                         high_us=host(s.high_us))
     if s.step_us:
@@ -262,8 +268,11 @@ def _estimate(f: Finding, profile: Profile, eff: Any, others: Sequence[Finding],
                 and accounted:
             # The fix replaces all the work the finding accounts for (softmax and layout
             # copies on a blow-up's tensors too), not only the calls timed: its recorded
-            # time against what the replacement would take.
-            before_ms = max(before_ms, accounted / 1e3)
+            # time (on the CPU, scaled to the step timed without the profiler, as the
+            # replacement was timed) against what the replacement would take.
+            unprofiled = real_step_us / step if real_step_us and step and \
+                not profile.has_device else 1.0
+            before_ms = max(before_ms, accounted * unprofiled / 1e3)
         saving = (before_ms - measured["after_ms"]) * 1e3
         timed = {"before_ms": before_ms, "after_ms": measured["after_ms"]}
         if saving <= 0:
