@@ -86,6 +86,8 @@ class Fmt:
             value, unit = us / 1e3, "duration-millisecond"
         else:
             value, unit = us, "duration-microsecond"
+        if value == 0:  # nothing at all, not a rounded "0.00"
+            return self._unit(0, unit, "0")
         return self._unit(_no_negative_zero(_round(value), 2), unit, _pattern(value))
 
     def bytes(self, b: float | None) -> str:  # an int is a float to a type checker
