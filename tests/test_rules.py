@@ -166,3 +166,25 @@ def test_a_per_sample_loop_fires_and_the_batched_call_does_not(tmp_path):
     assert found["op"] == "mlp" and found["calls"] == len(marks)
     assert found["calls_per_step"] == len(marks) // len(steps) == 64
     assert found["op_time_us"] == pytest.approx(sum(e["dur"] for e in marks), rel=1e-6)
+
+
+def test_a_blow_up_owns_the_dense_copies_of_its_operands_and_no_other_copy():
+    """``expand(...).contiguous()`` of the (B, X, Y, Z) tensor a pairwise product
+    multiplies and sums is the blow-up's (its fix removes it); a contiguous copy of
+    another shape is not, though it has the same name."""
+    big, small = "[[2, 64, 64, 64]]", "[[2, 10, 10]]"
+    p = profile(op("aten::mul", cpu=300, total=300), op("aten::sum", cpu=100, total=100),
+                op("aten::contiguous", cpu=10, total=250), op("aten::clone", cpu=10, total=240),
+                op("aten::copy_", cpu=230, total=230), op("aten::mm", cpu=600, total=600))
+    p.ops_by_shape = [
+        Op("aten::mul", calls=1, cpu_total_us=300, input_shapes=f"[{big[1:-1]}, {big[1:-1]}]"),
+        Op("aten::sum", calls=1, cpu_total_us=100, input_shapes=big),
+        Op("aten::contiguous", calls=1, cpu_total_us=200, input_shapes=big),
+        Op("aten::clone", calls=1, cpu_total_us=195, input_shapes=big),
+        Op("aten::contiguous", calls=1, cpu_total_us=50, input_shapes=small),
+        Op("aten::clone", calls=1, cpu_total_us=45, input_shapes=small)]
+    blowup = next(f for f in analyze(p) if f.rule == "elementwise-blowup")
+    assert blowup.evidence["materialisers"] == ["aten::contiguous"]
+    total = p.self_cpu_us
+    assert blowup.evidence["materialised_share"] == pytest.approx(200 / total)  # not 250
+    assert blowup.evidence["share"] == pytest.approx((300 + 100 + 200) / total)

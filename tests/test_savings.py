@@ -37,7 +37,8 @@ def test_waits_come_from_the_breakdown():
 
 def test_a_blow_up_owns_its_copies_and_the_ranking_follows_savings():
     p = _profile()
-    blowup = _f("elementwise-blowup", 0.5, materialisers=["aten::repeat"])
+    blowup = _f("elementwise-blowup", 0.5, materialisers=["aten::repeat"],
+                materialised_share=3000 / 16_000)  # repeat's device time
     copies = _f("copy-heavy", 0.25)
     sync = _f("sync-stall", 0.9, basis="cpu")
     memory = Finding("memory-pressure", "high", {"basis": "memory", "share": 0.95})

@@ -25,6 +25,7 @@ from .findings import (
 )
 from .breakdown import MODULE_MARK
 from .profile import KIND_ANNOTATION, Op, Profile
+from .shapes import blowup_shapes, dense_copies
 
 # Element-wise and reduction operators that make a new tensor. In-place updates (mul_,
 # add_, addcdiv_, ...) are left out: they materialise nothing, and most of them are an
@@ -59,11 +60,12 @@ def _ranked(profile: Profile, names: set[str]) -> tuple[Basis, list[Op], float]:
 
 def _copies_saving(w: Worth) -> Saving:
     """Copies go away, less those that materialise a blow-up another finding reports
-    (its ``materialisers``): they are the blow-up's, and go with its fix."""
-    owned = sorted({m for o in w.others if o is not w.finding
-                    for m in o.evidence.get("materialisers", [])})
-    less = savings.materialised(w.profile, owned, w.steps) if owned else 0.0
-    return savings.work_removed(w, less_us=less)
+    (its ``materialised_share`` of the same basis): they are the blow-up's, and go with
+    its fix."""
+    b = basis(w.profile)
+    less = sum(float(o.evidence.get("materialised_share") or 0.0) for o in w.others
+               if o is not w.finding and o.evidence.get("basis") == b.name) * b.total_us
+    return savings.work_removed(w, less_us=less / max(w.steps, 1))
 
 
 def _fused_attention_saving(w: Worth) -> Saving:
@@ -118,10 +120,14 @@ def elementwise_blowup(profile: Profile, limits: dict[str, float]) -> Finding | 
     """Element-wise and reduction operators hold a large share of the time."""
     b, ops, total = _ranked(profile, ELEMENTWISE)
     present = [name for name in BLOWUP if any(o.name == name and o.calls for o in profile.ops)]
-    # The blow-up's own copies: the inclusive time of the operators that materialise it.
+    # The blow-up's own copies: the inclusive time of the operators that materialise it,
+    # and of the copies that make its expanded operands dense (expand(...).contiguous(),
+    # where the recorded shapes show the pairwise product they feed).
     inclusive = "device_total_us" if b.name == "device" else "cpu_total_us"
-    made = (sum(getattr(o, inclusive) for o in profile.ops if o.name in present) / b.total_us
-            if b.total_us > 0 else 0.0)
+    made_us = sum(getattr(o, inclusive) for o in profile.ops if o.name in present)
+    dense_us, dense = dense_copies(profile, blowup_shapes(profile), inclusive)
+    present += dense
+    made = (made_us + dense_us) / b.total_us if b.total_us > 0 else 0.0
     if not ops or total + made <= limits["share"]:
         return None
     return Finding("elementwise-blowup", _severity(total + made, limits["high"]),

@@ -24,7 +24,6 @@ Each rule names its recipe where it is registered (reporter.analyze.findings.Wha
 
 from __future__ import annotations
 
-import ast
 import inspect
 import math
 import statistics
@@ -34,18 +33,13 @@ from typing import Any, Callable, Iterable
 
 from ..analyze.findings import RULES, Finding
 from ..analyze.profile import Profile
+from ..analyze.shapes import blowup_shapes, dense_copies
+from ..analyze.shapes import dims as _dims
+from ..analyze.shapes import shapes as _shapes
 
 SOFTMAX = ("aten::_softmax", "aten::softmax")
 PRODUCTS = ("aten::bmm", "aten::matmul")
 BUDGET_S = 0.3  # per variant
-
-
-def _shapes(text: str | None) -> list[Any] | None:
-    try:
-        value = ast.literal_eval(text) if text else None
-    except (ValueError, SyntaxError):
-        return None
-    return value if isinstance(value, list) else None
 
 
 def attention_shapes(profile: Profile) -> dict[str, Any] | None:
@@ -280,32 +274,7 @@ def gemm_precision(profile: Profile, device: str, steps: int) -> dict[str, Any] 
 
 
 BLOWUP_SHAPES = 3  # pairwise shapes timed at most
-MIN_BLOWUP_NUMEL = 1 << 16  # smaller products are not a blow-up worth timing
 MATERIALISERS = ("aten::repeat", "aten::repeat_interleave")
-
-
-def _dims(o: Any) -> list[list[int]]:
-    dims = _shapes(o.input_shapes) or []
-    return [d for d in dims if isinstance(d, list) and all(type(x) is int for x in d)]
-
-
-def blowup_shapes(profile: Profile) -> list[list[int]]:
-    """The blown-up pairwise products: (..., X, Y, Z) shapes that an ``aten::mul`` makes
-    (its inputs broadcast to them) and an ``aten::sum`` reduces over the last dimension,
-    the pattern ``(a.unsqueeze(2) * b.unsqueeze(1)).sum(-1)`` that a matrix product
-    computes without materialising; the most time first."""
-    sums = {tuple(d[0]) for o in profile.ops_by_shape if o.name == "aten::sum"
-            for d in [_dims(o)] if d and len(d[0]) >= 4}
-    found: dict[tuple[int, ...], float] = {}
-    for o in profile.ops_by_shape:
-        dims = _dims(o) if o.name == "aten::mul" else []
-        if len(dims) < 2 or len(dims[0]) != len(dims[1]) or len(dims[0]) < 4:
-            continue
-        out = tuple(max(a, b) for a, b in zip(dims[0], dims[1]))
-        if out in sums and math.prod(out) >= MIN_BLOWUP_NUMEL:
-            found[out] = found.get(out, 0.0) + (o.device_total_us or o.cpu_total_us)
-    return [list(k) for k in sorted(found, key=lambda k: found[k], reverse=True)
-            ][:BLOWUP_SHAPES]
 
 
 def _pairwise(a: Any, b: Any) -> Any:
@@ -332,7 +301,7 @@ def blowup_matmul(profile: Profile, device: str, steps: int) -> dict[str, Any] |
     operators and what the products would take; None without the pattern."""
     import torch
 
-    shapes = blowup_shapes(profile)
+    shapes = blowup_shapes(profile)[:BLOWUP_SHAPES]
     if not shapes:
         return None
     sync = _sync_for(device)
@@ -361,7 +330,9 @@ def blowup_matmul(profile: Profile, device: str, steps: int) -> dict[str, Any] |
         after_us += pattern * product / pairwise
     if before_us <= 0:
         return None
-    before_us += recorded(MATERIALISERS, lambda d: True)  # the copies that materialise it
+    # the copies that materialise it: repeat, and expand(...).contiguous() of its shapes
+    before_us += recorded(MATERIALISERS, lambda d: True) + dense_copies(
+        profile, shapes, "device_total_us" if profile.has_device else "cpu_total_us")[0]
     per_step = 1e3 * max(steps, 1)
     return {"before_ms": before_us / per_step, "after_ms": after_us / per_step,
             "shapes": [list(s) for s in shapes]}
