@@ -45,7 +45,7 @@ from .findings import (
 from .profile import Profile
 
 __all__ = ["MINOR_SHARE", "NOT_FASTER", "NOT_QUANTIFIABLE", "Saving", "Worth", "BUSY",
-           "beyond_roof", "device_kept_busy", "estimate", "faster_dtype", "materialised",
+           "beyond_roof", "beyond_roofline", "device_kept_busy", "estimate", "faster_dtype",
            "matrix_roof", "ranked", "removed", "stated", "unquantified", "waited",
            "work_removed"]
 
@@ -91,12 +91,6 @@ def matrix_roof(names: list[str], eff: Any) -> float:
     if eff is None or isinstance(eff, str):
         return 0.0
     return float(sum(o.roof_us for o in eff.ops if o.name in names and o.matrix))
-
-
-def materialised(profile: Profile, names: list[str], n: int) -> float:
-    """Per step, the inclusive time of the operators that materialise a blow-up."""
-    attr = "device_total_us" if profile.has_device else "cpu_total_us"
-    return float(sum(getattr(o, attr) for o in profile.ops if o.name in names)) / n
 
 
 def _host_basis(f: Finding) -> bool:
