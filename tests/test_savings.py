@@ -92,8 +92,8 @@ def test_on_a_gpu_shares_are_of_the_step_timed_without_the_profiler():
 def test_an_estimate_and_a_measured_saving_are_of_the_same_step():
     """On the CPU every profiled time is stretched by the profiler (here the profiled step
     is 10 ms and the step timed without it 4 ms): an estimate is scaled to the unprofiled
-    step, its share unchanged; a replacement timed without the profiler keeps its
-    milliseconds and is a share of that same step, not of the stretched one."""
+    step, its share unchanged; a replacement timed outright without the profiler keeps
+    its milliseconds and is a share of that same step, not of the stretched one."""
     p = Profile(self_cpu_us=20_000, steps=2, ops=[
         Op("ProfilerStep*", calls=2, self_cpu_us=100, cpu_total_us=20_000,
            kind="annotation")])
@@ -106,11 +106,13 @@ def test_an_estimate_and_a_measured_saving_are_of_the_same_step():
     assert attention.step_us == 4000 and attention.saving_us == pytest.approx(1400)
     assert attention.share(attention.saving_us) == pytest.approx(0.35)  # not 1.4 / 10 ms
     assert attention.accounts_us == pytest.approx(0.3 * 4000)
-    # A blow-up's fix removes all it accounts for: its recorded time, on the same step
+    # The blow-up's recipe applies its timed speed-up to the recorded (profiled) times:
+    # its milliseconds are scaled with the estimates, and its fix removes all the blow-up
+    # accounts for (50% of the step, at least the 1 ms of the operators it timed)
     blowup = estimate(_f("elementwise-blowup", 0.5, basis="cpu"), p,
                       measured={"before_ms": 1.0, "after_ms": 0.2}, real_step_us=4000)
-    assert blowup.measured["before_ms"] == pytest.approx(2.0)  # 50% of 4 ms, not of 10 ms
-    assert blowup.saving_us == pytest.approx(1800)
+    assert blowup.measured == pytest.approx({"before_ms": 2.0, "after_ms": 0.08})
+    assert blowup.saving_us == pytest.approx(1920) and blowup.step_us == 4000
     # Without a quiet timed step, the profiled one stands in
     assert estimate(_f("copy-heavy", 0.25, basis="cpu"), p).step_us == 10_000
 

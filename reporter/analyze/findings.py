@@ -106,10 +106,13 @@ class WhatIf:
     """A replacement the runner times on the device for a finding (reporter.collect.whatif
     holds the recipes by name). ``replaces_all``: the fix does away with all the time the
     finding accounts for, not only the operators timed, so the timed "before" is at least
-    that time."""
+    that time. ``of_recorded``: the recipe applies the speed-up it timed to the operators'
+    recorded times, so its milliseconds are of the profiled step (the others time both
+    variants outright, without the profiler)."""
 
     recipe: str
     replaces_all: bool = False
+    of_recorded: bool = False
 
 
 @dataclass(frozen=True)

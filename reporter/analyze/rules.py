@@ -115,7 +115,8 @@ def _runs_products(gemms: Finding, dominant: Finding) -> bool:
 
 
 @rule("elementwise-blowup", saving=savings.removed,
-      whatif=WhatIf("blowup-matmul", replaces_all=True), share=0.30, high=0.50)
+      whatif=WhatIf("blowup-matmul", replaces_all=True, of_recorded=True), share=0.30,
+      high=0.50)
 def elementwise_blowup(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Element-wise and reduction operators hold a large share of the time."""
     b, ops, total = _ranked(profile, ELEMENTWISE)
@@ -271,7 +272,7 @@ def host_copy_blocked(profile: Profile, limits: dict[str, float]) -> Finding | N
 
 
 @rule("fp32-gemm", saving=savings.faster_dtype, explains=_runs_products,
-      whatif=WhatIf("gemm-precision"), share=0.50, high=0.70)
+      whatif=WhatIf("gemm-precision", of_recorded=True), share=0.50, high=0.70)
 def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """fp32 matrix products without tensor cores hold most of the device time."""
     if not profile.has_device:

@@ -232,14 +232,17 @@ def estimate(f: Finding, profile: Profile, eff: Any = None,
             return us * k if us is not None else None
 
         # On the CPU every profiled time is host time; on a GPU the device's are not
-        # slowed by the profiler. A replacement timed on the device is unprofiled already.
+        # slowed by the profiler. A replacement timed on the device is unprofiled already,
+        # unless its recipe applied the speed-up to the recorded times (WhatIf.of_recorded).
         on_host = not profile.has_device
         s = replace(s, step_us=real_step_us,
                     accounts_us=host(s.accounts_us) if on_host or _host_basis(f)
                     else s.accounts_us)
-        if s.measured is None and (on_host or s.host_saving):
+        if s.host_saving or (on_host and s.measured is None):
             s = replace(s, saving_us=host(s.saving_us), low_us=host(s.low_us),
                         high_us=host(s.high_us))
+            if s.measured is not None:  # timed, but applied to the recorded times
+                s = replace(s, measured={key: ms * k for key, ms in s.measured.items()})
     if s.step_us:
         step_us = s.step_us
 
@@ -257,21 +260,25 @@ def _estimate(f: Finding, profile: Profile, eff: Any, others: Sequence[Finding],
     accounted = _accounted(f, profile, n, step)
     rule = RULES.get(f.rule)
     if measured:
+        whatif = rule.whatif if rule is not None else None
+        # Its milliseconds are of the profiled step when the recipe scaled recorded times
+        # (on the CPU, estimate scales them to the unprofiled step with the rest).
+        recorded = whatif is not None and whatif.of_recorded
         before_ms = measured["before_ms"]
-        if rule is not None and rule.whatif is not None and rule.whatif.replaces_all \
-                and accounted:
+        if whatif is not None and whatif.replaces_all and accounted:
             # The fix replaces all the work the finding accounts for (softmax and layout
             # copies on a blow-up's tensors too), not only the calls timed: its recorded
-            # time (on the CPU, scaled to the step timed without the profiler, as the
-            # replacement was timed) against what the replacement would take.
-            unprofiled = real_step_us / step if real_step_us and step and \
-                not profile.has_device else 1.0
+            # time (on the CPU, scaled to the step timed without the profiler when the
+            # replacement was timed outright) against what the replacement would take.
+            unprofiled = real_step_us / step if real_step_us and step and not recorded \
+                and not profile.has_device else 1.0
             before_ms = max(before_ms, accounted * unprofiled / 1e3)
         saving = (before_ms - measured["after_ms"]) * 1e3
         timed = {"before_ms": before_ms, "after_ms": measured["after_ms"]}
+        host = recorded and not profile.has_device
         if saving <= 0:
-            return Saving(accounted, 0.0, 0.0, 0.0, step, NOT_FASTER, timed)
-        return Saving(accounted, saving, saving, saving, step, None, timed)
+            return Saving(accounted, 0.0, 0.0, 0.0, step, NOT_FASTER, timed, host_saving=host)
+        return Saving(accounted, saving, saving, saving, step, None, timed, host_saving=host)
     w = Worth(f, profile, eff, others, n, step, accounted, real_step_us)
     return rule.saving(w) if rule is not None else w.unquantified()
 
