@@ -328,3 +328,67 @@ def _live_table() -> str:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         model(torch.randn(8, 16)).sum().backward()
     return prof.key_averages().table(row_limit=10)
+
+
+def _union(spans: list[tuple[float, float]]) -> list[list[float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def _common(u: list[list[float]], w: list[list[float]]) -> float:
+    i = j = 0
+    total = 0.0
+    while i < len(u) and j < len(w):
+        a, b = max(u[i][0], w[j][0]), min(u[i][1], w[j][1])
+        total += max(0.0, b - a)
+        if u[i][1] < w[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _device_figures(path: Path) -> tuple[float, float, float]:
+    """Independent arithmetic on the raw events: the share of the ProfilerStep windows in
+    which the device ran anything (kernels, copies, memsets: their union), the time in
+    NCCL kernels (their union), and the part of it that overlaps the other device work."""
+    events = [e for e in _raw_events(path) if e.get("ph") == "X"]
+
+    def spans(keep) -> list[list[float]]:
+        return _union([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events
+                       if keep(e)])
+    device = ("kernel", "gpu_memcpy", "gpu_memset")
+    steps = spans(lambda e: str(e.get("name", "")).startswith("ProfilerStep#"))
+    busy = spans(lambda e: e.get("cat") in device)
+    nccl = spans(lambda e: e.get("cat") == "kernel" and "nccl" in e["name"].lower())
+    other = spans(lambda e: e.get("cat") in device and "nccl" not in e["name"].lower())
+    comm = sum(b - a for a, b in nccl)
+    return (_common(busy, steps) / sum(b - a for a, b in steps), comm,
+            _common(nccl, other) / comm)
+
+
+@needs_corpus
+@pytest.mark.parametrize("path, fires", [
+    ("07_hta-a100-80gb-rank0.json.gz", True),          # 35.5% busy (the kernel sum said 41.9%)
+    ("11_hta-v100-nccl-rank1.json.gz", False),
+    ("14_hta-two-ranks/sampled_rank-0.json.gz", True),
+    ("14_hta-two-ranks/sampled_rank-1.json.gz", True)])  # 46.8%: missed by the kernel sum
+def test_device_utilization_and_communication_are_unions_of_device_work(path, fires):
+    """low-device-utilization reads the device's busy union inside the steps, not the sum
+    of kernel durations (overlapping streams count once); communication-bound reads the
+    NCCL kernels, not the host's nccl:* ranges beside them (which only enqueue them)."""
+    busy, comm_us, overlap = _device_figures(TRACES / path)
+    res = cli("analyze", TRACES / path, "--json")
+    assert res.code == 0, res.err
+    found = {f["rule"]: f for f in json.loads(res.out)["profiles"][0]["findings"]}
+    assert ("low-device-utilization" in found) == fires
+    if fires:
+        assert found["low-device-utilization"]["share"] == pytest.approx(busy, abs=1e-6)
+    comm = found["communication-bound"]
+    assert comm["op_time_us"] == pytest.approx(comm_us, rel=1e-9)
+    assert comm["overlap_share"] == pytest.approx(overlap, abs=1e-9)

@@ -360,15 +360,25 @@ def launch_overhead(profile: Profile, limits: dict[str, float]) -> Finding | Non
 
 @rule("low-device-utilization", saving=savings.waited("idle_host"), busy=0.50)
 def low_device_utilization(profile: Profile, limits: dict[str, float]) -> Finding | None:
-    """The device is busy for less than half of the profiled window."""
+    """The device is busy for less than half of the profiled steps: the union of its
+    work inside the steps (the step breakdown's time less its idle time), or, without a
+    breakdown (a table), its kernels' time over the steps' wall time."""
     if not profile.has_device:
         return None
-    busy, wall = step_share(profile, profile.self_device_us)
+    b = profile.breakdown
+    if b is not None and b.steps_us and b.device_us:
+        wall = float(sum(b.steps_us))
+        idle = float(sum(sum(v) for k, v in b.device_us.items() if k.startswith("idle")))
+        busy_us = max(0.0, wall - idle)
+        busy = busy_us / wall if wall > 0 else 0.0
+    else:
+        busy_us = profile.self_device_us
+        busy, wall = step_share(profile, busy_us)
     if wall <= 0 or busy >= limits["busy"]:
         return None
     return Finding("low-device-utilization", "high" if busy < limits["busy"] / 2 else "medium",
                    {"basis": "step", "share": busy, "threshold": limits["busy"],
-                    "op_time_us": profile.self_device_us, "step_us": wall, "calls": 0})
+                    "op_time_us": busy_us, "step_us": wall, "calls": 0})
 
 
 @rule("memory-pressure", saving=savings.unquantified, peak=0.90, per_call=0.25)

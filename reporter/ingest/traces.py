@@ -788,16 +788,20 @@ def _communication(host_comm: list[tuple[float, float]], threads: dict, comm_of:
                    device: list[_Event]) -> tuple[float, float] | None:
     """(time in collectives, the part of it that overlaps computation), or None without any.
 
-    Communication is the union of the collectives' intervals (``host_comm``: the
-    gloo/nccl ranges on the host, else the c10d calls, plus NCCL kernels).
-    Computation is the union of the other kernels on a GPU profile, or of the
-    other operators on a CPU profile's threads.
+    Communication is the union of the collectives' intervals: the NCCL (RCCL) kernels
+    where the device ran any, else ``host_comm`` (the gloo/nccl ranges on the host, else
+    the c10d calls). The host's ``nccl:*`` ranges only enqueue the kernels: counted
+    beside them, they made a collective look longer and more overlapped than it ran.
+    Computation is the union of the other kernels on a GPU profile, or of the other
+    operators on a CPU profile's threads.
     """
-    comm: list[Any] = list(host_comm)
+    comm: list[Any] = []
     compute: list[Any] = []
     for e in device:
         span = (e.ts, e.ts + max(e.dur, 0))
         (comm if _COMM_WORK.search(e.name) else compute).append(span)
+    if not comm:
+        comm = list(host_comm)
     if not comm:
         return None
     if not device:
