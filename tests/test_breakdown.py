@@ -102,7 +102,7 @@ def test_a_long_dataloader_wait_idles_the_gpu_for_data(tmp_path):
     assert host["data"] == 80 and max(host, key=host.get) == "data"
     assert device == {"compute": 10, "communication": 0, "copy_h2d": 4, "copy_d2h": 0,
                       "copy_d2d": 0, "memset": 0, "idle_data": 80, "idle_sync": 1,
-                      "idle_host": 5}
+                      "idle_queued": 0, "idle_host": 5}
     assert b.device_notes_us["copy_pageable"] == [4]
 
 
@@ -217,3 +217,26 @@ def test_json_carries_the_breakdown_per_profile(tmp_path):
     b = json.loads(out)["profiles"][0]["breakdown"]
     assert b["steps_us"] == [100] and b["host_us"]["forward"] == [60]
     assert b["host_us"]["other"] == [40]
+
+
+def test_idle_time_with_the_next_work_already_launched_is_not_the_hosts(tmp_path):
+    """A gap whose next kernel was launched before it began is the device waiting on
+    something else (a dependency, an event, the launch itself), not the host: from the
+    launch on, a gap is queued work; before it, the host had not launched."""
+    def launch(ts, corr):
+        return _x("cudaLaunchKernel", ts, 2, cat="cuda_runtime", correlation=corr)
+
+    def kernel(name, ts, dur, corr):
+        return _x(name, ts, dur, cat="kernel", pid=0, tid=7, correlation=corr)
+    b = _read(tmp_path, [
+        _x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        _x("forward", 0, 100, cat="user_annotation"),
+        launch(0, 1), kernel("void k1", 0, 20, 1),
+        launch(10, 2), kernel("void k2", 50, 20, 2),    # 20..50: launched at 10, queued
+        launch(80, 3), kernel("void k3", 90, 10, 3),    # 70..90: host until 80, then queued
+    ])
+    _, device = _step(b)
+    assert device["compute"] == 50
+    assert device["idle_queued"] == 30 + 10
+    assert device["idle_host"] == 10
+    assert sum(device.values()) == 100

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import random
 import subprocess
 import sys
@@ -392,3 +393,60 @@ def test_device_utilization_and_communication_are_unions_of_device_work(path, fi
     comm = found["communication-bound"]
     assert comm["op_time_us"] == pytest.approx(comm_us, rel=1e-9)
     assert comm["overlap_share"] == pytest.approx(overlap, abs=1e-9)
+
+
+def _idle_queued(path: Path) -> tuple[float, float]:
+    """Independent arithmetic on the raw events: inside the ProfilerStep windows, the
+    device's idle time outside data loading and synchronisations, and the part of it
+    whose next device work had been launched already (from the launch on)."""
+    events = [e for e in _raw_events(path) if e.get("ph") == "X"]
+
+    def span(e) -> tuple[float, float]:
+        return float(e["ts"]), float(e["ts"]) + float(e["dur"])
+    device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    launched = {e["args"]["correlation"]: float(e["ts"]) for e in events
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    starts = sorted((float(e["ts"]), launched.get(e.get("args", {}).get("correlation"),
+                                                  float("inf"))) for e in device)
+    busy = _union([span(e) for e in device])
+    data = _union([span(e) for e in events
+                   if str(e["name"]).startswith("enumerate(DataLoader)")])
+    sync = _union([span(e) for e in events if re.search(
+        r"Synchronize|^(cuda|hip)Memcpy(Async)?$|^(cuda|hip)StreamWaitEvent$", e["name"])])
+    idle_total = queued = 0.0
+    for lo, hi in _union([span(e) for e in events
+                          if str(e["name"]).startswith("ProfilerStep#")]):
+        gaps = [[lo, hi]]
+        for cut in (busy, data, sync):  # what remains of the step outside each of them
+            rest = []
+            for a, b in gaps:
+                for c, d in cut:
+                    if d <= a or c >= b:
+                        continue
+                    if c > a:
+                        rest.append([a, c])
+                    a = max(a, d)
+                if a < b:
+                    rest.append([a, b])
+            gaps = rest
+        for a, b in gaps:
+            idle_total += b - a
+            nxt = next((s for s in starts if s[0] >= b - 1e-3), None)
+            if nxt is not None and nxt[1] < b:
+                queued += b - max(a, nxt[1])
+    return idle_total, queued
+
+
+@needs_corpus
+@pytest.mark.parametrize("path", ["07_hta-a100-80gb-rank0.json.gz",
+                                  "13_hta-v100-rank1-test.json.gz"])
+def test_idle_time_whose_next_work_was_launched_is_told_apart(path):
+    """The step breakdown's idle time that is neither data loading nor a
+    synchronisation: the part whose next kernel was already launched ("queued": the
+    device waits on a dependency, an event or the launch) against the host's."""
+    idle, queued = _idle_queued(TRACES / path)
+    res = cli("analyze", TRACES / path, "--json")
+    b = json.loads(res.out)["profiles"][0]["breakdown"]["device_us"]
+    assert sum(b["idle_queued"]) + sum(b["idle_host"]) == pytest.approx(idle, rel=1e-6)
+    assert sum(b["idle_queued"]) == pytest.approx(queued, rel=1e-6)
+    assert sum(b["idle_queued"]) > sum(b["idle_host"])  # most of it, on both traces

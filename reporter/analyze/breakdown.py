@@ -38,7 +38,7 @@ DRAIN_MARK = "device_drain"
 # Which phase an instant belongs to when several marks cover it.
 PRIORITY = ("drain", "data", "input_copy", "optimizer", "backward", "loss", "forward")
 DEVICE_ACTIVITIES = ("compute", "communication", "copy_h2d", "copy_d2h", "copy_d2d",
-                     "memset", "idle_data", "idle_sync", "idle_host")
+                     "memset", "idle_data", "idle_sync", "idle_queued", "idle_host")
 
 _COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
 _SYNC_CALL = re.compile(r"Synchronize|^(cuda|hip)Memcpy(Async)?$|^(cuda|hip)StreamWaitEvent$")
@@ -87,6 +87,23 @@ def overlap(a: list[Interval], b: list[Interval]) -> float:
         else:
             j += 1
     return total
+
+
+def _queued(gaps: list[Interval], starts: list[Interval]) -> float:
+    """The part of the device's idle ``gaps`` in which the work that ends each gap had
+    already been launched: from the launch (or the gap's start, if earlier) to the gap's
+    end. The device then waits on something other than the host (a dependency, an
+    event, the launch's own latency). ``starts``: (start on the device, launch on the
+    host), sorted; work whose launch the trace does not hold (an infinite launch) counts
+    as not queued."""
+    from bisect import bisect_left
+
+    queued = 0.0
+    for a, b in gaps:
+        i = bisect_left(starts, (b - 1e-3, float("-inf")))
+        if i < len(starts) and starts[i][1] < b:
+            queued += b - max(a, starts[i][1])
+    return queued
 
 
 def _clip(intervals: list[Interval], lo: float, hi: float) -> list[Interval]:
@@ -207,12 +224,14 @@ def _inside(intervals: list[Interval], windows: list[Interval]) -> list[Interval
 
 
 def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device: list[Any],
-                   scale: float, py_modules: list[Any] | None = None) -> Breakdown | None:
+                   scale: float, py_modules: list[Any] | None = None,
+                   launches: list[Interval] | None = None) -> Breakdown | None:
     """The breakdown of a trace: ``threads`` maps a thread to its host events (with
     name, ts, dur), ``steps`` are the ProfilerStep ranges (may be empty), ``device``
     the kernels, copies and sets (with cat, name, ts, dur), ``py_modules`` the
-    ``nn.Module:`` events of a with_stack trace. Times are multiplied by ``scale``
-    into microseconds."""
+    ``nn.Module:`` events of a with_stack trace, ``launches`` (start on the device,
+    launch on the host) of the device work whose launch the trace holds. Times are
+    multiplied by ``scale`` into microseconds."""
     marks: dict[str, list[Interval]] = {p: [] for p in PRIORITY}
     sync: list[Interval] = []
     names: dict[str, str | None] = {}
@@ -260,6 +279,7 @@ def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device:
         device_sets = {k: union(v) for k, v in spans.items()}
         device_sets["pageable"] = union(pageable)
 
+    starts = sorted(launches or [])
     steps_us: list[float] = []
     host: dict[str, list[float]] = {p: [] for p in HOST_PHASES}
     dev: dict[str, list[float]] = {k: [] for k in DEVICE_ACTIVITIES} if device else {}
@@ -289,9 +309,11 @@ def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device:
         waiting = _minus(_clip(sync_u, lo, hi), data)
         in_data = overlap(idle, data)
         in_sync = overlap(idle, waiting)
+        queued = _queued(_minus(_minus(idle, data), waiting), starts)
         dev["idle_data"].append(in_data * scale)
         dev["idle_sync"].append(in_sync * scale)
-        dev["idle_host"].append((_length(idle) - in_data - in_sync) * scale)
+        dev["idle_queued"].append(queued * scale)
+        dev["idle_host"].append((_length(idle) - in_data - in_sync - queued) * scale)
     forward, backward, depth = modules(threads, py_modules or [], windows, scale)
     return Breakdown(steps_us=steps_us, host_us=host, device_us=dev, device_notes_us=notes,
                      module_forward_us=forward, module_backward_us=backward,

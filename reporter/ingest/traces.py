@@ -609,7 +609,13 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     props = meta.get("deviceProperties")
     props = props if isinstance(props, list) else []
     comm = _communication(comm_work or comm_calls, threads, comm_of, device)
-    breakdown = step_breakdown(threads, step_ranges, device, scale, py_modules)
+    # Each piece of device work's start and its launch on the host (infinite when the
+    # trace does not hold the launch): which idle time had its next work queued already.
+    never = float("inf")
+    launches = [(e.ts, rt[_EVENT].ts if rt is not None else never) for e in device
+                for rt in [correlation_rt.get(e.args.corr) if e.args is not None
+                           and e.args.corr is not None else None]]
+    breakdown = step_breakdown(threads, step_ranges, device, scale, py_modules, launches)
     return Profile(device_type="cuda" if device else None,
                    comm_us=comm[0] * scale if comm else None,
                    comm_overlap_us=comm[1] * scale if comm else None,

@@ -309,7 +309,7 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
                                "comm_hidden": None, "pageable": None, "gpu_bound": False}
     if b.device_us:
         idle = {k: b.mean(b.device_us.get(k, [])) for k in ("idle_data", "idle_sync",
-                                                            "idle_host")}
+                                                            "idle_queued", "idle_host")}
         total = sum(idle.values())
         reading.update(idle_share=fmt.pct(total / step) if step else "—",
                        idle_reason=(max(idle, key=lambda k: idle[k]) if total > 0.05 * step
