@@ -116,7 +116,6 @@ def _live(name: str, tmp_path) -> list[set[str]]:
     from reporter.collect.target import resolve
 
     spec, builder = resolve(f"{PLANTED}:{name}")
-    tmp_path.mkdir()
     run = profile_target(spec, builder, RunOptions(device="cpu", windows=3, time_budget_s=0.5,
                                                    warmup_steps=1), tmp_path)
     return [{f.rule for f in analyze_section(s, run.target["batch_size"]).findings}

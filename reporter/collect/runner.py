@@ -734,10 +734,12 @@ def _in_mode(progress: Callable[[str], None], mode: str, message: str) -> None:
 
 def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
                    scratch: Path, progress: Progress = lambda _: None) -> Run:
-    """Build and profile one target; the raw traces go into ``scratch``.
+    """Build and profile one target; the raw traces go into ``scratch`` (made if missing).
 
-    ``builder`` comes from ``reporter.target.resolve(spec)``.
+    ``builder`` comes from ``reporter.collect.target.resolve(spec)``.
     """
+    # torch writes its trace into it; without it the failure read as a broken trace
+    Path(scratch).mkdir(parents=True, exist_ok=True)
     guard_isa()  # before this process's first oneDNN call
     device = resolve_device(opts.device)
     name = spec
