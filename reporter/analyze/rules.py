@@ -48,6 +48,17 @@ def _severity(value: float, high: float) -> str:
     return "high" if value >= high else "medium"
 
 
+def _largest_in_step(profile: Profile, rows: list[Op], limit: float
+                     ) -> tuple[Op, float, float] | None:
+    """The row with the most inclusive CPU time, its share of the profiled steps' wall
+    time and that wall time, when the share is above ``limit``; else None."""
+    if not rows:
+        return None
+    top = max(rows, key=lambda o: o.cpu_total_us)
+    s, wall = step_share(profile, top.cpu_total_us)
+    return (top, s, wall) if s > limit else None
+
+
 def _ranked(profile: Profile, names: set[str]) -> tuple[Basis, list[Op], float]:
     """The named operators, largest first on the profile's basis, and their joint share."""
     b = basis(profile)
@@ -126,7 +137,8 @@ def elementwise_blowup(profile: Profile, limits: dict[str, float]) -> Finding | 
     # where the recorded shapes show the pairwise product they feed).
     inclusive = "device_total_us" if b.name == "device" else "cpu_total_us"
     made_us = sum(getattr(o, inclusive) for o in profile.ops if o.name in present)
-    dense_us, dense = dense_copies(profile, blowup_shapes(profile), inclusive)
+    dense_us, dense = (dense_copies(profile, blowup_shapes(profile), inclusive) if ops
+                       else (0.0, []))
     present += dense
     made = (made_us + dense_us) / b.total_us if b.total_us > 0 else 0.0
     if not ops or total + made <= limits["share"]:
@@ -409,12 +421,10 @@ _PADDING = ("aten::pad_sequence", "aten::_pad_packed_sequence", "aten::pad",
 def cpu_side_padding(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Padding or collation on the CPU takes a large share of the step."""
     rows = [o for o in profile.ops if o.name in _PADDING or "collate" in o.name.lower()]
-    if not rows:
+    largest = _largest_in_step(profile, rows, limits["share"])
+    if largest is None:
         return None
-    top = max(rows, key=lambda o: o.cpu_total_us)
-    s, wall = step_share(profile, top.cpu_total_us)
-    if s <= limits["share"]:
-        return None
+    top, s, wall = largest
     return Finding("cpu-side-padding", "medium",
                    {"basis": "step", "share": s, "threshold": limits["share"], "op": top.name,
                     "op_time_us": top.cpu_total_us, "step_us": wall, "calls": top.calls},
@@ -429,6 +439,15 @@ _PER_TENSOR_UPDATES = ("aten::add_", "aten::mul_", "aten::addcdiv_", "aten::addc
 _FOREACH_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad", "Adamax", "NAdam", "RAdam",
                        "RMSprop", "Rprop", "ASGD", "Adadelta")
 _FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
+
+
+def _optimizer_call(name: str) -> tuple[str, bool]:
+    """The call the advice gives for the optimizer class ``name`` (AdamW's for a class
+    torch.optim does not have), and whether it is the fused implementation."""
+    if name not in _FOREACH_OPTIMIZERS:
+        name = "AdamW"
+    fused = name in _FUSED_OPTIMIZERS
+    return f"torch.optim.{name}(params, lr=..., {'fused' if fused else 'foreach'}=True)", fused
 
 
 @rule("single-tensor-optimizer", saving=_optimizer_saving, whatif=WhatIf("optimizer"),
@@ -447,15 +466,14 @@ def single_tensor_optimizer(profile: Profile, limits: dict[str, float]) -> Findi
     s, _ = step_share(profile, max(o.cpu_total_us for o in steps))
     if updates < limits["per_step"] * step_calls or s <= limits["share"]:
         return None
-    name = steps[0].name.partition("#")[2].partition(".")[0]  # Optimizer.step#Adam.step
+    call, fused = _optimizer_call(steps[0].name.partition("#")[2].partition(".")[0])
     return Finding("single-tensor-optimizer", "medium",
                    {"basis": "step", "share": s, "threshold": limits["share"],
                     "op": steps[0].name, "op_time_us": steps[0].cpu_total_us,
                     "calls": step_calls, "updates_per_step": updates / step_calls,
-                    # the user's own torch.optim class, named in the advice, and
-                    # whether torch has a fused implementation of it
-                    "optimizer": name if name in _FOREACH_OPTIMIZERS else None,
-                    "fused": name in _FUSED_OPTIMIZERS},
+                    # the advice: the user's own torch.optim class (Optimizer.step#
+                    # <Class>.step) with the argument it has
+                    "call": call, "fused": fused},
                    ops=[o.name for o in steps])
 
 
@@ -536,12 +554,10 @@ def per_sample_loop(profile: Profile, limits: dict[str, float]) -> Finding | Non
     marks = [o for o in profile.ops if o.kind == KIND_ANNOTATION and
              o.name.startswith(MODULE_MARK) and o.calls / steps >= limits["calls_per_step"]
              and o.cpu_total_us / o.calls <= limits["call_us"]]
-    if not marks:
+    largest = _largest_in_step(profile, marks, limits["share"])
+    if largest is None:
         return None
-    top = max(marks, key=lambda o: o.cpu_total_us)
-    s, wall = step_share(profile, top.cpu_total_us)
-    if s <= limits["share"]:
-        return None
+    top, s, wall = largest
     ops = operators(profile)
     op_calls = sum(o.calls for o in ops)
     return Finding("per-sample-loop", _severity(s, 0.6),
