@@ -24,6 +24,7 @@ in a synchronisation, or anything else (the host had not queued work yet).
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from typing import Any, Iterable
 
 from .profile import Breakdown
@@ -96,8 +97,6 @@ def _queued(gaps: list[Interval], starts: list[Interval]) -> float:
     event, the launch's own latency). ``starts``: (start on the device, launch on the
     host), sorted; work whose launch the trace does not hold (an infinite launch) counts
     as not queued."""
-    from bisect import bisect_left
-
     queued = 0.0
     for a, b in gaps:
         i = bisect_left(starts, (b - 1e-3, float("-inf")))
