@@ -433,8 +433,12 @@ MAX_MODULE_DEPTH = 3  # module marks for the model and modules up to 3 levels in
 def _module_marks(model: Any):
     """Mark each call of the model's modules (``module::<qualified name>``, the model
     itself by its class) for the step breakdown's per-module times. Global forward
-    hooks, installed for the profiled window only: the timed windows run without them."""
-    if not isinstance(model, torch.nn.Module):
+    hooks, installed for the profiled window only: the timed windows run without them.
+    Not on a compiled model: hooks that appear after its warm-up fail Dynamo's guards, and
+    a record_function inside a compiled region breaks its graph, so the marks would make
+    the model recompile inside the window and run differently from how it runs without
+    them (found on transformer-compiled: three frames and two recompilations per step)."""
+    if not isinstance(model, torch.nn.Module) or _compiled(model):
         yield
         return
     names = {}
@@ -466,6 +470,17 @@ def _module_marks(model: Any):
             handle.remove()
         while open_marks:  # a forward that raised left its marks open
             open_marks.pop().__exit__(None, None, None)
+
+
+def _compiled(model: Any) -> bool:
+    """Whether torch.compile wraps the model, one of its modules or a module's forward."""
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+    except ImportError:  # a torch without Dynamo
+        return False
+    return any(isinstance(m, OptimizedModule)
+               or hasattr(getattr(m, "forward", None), "_torchdynamo_orig_callable")
+               for m in model.modules())
 
 
 def _profiled_step_count(windows: list[float], batch: int, opts: RunOptions) -> int:
