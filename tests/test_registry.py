@@ -18,7 +18,7 @@ from reporter.render.report import environment
 
 PACKAGE = Path(__file__).resolve().parent.parent / "reporter"
 # The modules that hold rules and statements (their ids are theirs to name).
-RULE_MODULES = {"rules.py", "roofline.py"}
+RULE_MODULES = {"rules.py", "roofline.py", "compiled.py"}
 
 
 def test_every_rule_has_a_saving_model_and_its_words_in_every_language():

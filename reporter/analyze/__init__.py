@@ -5,4 +5,4 @@ other stage (device timing lives in reporter.collect).
 Importing any module of it registers the built-in rules and statements, so that the
 registry (reporter.analyze.findings.RULES) is whole wherever a finding is read."""
 
-from . import rules, roofline  # noqa: F401  (register the built-in rules and statements)
+from . import compiled, roofline, rules  # noqa: F401  (register the built-in rules and statements)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import rules  # noqa: F401  (the registry is whole: see the package)
+from .compiled import compiled
 from .efficiency import Efficiency
 from .findings import (
     MATMUL_OPS,
@@ -77,6 +78,10 @@ def analyze(profile: Profile, overrides: dict[str, dict[str, float]] | None = No
         for r in registered:
             if r.derive is not None:
                 found = r.derive(found, efficiency, {**r.limits, **overrides.get(r.id, {})})
+    if compiled(profile) is not None:
+        # The model is compiled already: a finding's advice says so instead of "compile it".
+        for f in found:
+            f.evidence["compiled"] = True
     found.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.evidence.get("share", 0.0)))
     return found
 

@@ -137,6 +137,9 @@ class Profile:
     cost_basis: str | None = None
     not_modelled_us: dict[str, float] = field(default_factory=dict)
     shapes_recorded: bool = False
+    # CUDA graphs (from a trace): the kernels a graph launch replayed, and their device time.
+    graph_kernels: int = 0
+    graph_kernel_us: float = 0.0
 
     @property
     def has_device(self) -> bool:
@@ -177,4 +180,6 @@ class Profile:
             cost_basis=data.get("cost_basis"),
             not_modelled_us=dict(data.get("not_modelled_us") or {}),
             shapes_recorded=bool(data.get("shapes_recorded", False)),
+            graph_kernels=data.get("graph_kernels", 0),
+            graph_kernel_us=data.get("graph_kernel_us", 0.0),
         )

@@ -24,6 +24,7 @@ from .findings import (
     step_share,
 )
 from .breakdown import MODULE_MARK
+from .compiled import GRAPH_LAUNCHES
 from .profile import KIND_ANNOTATION, Op, Profile
 from .shapes import blowup_shapes, dense_copies
 
@@ -343,8 +344,9 @@ def unfused_attention(profile: Profile, limits: dict[str, float]) -> Finding | N
                    ops=[o.name for o in parts])
 
 
+# A CUDA graph's launch is one launch, whatever number of kernels it replays.
 _LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-             "hipLaunchKernel", "hipExtModuleLaunchKernel")
+             "hipLaunchKernel", "hipExtModuleLaunchKernel", *GRAPH_LAUNCHES)
 
 
 @rule("launch-overhead", saving=savings.unquantified, ratio=0.5, short_kernel_us=10.0,

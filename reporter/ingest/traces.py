@@ -39,6 +39,7 @@ from ..analyze.profile import (
     Profile,
     classify,
 )
+from ..analyze.compiled import GRAPH_LAUNCHES
 from ..errors import BadInput, read_error
 
 # Host events that nest on a thread and count as CPU time, like key_averages' events.
@@ -582,6 +583,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
 
     # Device time: to the operator that launched each kernel.
     kernel_aggs: dict[tuple[str, str], _Agg] = {}
+    graph_kernels, graph_us = 0, 0.0
     for kind, evs in ((KIND_KERNEL, device), (KIND_DEVICE_ANNOTATION, device_ann)):
         for e in evs:
             dur = e.dur if e.dur > 0 else 0
@@ -593,6 +595,11 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
             agg.dev_total += dur
             if kind == KIND_KERNEL and by_ext is not None:
                 _attribute(e, dur, by_ext, correlation_rt)
+                if e.args is not None and e.args.corr is not None:
+                    rt = correlation_rt.get(e.args.corr)
+                    if rt is not None and rt[_AGG].name in GRAPH_LAUNCHES:
+                        graph_kernels += 1  # replayed by a CUDA graph: one launch for all
+                        graph_us += dur
 
     for agg, _, child, self_dev, dev_total, mem, _, dur, _, merged, *_ in records:
         if not merged:
@@ -624,7 +631,8 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                    device_name=_device_name(props),
                    device_mem_capacity_b=_device_memory(props),
                    costs=cost_rows, not_modelled_us=not_modelled, shapes_recorded=recorded,
-                   cost_basis=("device" if device else "cpu") if recorded else None)
+                   cost_basis=("device" if device else "cpu") if recorded else None,
+                   graph_kernels=graph_kernels, graph_kernel_us=graph_us * scale)
 
 
 def _device_name(props: list) -> str | None:

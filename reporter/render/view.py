@@ -22,6 +22,7 @@ from babel.units import format_unit
 
 from ..analyze.analyzer import Analysis, Finding, analyze_run, analyze_section, step_wall_us
 from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
+from ..analyze.compiled import KERNEL_ROWS, compiled
 from ..analyze.contention import mean_share
 from ..analyze.efficiency import of_section
 from ..analyze.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
@@ -353,6 +354,53 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
     }
 
 
+def _compiled_view(section: Section, fmt: Fmt) -> dict[str, Any]:
+    """What torch.compile did (reporter.analyze.compiled), per profiled step: the time in
+    compiled regions against eager code, Dynamo's guard checks and recompilations, the
+    generated kernels by the operators they fuse, CUDA graphs; None when nothing was
+    compiled."""
+    c = compiled(section.profile)
+    if c is None:
+        return {"compiled": None}
+    n, device = c.steps, section.profile.has_device
+    total = section.profile.self_device_us if device else c.step_us
+
+    def count(v: float) -> str:  # per step: whole when it is
+        return fmt.int(int(v)) if v == int(v) else fmt.num(v, 1)
+
+    return {"compiled": {
+        "steps": n,
+        "regions": len(c.regions), "frames": c.frames,
+        "calls": count(c.region_calls / n), "calls_n": c.region_calls / n,
+        "time": fmt.time(c.compiled_us / n),
+        "share": fmt.pct(min(1.0, c.compiled_us / c.step_us)) if c.step_us else None,
+        "eager": fmt.time(max(0.0, c.step_us - c.compiled_us) / n),
+        "step": fmt.time(c.step_us / n),
+        "device_time": (fmt.time(c.compiled_device_us / n)
+                        if device and c.compiled_device_us else None),
+        "device_share": (fmt.pct(min(1.0, c.compiled_device_us / total))
+                         if device and c.compiled_device_us and total else None),
+        "lookups": count(c.cache_lookups / n) if c.cache_lookups else None,
+        "lookups_n": c.cache_lookups / n,
+        "lookup_time": fmt.time(c.cache_lookup_us / n),
+        "recompiled": [markup.code(f) for f in c.recompiled],
+        "compile_time": fmt.time(c.compile_us / n) if c.compile_us else None,
+        "kernels": [{"fused": markup.code(k.fused) if k.fused else None,
+                     "name": markup.code(k.names[0]), "backend": k.backend,
+                     "kind": k.kind or "none", "calls": count(k.calls / n),
+                     "time": fmt.time(k.time_us / n),
+                     "share": fmt.pct(k.time_us / total) if total else "—"}
+                    for k in c.kernels[:KERNEL_ROWS]],
+        "kernels_more": max(0, len(c.kernels) - KERNEL_ROWS),
+        "kernel_time": fmt.time(c.kernel_us / n) if c.kernels else None,
+        "on_gpu": device,
+        "graph_launches": count(c.graph_launches / n) if c.graph_launches else None,
+        "graph_launches_n": c.graph_launches / n,
+        "graph_kernels": count(c.graph_kernels / n),
+        "graph_time": fmt.time(c.graph_kernel_us / n),
+    }}
+
+
 EFFICIENCY_ROWS = 10  # operators in the efficiency table
 
 
@@ -474,6 +522,7 @@ class SectionView:
     chart_basis: str
     logs_cut: bool = False  # set when the logs were shortened to fit a character limit
     breakdown_rows: Any = None  # analyze.profile.Breakdown, for the chart
+    compiled: dict[str, Any] | None = None  # torch.compile's regions and kernels
     number: int = 1
     sub: markup.Md = markup.Md("##")  # the heading level of its parts
 
@@ -656,6 +705,7 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         host_net_peak=fmt.bytes(m.get("host_net_peak_b")),
         **_tensor_memory_view(section, fmt),
         **_breakdown_view(section, fmt),
+        **_compiled_view(section, fmt),
         **_efficiency_view(eff, fmt),
         has_device=device,
         time_column="Self CUDA" if device else "Self CPU",  # the profiler's own words

@@ -1,0 +1,184 @@
+"""torch.compile in a profile: compiled regions, the kernels Inductor generated, CUDA
+graphs, and compilation inside the profiled window (the ``recompilation`` rule).
+
+Read from the aggregated operators of any profile (a live run, a stored one, a trace),
+and from the CUDA-graph counts that reading a trace records (``Profile.graph_*``):
+
+- a compiled region is ``Torch-Compiled Region: F/C`` (torch 2.1 on: frame F, its C-th
+  compilation), else, in older traces, ``CompiledFunction``; its backward runs as
+  ``CompiledFunctionBackward`` from the autograd engine, outside the region. The time
+  inside them is their inclusive time; on a GPU, the device time of the kernels they
+  launched;
+- Dynamo checks its guards before each region (``TorchDynamo Cache Lookup``);
+- Inductor names a generated kernel after the operators it fuses:
+  ``triton_poi_fused_add_mul_0`` (Triton: ``poi`` pointwise, ``red`` reduction, ``per``
+  persistent reduction, ``tem`` template), ``cpp_fused_gelu_native_layer_norm_0`` (its C++
+  backend, on the CPU; recorded only with ``torch._inductor.config.cpp.enable_kernel_profile``,
+  as ``graph_0_cpp_fused_...``); torch 2.0 named Triton kernels by their arguments
+  (``triton__0d1d2d``), which says nothing of what they fuse;
+- compilation inside the window is Dynamo's ``entire_frame_compile`` (or, before it,
+  ``_compile.compile_inner (dynamo_timed)``) with the compile id in its ``..._data:
+  compile_id=F/C`` mark.
+
+No FLOPs or bytes are modelled for generated kernels: the recorded shapes of a region
+say what goes in and out, not what each kernel reads, and a guess is not printed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .findings import Finding, Saving, Worth, rule, step_wall_us
+from .profile import KIND_ANNOTATION, KIND_KERNEL, KIND_OP, Op, Profile
+
+REGION = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)$")
+FORWARD = "CompiledFunction"  # the forward of a compiled graph with autograd
+BACKWARD = "CompiledFunctionBackward"
+CACHE_LOOKUP = "TorchDynamo Cache Lookup"
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch")
+# Compilation: the outermost of Dynamo's timed ranges that a version records.
+COMPILING = ("entire_frame_compile", "_compile.compile_inner (dynamo_timed)",
+             "_compile.compile_inner")
+COMPILE_ID = re.compile(r"compile_id=(\d+)/(\d+)")
+GENERATED = re.compile(r"^(?:graph_\d+_)?(?P<backend>triton|cpp)_"
+                       r"(?:(?P<kind>poi|per|red|tem|for|mm|bmm|conv)_)?fused_"
+                       r"(?P<ops>.+?)(?:_\d+)?$")
+UNNAMED_TRITON = re.compile(r"^triton_+\d[\dd_]*$")  # torch 2.0: triton__0d1d2d3d
+KERNEL_ROWS = 10  # generated kernels listed in a report
+
+
+@dataclass
+class GeneratedKernel:
+    """Generated kernels of one kind that fuse the same operators (Inductor numbers the
+    kernels of a graph; kernels with the same fused operators are one row)."""
+
+    backend: str  # "triton" or "cpp"
+    kind: str | None  # poi, red, per, tem, ...; None when the name does not say
+    fused: str | None  # the fused operators as Inductor joined them; None: not in the name
+    calls: int
+    time_us: float  # device time on a GPU, CPU time of the kernel's range on the CPU
+    names: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Compiled:
+    """What torch.compile did in a profile; times are totals over the profiled steps."""
+
+    steps: int
+    step_us: float  # the profiled steps' wall time, in total
+    regions: list[str]  # "F/C" of each compiled region seen, or [] (older traces)
+    region_calls: int
+    compiled_us: float  # host time inside compiled regions and their backward
+    compiled_device_us: float  # device time of the kernels launched from them
+    cache_lookups: int
+    cache_lookup_us: float
+    compile_us: float  # compiling inside the window
+    compile_ids: list[str]  # "F/C" of what was compiled inside the window
+    kernels: list[GeneratedKernel]
+    graph_launches: int
+    graph_kernels: int
+    graph_kernel_us: float
+
+    @property
+    def frames(self) -> int:
+        return len({r.split("/")[0] for r in self.regions})
+
+    @property
+    def recompiled(self) -> list[str]:
+        """Frames compiled more than once ("F"), seen in the regions or compiled here."""
+        ids = set(self.regions) | set(self.compile_ids)
+        return sorted({i.split("/")[0] for i in ids if not i.endswith("/0")}, key=int)
+
+    @property
+    def kernel_us(self) -> float:
+        return sum(k.time_us for k in self.kernels)
+
+
+def _rows(profile: Profile, names: tuple[str, ...] | str) -> list[Op]:
+    names = (names,) if isinstance(names, str) else names
+    return [o for o in profile.ops if o.name in names and o.kind != KIND_KERNEL]
+
+
+def generated_kernels(profile: Profile) -> list[GeneratedKernel]:
+    """Inductor's kernels, grouped by backend, kind and fused operators, longest first."""
+    on_device = profile.has_device
+    groups: dict[tuple[str, str | None, str | None], GeneratedKernel] = {}
+    for o in profile.ops:
+        if o.kind not in (KIND_KERNEL, KIND_OP):
+            continue
+        m = GENERATED.match(o.name)
+        if m is not None:
+            key = (m["backend"], m["kind"], m["ops"])
+        elif UNNAMED_TRITON.match(o.name):
+            key = ("triton", None, None)
+        else:
+            continue
+        time_us = o.self_device_us if on_device and o.kind == KIND_KERNEL else o.cpu_total_us
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = GeneratedKernel(*key, calls=0, time_us=0.0)
+        g.calls += o.calls
+        g.time_us += time_us
+        g.names.append(o.name)
+    return sorted(groups.values(), key=lambda g: g.time_us, reverse=True)
+
+
+def compiled(profile: Profile) -> Compiled | None:
+    """What torch.compile did in the profile, or None when nothing in it was compiled."""
+    regions = [o for o in profile.ops if REGION.match(o.name) and o.kind != KIND_KERNEL]
+    forward = regions or _rows(profile, FORWARD)
+    backward = _rows(profile, BACKWARD)
+    kernels = generated_kernels(profile)
+    launches = _rows(profile, GRAPH_LAUNCHES)
+    if not (forward or backward or kernels or launches):
+        return None
+    compiling = [o for o in _rows(profile, COMPILING) if o.cpu_total_us > 0]
+    compile_ids = sorted({f"{m[1]}/{m[2]}" for o in profile.ops
+                          if o.kind in (KIND_ANNOTATION, KIND_OP)
+                          for m in [COMPILE_ID.search(o.name)] if m is not None},
+                         key=lambda r: tuple(map(int, r.split("/"))))
+    lookups = _rows(profile, CACHE_LOOKUP)
+    n = max(profile.steps, 1)
+    return Compiled(
+        steps=n, step_us=step_wall_us(profile),
+        regions=sorted({"/".join(REGION.match(o.name).groups())  # type: ignore[union-attr]
+                        for o in regions}, key=lambda r: tuple(map(int, r.split("/")))),
+        region_calls=sum(o.calls for o in forward),
+        compiled_us=sum(o.cpu_total_us for o in forward + backward),
+        compiled_device_us=sum(o.device_total_us for o in forward + backward),
+        cache_lookups=sum(o.calls for o in lookups),
+        cache_lookup_us=sum(o.cpu_total_us for o in lookups),
+        # Nested ranges of one compilation: the outermost one recorded.
+        compile_us=max((o.cpu_total_us for o in compiling), default=0.0),
+        compile_ids=compile_ids if compiling else [],
+        kernels=kernels,
+        graph_launches=sum(o.calls for o in launches),
+        graph_kernels=profile.graph_kernels,
+        graph_kernel_us=profile.graph_kernel_us,
+    )
+
+
+def _compile_time(w: Worth) -> Saving:
+    """Compiling goes away when nothing makes Dynamo compile again: all of its time."""
+    us = w.accounts_us
+    if us is None:
+        return w.unquantified()
+    return Saving(us, us, us, us, w.step_us, host_saving=True)
+
+
+@rule("recompilation", saving=_compile_time, share=0.03)
+def recompilation(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """torch.compile compiled inside the profiled window, after its warm-up: a guard
+    failed (a new shape, dtype, or Python value) and Dynamo compiled the frame again."""
+    c = compiled(profile)
+    if c is None or c.compile_us <= 0 or c.step_us <= 0:
+        return None
+    share = min(1.0, c.compile_us / c.step_us)
+    if share < limits["share"]:
+        return None
+    return Finding("recompilation", "high" if share >= 0.25 else "medium",
+                   {"basis": "step", "share": share, "threshold": limits["share"],
+                    "op_time_us": c.compile_us, "step_us": c.step_us, "steps": c.steps,
+                    "calls": len(c.compile_ids) or 1,
+                    "compile_ids": c.compile_ids, "frames": c.recompiled})
