@@ -16,11 +16,12 @@ fi
 # System packages: venv (Debian keeps it apart), Pango for WeasyPrint, fonts for
 # Latin and Cyrillic (DejaVu) and Chinese (WenQuanYi Micro Hei: 5 MB installed,
 # against 91 MB for fonts-noto-cjk, and it covers the reports' Chinese), and
-# poppler-utils, with which the tests read the PDFs back.
+# poppler-utils, with which the tests read the PDFs back; g++, with which torch.compile's
+# Inductor builds its CPU kernels (transformer-compiled and its tests).
 need=()
 "$PY" -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 for pkg in libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fontconfig fonts-dejavu-core fonts-wqy-microhei \
-           poppler-utils; do
+           poppler-utils g++; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
