@@ -201,8 +201,16 @@ def profile_base(inputs: Inputs, out: Path, max_chars: int) -> None:
     """Profile the pull request's base commit, checked out in a worktree beside the job's
     repository, so that a target file of the repository is the base's."""
     sha = _base_sha()
+    if not inputs.targets:
+        raise BadInput("baseline base: name the targets to profile in input targets",
+                       error_id="action")
     work = inputs.working_directory.resolve()
-    top = Path(_git("rev-parse", "--show-toplevel", cwd=work))
+    try:
+        top = Path(_git("rev-parse", "--show-toplevel", cwd=work))
+    except WorkFailed:
+        raise BadInput(f"baseline base: {work} is not in a git repository; check it out "
+                       "first (actions/checkout)", error_id="action") from None
+    inside = _git("rev-parse", "--show-prefix", cwd=work)  # working-directory in the repo
     if subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=top,
                       capture_output=True).returncode != 0:
         _git("fetch", "--no-tags", "--depth=1", "origin", sha, cwd=top)
@@ -210,7 +218,7 @@ def profile_base(inputs: Inputs, out: Path, max_chars: int) -> None:
     tree = scratch / "base"
     _git("worktree", "add", "--detach", str(tree), sha, cwd=top)
     try:
-        profile(inputs, out, tree / work.relative_to(top), max_chars)
+        profile(inputs, out, tree / inside, max_chars)
     finally:
         _git("worktree", "remove", "--force", str(tree), cwd=top)
 
@@ -334,6 +342,7 @@ def run(inputs: Inputs, say: Callable[[str], None]) -> int:
     if out.exists() and any(out.iterdir()):
         raise BadInput(f"out-dir {out} is not empty: give the action a folder of its own",
                        error_id="action")
+    out.mkdir(parents=True, exist_ok=True)
     set_outputs(**{"out-dir": out})
     n = max(1, len(inputs.targets))
     head = marker(comment_key(inputs))
@@ -341,11 +350,11 @@ def run(inputs: Inputs, say: Callable[[str], None]) -> int:
     share = (GITHUB_COMMENT_LIMIT - len(head) - 2 * n - 16) // n
     compare = inputs.baseline.lower() != "none"
 
+    if compare and inputs.baseline == "base":
+        profile_base(inputs, out / "base", share)
     if inputs.runs:
         new = stored_runs(Path(inputs.runs))
     else:
-        if compare and inputs.baseline == "base":
-            profile_base(inputs, out / "base", share)
         profile(inputs, out / "new", inputs.working_directory, share)
         new = stored_runs(out / "new")
     reports: list[Path] = []
