@@ -275,6 +275,33 @@ def test_no_regression_passes(job):
     assert "faster" in job.summary
 
 
+def test_several_targets_are_paired_by_name_in_one_comment(job):
+    base, new = job.root / "base-runs", job.root / "new-runs"
+    for dest, names in ((base, ("cpu-tensor-ops", "cpu-transformer")),
+                        (new, ("cpu-transformer-busy", "cpu-tensor-ops"))):
+        for name in names:
+            shutil.copytree(RUNS / name, dest / name)
+    res = run_action(job, **_stored(baseline=str(base), runs=str(new)))
+    assert res.code == 4, res.err  # tensor-ops: no change; transformer: a busy run
+    body = job.comments()[-1]["body"]
+    markers = re.findall(r"^<!-- reporter:compare:(.*) -->$", body, re.M)
+    assert sorted(markers) == ["tensor-ops,tensor-ops", "transformer,transformer"]
+    assert len(body) <= 65_536
+
+
+def test_verdict_and_pairs():
+    from reporter.action import pairs, verdict
+    from reporter.errors import BadInput
+
+    assert verdict([0, 4, 3]) == 3 and verdict([0, 4]) == 4 and verdict([0, 0]) == 0
+    assert verdict([]) == 0 and verdict([3, 2]) == 2
+    a, b, c = Path("a"), Path("b"), Path("c")
+    assert pairs([(a, "x")], [(b, "y")]) == [(a, b)]  # one on each side: whatever the names
+    assert pairs([(a, "x"), (b, "y"), (c, "x")], [(a, "y"), (b, "x")]) == [(b, a), (c, b)]
+    with pytest.raises(BadInput, match="no run of z"):
+        pairs([(a, "x"), (b, "y")], [(c, "z"), (a, "x")])
+
+
 def test_no_baseline_comments_the_reports(job, stored):
     _, folder = stored("cpu-tensor-ops")
     res = run_action(job, **_stored(baseline="none", runs=str(folder), lang="ru"))
