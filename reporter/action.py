@@ -344,18 +344,19 @@ def run(inputs: Inputs, say: Callable[[str], None]) -> int:
                        error_id="action")
     out.mkdir(parents=True, exist_ok=True)
     set_outputs(**{"out-dir": out})
-    n = max(1, len(inputs.targets))
     head = marker(comment_key(inputs))
-    # Each report's share of one comment, less the marker line and the blank lines.
-    share = (GITHUB_COMMENT_LIMIT - len(head) - 2 * n - 16) // n
-    compare = inputs.baseline.lower() != "none"
 
+    def share(n: int) -> int:
+        """Each of n reports' share of one comment, less the marker line and blank lines."""
+        return (GITHUB_COMMENT_LIMIT - len(head) - 2 * n - 16) // max(1, n)
+
+    compare = inputs.baseline != "none"
     if compare and inputs.baseline == "base":
-        profile_base(inputs, out / "base", share)
+        profile_base(inputs, out / "base", share(len(inputs.targets)))
     if inputs.runs:
         new = stored_runs(Path(inputs.runs))
     else:
-        profile(inputs, out / "new", inputs.working_directory, share)
+        profile(inputs, out / "new", inputs.working_directory, share(len(inputs.targets)))
         new = stored_runs(out / "new")
     reports: list[Path] = []
     codes: list[int] = []
@@ -364,7 +365,7 @@ def run(inputs: Inputs, say: Callable[[str], None]) -> int:
         for i, (b, nw) in enumerate(pairs(base, new), 1):
             dest = out / "compare" / f"{i}-{nw.name}"
             args = ["compare", str(b), str(nw), "--github", "--lang", inputs.lang, "--format",
-                    inputs.formats, "--out", str(dest), "--max-chars", str(share)]
+                    inputs.formats, "--out", str(dest), "--max-chars", str(share(len(new)))]
             if inputs.fail_if_slower is not None:
                 args += ["--fail-if-slower", f"{inputs.fail_if_slower:g}"]
             code = reporter(args)
@@ -376,7 +377,7 @@ def run(inputs: Inputs, say: Callable[[str], None]) -> int:
     else:  # no baseline: each run's report, rendered for GitHub (and the job summary)
         for folder, _ in new:
             _checked(reporter(["render", str(folder), "--github", "--lang", inputs.lang,
-                               "--max-chars", str(share)]), "reporter render")
+                               "--max-chars", str(share(len(new)))]), "reporter render")
             reports.append(folder / f"report.{inputs.lang}.md")
     code = verdict(codes)
     body = head + "\n" + "\n\n".join(p.read_text(encoding="utf-8") for p in reports)
@@ -429,14 +430,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(read_inputs(), say)
     except ReporterError as exc:
         print(exc.one_line(), file=sys.stderr)
-        return exc.exit_code
+        code = exc.exit_code
     except _Exit as exc:
         say(str(exc))
-        return exc.code
+        code = exc.code
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
         print(f"reporter: error [io]: {exc.strerror or exc}{where}", file=sys.stderr)
-        return 1
+        code = 1
+    try:
+        set_outputs(result="error", **{"exit-code": code})
+    except OSError:
+        pass
+    return code
 
 
 if __name__ == "__main__":

@@ -344,6 +344,9 @@ def test_bad_input_is_one_line_and_exit_2(job, given, words):
     lines = [line for line in res.err.splitlines() if not line.startswith("reporter-action:")]
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in res.err, res.err
     assert job.gh_calls() == []
+    if "python" not in given:  # the action's own step ran: its outputs say what happened
+        assert res.outputs["reporter"]["result"] == "error"
+        assert res.outputs["reporter"]["exit-code"] == "2"
 
 
 def test_baseline_base_needs_the_repository(job):
