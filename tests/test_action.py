@@ -268,10 +268,11 @@ def test_a_regression_comments_once_then_updates_the_same_comment(job):
 def test_no_regression_passes(job):
     res = run_action(job, **_stored(baseline=str(RUNS / "cpu-transformer-bloat"),
                                     runs=str(RUNS / "cpu-transformer-bloat-fixed"),
-                                    comment="false"))
+                                    comment="false", artifact_name=""))
     assert res.code == 0, res.err
     assert res.outputs["reporter"]["result"] == "pass"
     assert job.gh_calls() == []  # comment: false
+    assert res.uses == []  # artifact-name: '' uploads nothing
     assert "faster" in job.summary
 
 
