@@ -1,0 +1,449 @@
+"""The GitHub Action's work (``action.yml`` at the repository root calls it):
+``python -m reporter.action``.
+
+It reads the action's inputs from ``INPUT_*`` variables (action.yml maps them) and the
+job's facts from ``GITHUB_*``; profiles the base and the pull request with ``reporter run``
+(or takes stored runs), compares each target's pair with ``reporter compare --github``
+(which appends the comparison to the job summary), writes the pull-request comment's body
+and creates it, or updates the one it made before: the comment starts with the hidden
+marker ``<!-- reporter:action:KEY -->``, found through ``gh api``. Each ``reporter`` is a
+child process, as a user would run it; its messages go to the job's log as they are.
+
+Exit codes: those of ``reporter compare --fail-if-slower``, kept: 3 a regression, 4 could not
+measure (0 instead, with a warning, when ``on-busy`` is ``warn``), 1 a failure while working,
+2 bad input. Errors are one line on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .errors import BadInput, ReporterError, WorkFailed
+
+ON_BUSY = ("fail", "warn")
+DEVICES = ("auto", "cuda", "cpu")
+FORMATS = ("md", "pdf")
+# What each outcome is called in the step's `result` output, by exit code.
+RESULTS = {0: "pass", 3: "regression", 4: "busy"}
+
+
+@dataclass
+class Inputs:
+    targets: list[str]
+    lang: str = "en"
+    formats: str = "md,pdf"
+    device: str = "auto"
+    preset: str = ""
+    run_args: list[str] = field(default_factory=list)
+    fail_if_slower: float | None = 5.0
+    on_busy: str = "fail"
+    baseline: str = "base"  # base | none | a path of stored runs
+    runs: str = ""  # stored runs of the pull request: no profiling
+    comment: bool = True
+    comment_key: str = ""
+    pull_request: int | None = None
+    out_dir: Path = Path("reporter")
+    working_directory: Path = Path(".")
+
+
+def _env(name: str, default: str = "") -> str:
+    return os.environ.get("INPUT_" + name.upper().replace("-", "_"), default).strip()
+
+
+def _bool(name: str, default: str) -> bool:
+    value = _env(name, default).lower()
+    if value not in ("true", "false"):
+        raise BadInput(f"input {name}: {value!r} is neither true nor false", error_id="action")
+    return value == "true"
+
+
+def read_inputs() -> Inputs:
+    """The action's inputs, checked: a bad one is BadInput before any work."""
+    from .render.languages import codes
+
+    targets = _env("targets").replace(",", " ").split()
+    runs = _env("runs")
+    if not targets and not runs:
+        raise BadInput("input targets: name at least one target (a built-in name or "
+                       "file.py:function), or give stored runs in input runs",
+                       error_id="action")
+    lang = _env("lang", "en")
+    if lang not in codes():
+        raise BadInput(f"input lang: unknown language {lang!r}; reports exist in "
+                       f"{', '.join(codes())}", error_id="action")
+    formats = _env("formats", "md,pdf").replace(" ", "")
+    if not formats or not set(formats.split(",")) <= set(FORMATS) or "md" not in formats.split(","):
+        raise BadInput(f"input formats: {formats!r}; give md or md,pdf (the comment is the "
+                       "Markdown)", error_id="action")
+    device = _env("device", "auto")
+    if device not in DEVICES:
+        raise BadInput(f"input device: {device!r}; one of {', '.join(DEVICES)}",
+                       error_id="action")
+    gate = _env("fail-if-slower", "5")
+    fail_if_slower: float | None = None
+    if gate:
+        try:
+            fail_if_slower = float(gate)
+        except ValueError:
+            fail_if_slower = -1.0
+        if not 0 <= fail_if_slower < 100:
+            raise BadInput(f"input fail-if-slower: {gate!r}; a percentage from 0 to 100, or "
+                           "empty for no gate", error_id="action")
+    on_busy = _env("on-busy", "fail")
+    if on_busy not in ON_BUSY:
+        raise BadInput(f"input on-busy: {on_busy!r}; fail or warn", error_id="action")
+    number = _env("pull-request") or _event_pull_request()
+    if number and not number.isdigit():
+        raise BadInput(f"input pull-request: {number!r} is not a pull request's number",
+                       error_id="action")
+    try:
+        run_args = shlex.split(_env("run-args"))
+    except ValueError as exc:
+        raise BadInput(f"input run-args: {exc}", error_id="action") from None
+    return Inputs(
+        targets=targets, lang=lang, formats=formats, device=device, preset=_env("preset"),
+        run_args=run_args, fail_if_slower=fail_if_slower, on_busy=on_busy,
+        baseline=_env("baseline", "base"), runs=runs, comment=_bool("comment", "true"),
+        comment_key=_env("comment-key"), pull_request=int(number) if number else None,
+        out_dir=Path(_env("out-dir") or Path(os.environ.get("RUNNER_TEMP", ".")) / "reporter"),
+        working_directory=Path(_env("working-directory", ".")))
+
+
+def _event() -> dict[str, Any]:
+    path = os.environ.get("GITHUB_EVENT_PATH")
+    if not path:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"$GITHUB_EVENT_PATH ({path}) cannot be read as JSON: {exc}",
+                       error_id="action") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _event_pull_request() -> str:
+    pr = _event().get("pull_request")
+    number = pr.get("number") if isinstance(pr, dict) else None
+    return str(number) if isinstance(number, int) else ""
+
+
+def _base_sha() -> str:
+    pr = _event().get("pull_request")
+    base = pr.get("base") if isinstance(pr, dict) else None
+    sha = base.get("sha") if isinstance(base, dict) else None
+    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{7,64}", sha):
+        raise BadInput("baseline base: this event has no pull request's base commit; run the "
+                       "action on pull_request, or give baseline a folder of stored runs",
+                       error_id="action")
+    return sha
+
+
+def marker(key: str) -> str:
+    from .render.markup import comment
+
+    return f"<!-- reporter:action:{comment(key)} -->"
+
+
+def comment_key(inputs: Inputs) -> str:
+    """One comment per workflow and job, unless the input names another key."""
+    return inputs.comment_key or (f"{os.environ.get('GITHUB_WORKFLOW', 'reporter')}/"
+                                  f"{os.environ.get('GITHUB_JOB', 'profile')}")
+
+
+# --- running reporter ---------------------------------------------------------------
+
+def reporter(args: Sequence[str], cwd: Path | None = None) -> int:
+    """``reporter ARGS`` in a child process with this interpreter; its exit code."""
+    cmd = [sys.executable, "-m", "reporter", *args]
+    print("reporter-action: " + shlex.join(["reporter", *args]), file=sys.stderr, flush=True)
+    return subprocess.run(cmd, cwd=cwd).returncode
+
+
+def _checked(code: int, what: str) -> None:
+    if code != 0:
+        raise _Exit(code, f"{what} failed (exit code {code}); its error is above")
+
+
+class _Exit(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def profile(inputs: Inputs, out: Path, cwd: Path, max_chars: int) -> None:
+    args = ["run", "--quiet", "--out", str(out), "--lang", inputs.lang, "--format",
+            inputs.formats, "--device", inputs.device, "--max-chars", str(max_chars)]
+    for t in inputs.targets:
+        args += ["--target", t]
+    if inputs.preset:
+        args += ["--preset", inputs.preset]
+    _checked(reporter(args + inputs.run_args, cwd), "reporter run")
+
+
+def _git(*args: str, cwd: Path) -> str:
+    res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if res.returncode != 0:
+        last = (res.stderr.strip().splitlines() or ["no message"])[-1]
+        raise WorkFailed(f"git {' '.join(args)}: {last}", error_id="action")
+    return res.stdout.strip()
+
+
+def profile_base(inputs: Inputs, out: Path, max_chars: int) -> None:
+    """Profile the pull request's base commit, checked out in a worktree beside the job's
+    repository, so that a target file of the repository is the base's."""
+    sha = _base_sha()
+    if not inputs.targets:
+        raise BadInput("baseline base: name the targets to profile in input targets",
+                       error_id="action")
+    work = inputs.working_directory.resolve()
+    try:
+        top = Path(_git("rev-parse", "--show-toplevel", cwd=work))
+    except WorkFailed:
+        raise BadInput(f"baseline base: {work} is not in a git repository; check it out "
+                       "first (actions/checkout)", error_id="action") from None
+    inside = _git("rev-parse", "--show-prefix", cwd=work)  # working-directory in the repo
+    if subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=top,
+                      capture_output=True).returncode != 0:
+        _git("fetch", "--no-tags", "--depth=1", "origin", sha, cwd=top)
+    scratch = Path(tempfile.mkdtemp(prefix="reporter-base-", dir=os.environ.get("RUNNER_TEMP")))
+    tree = scratch / "base"
+    _git("worktree", "add", "--detach", str(tree), sha, cwd=top)
+    try:
+        profile(inputs, out, tree / inside, max_chars)
+    finally:
+        _git("worktree", "remove", "--force", str(tree), cwd=top)
+
+
+def stored_runs(path: Path) -> list[tuple[Path, str]]:
+    """(folder, target) of the runs at ``path``: a run folder, or a folder of runs."""
+    from .store import RUN_FILE, list_runs
+
+    if (path / RUN_FILE).is_file():
+        path, only = path.parent, path.name
+    else:
+        only = None
+    if not path.is_dir():
+        raise BadInput(f"{path}: no such folder of stored runs", error_id="action")
+    rows = [(folder, info) for folder, info in list_runs(path)
+            if only is None or folder.name == only]
+    bad = [f"{folder.name} ({info['error']})" for folder, info in rows if "error" in info]
+    if bad:
+        raise BadInput(f"unreadable stored runs: {'; '.join(bad)}", error_id="action")
+    if not rows:
+        raise BadInput(f"{path}: no stored run here (a folder holding run.json, or "
+                       "folders of them)", error_id="action")
+    return [(folder, str(info["target"])) for folder, info in rows]
+
+
+def pairs(base: list[tuple[Path, str]], new: list[tuple[Path, str]]) -> list[tuple[Path, Path]]:
+    """Each new run with the base run of its target (the latest one); one run on each side
+    pair whatever their targets."""
+    if len(base) == 1 and len(new) == 1:
+        return [(base[0][0], new[0][0])]
+    by_target = {target: folder for folder, target in base}  # oldest first: the latest wins
+    missing = [target for _, target in new if target not in by_target]
+    if missing:
+        raise BadInput(f"the baseline has no run of {', '.join(missing)}", error_id="action")
+    return [(by_target[target], folder) for folder, target in new]
+
+
+def verdict(codes: list[int]) -> int:
+    """One exit code for several comparisons: a failure to work first, then a regression,
+    then a comparison the machine's other work spoiled."""
+    for code in codes:
+        if code not in (0, 3, 4):
+            return code
+    return 3 if 3 in codes else 4 if 4 in codes else 0
+
+
+# --- the comment --------------------------------------------------------------------
+
+def gh(*args: str, payload: dict[str, Any] | None = None) -> str:
+    """``gh ARGS`` (the token is $GH_TOKEN); a JSON payload goes in through --input."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = ["gh", *args]
+        if payload is not None:
+            body = Path(tmp) / "payload.json"
+            body.write_text(json.dumps(payload), encoding="utf-8")
+            cmd += ["--input", str(body)]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True)
+        except FileNotFoundError:
+            raise WorkFailed("gh (the GitHub CLI) is not on PATH; GitHub's runners have it",
+                             error_id="action") from None
+    if res.returncode != 0:
+        last = (res.stderr.strip().splitlines() or ["no message"])[-1]
+        raise WorkFailed(f"gh {' '.join(args[:3])}: {last}", error_id="action")
+    return res.stdout
+
+
+def _json_values(text: str) -> list[Any]:
+    """The JSON values of ``gh api --paginate``: one per page, one after another."""
+    decoder, values, at = json.JSONDecoder(), [], 0
+    text = text.strip()
+    while at < len(text):
+        value, at = decoder.raw_decode(text, at)
+        values.append(value)
+        while at < len(text) and text[at].isspace():
+            at += 1
+    return values
+
+
+def post_comment(repo: str, number: int, head: str, body: str) -> dict[str, Any]:
+    """Update the pull request's comment that starts with ``head``, or create it."""
+    listing = gh("api", f"repos/{repo}/issues/{number}/comments?per_page=100", "--paginate")
+    try:
+        pages = _json_values(listing)
+    except ValueError:
+        raise WorkFailed("gh api: the pull request's comments are not JSON",
+                         error_id="action") from None
+    for page in pages:
+        for c in page if isinstance(page, list) else []:
+            if isinstance(c, dict) and str(c.get("body", "")).lstrip().startswith(head):
+                out = gh("api", "-X", "PATCH", f"repos/{repo}/issues/comments/{c['id']}",
+                         payload={"body": body})
+                return {"id": c["id"], **_one(out)}
+    return _one(gh("api", "-X", "POST", f"repos/{repo}/issues/{number}/comments",
+                   payload={"body": body}))
+
+
+def _one(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+# --- the whole step -----------------------------------------------------------------
+
+def set_outputs(**values: Any) -> None:
+    path = os.environ.get("GITHUB_OUTPUT")
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        for key, value in values.items():
+            f.write(f"{key}={' '.join(str(value).split())}\n")
+
+
+def run(inputs: Inputs, say: Callable[[str], None]) -> int:
+    from .render.report import GITHUB_COMMENT_LIMIT
+
+    out = inputs.out_dir.resolve()
+    if out.exists() and any(out.iterdir()):
+        raise BadInput(f"out-dir {out} is not empty: give the action a folder of its own",
+                       error_id="action")
+    out.mkdir(parents=True, exist_ok=True)
+    set_outputs(**{"out-dir": out})
+    head = marker(comment_key(inputs))
+
+    def share(n: int) -> int:
+        """Each of n reports' share of one comment, less the marker line and blank lines."""
+        return (GITHUB_COMMENT_LIMIT - len(head) - 2 * n - 16) // max(1, n)
+
+    compare = inputs.baseline != "none"
+    if compare and inputs.baseline == "base":
+        profile_base(inputs, out / "base", share(len(inputs.targets)))
+    if inputs.runs:
+        new = stored_runs(Path(inputs.runs))
+    else:
+        profile(inputs, out / "new", inputs.working_directory, share(len(inputs.targets)))
+        new = stored_runs(out / "new")
+    reports: list[Path] = []
+    codes: list[int] = []
+    if compare:
+        base = stored_runs(out / "base" if inputs.baseline == "base" else Path(inputs.baseline))
+        for i, (b, nw) in enumerate(pairs(base, new), 1):
+            dest = out / "compare" / f"{i}-{nw.name}"
+            args = ["compare", str(b), str(nw), "--github", "--lang", inputs.lang, "--format",
+                    inputs.formats, "--out", str(dest), "--max-chars", str(share(len(new)))]
+            if inputs.fail_if_slower is not None:
+                args += ["--fail-if-slower", f"{inputs.fail_if_slower:g}"]
+            code = reporter(args)
+            if code not in (0, 3, 4):
+                raise _Exit(code, f"reporter compare failed (exit code {code}); its error is "
+                                  "above")
+            codes.append(code)
+            reports.append(dest / f"compare.{inputs.lang}.md")
+    else:  # no baseline: each run's report, rendered for GitHub (and the job summary)
+        for folder, _ in new:
+            _checked(reporter(["render", str(folder), "--github", "--lang", inputs.lang,
+                               "--max-chars", str(share(len(new)))]), "reporter render")
+            reports.append(folder / f"report.{inputs.lang}.md")
+    code = verdict(codes)
+    body = head + "\n" + "\n\n".join(p.read_text(encoding="utf-8") for p in reports)
+    (out / "comment.md").write_text(body, encoding="utf-8")
+    set_outputs(result=RESULTS.get(code, "error"), **{"exit-code": code,
+                                                     "comment-body": out / "comment.md"})
+    _comment(inputs, head, body, say)
+    if code == 4:
+        why = ("could not measure: other work on the runner disturbed the runs; "
+               "the comparison is inconclusive, not a pass (re-run the job)")
+        if inputs.on_busy == "warn":
+            print(f"::warning title=reporter::{why}", flush=True)
+            return 0
+        print(f"::error title=reporter::{why}", flush=True)
+    elif code == 3:
+        print(f"::error title=reporter::throughput dropped more than "
+              f"{inputs.fail_if_slower:g}% beyond the measurement's noise", flush=True)
+    return code
+
+
+def _comment(inputs: Inputs, head: str, body: str, say: Callable[[str], None]) -> None:
+    if not inputs.comment:
+        return
+    if inputs.pull_request is None:
+        say("no pull request in this event (and no input pull-request): no comment")
+        return
+    repo = os.environ.get("GITHUB_REPOSITORY", "")
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+        raise BadInput(f"$GITHUB_REPOSITORY is {repo!r}, not OWNER/NAME", error_id="action")
+    try:
+        made = post_comment(repo, inputs.pull_request, head, body)
+    except WorkFailed as exc:  # a fork's read-only token, say: the gate still counts
+        print(f"::warning title=reporter::could not comment on the pull request: {exc}",
+              flush=True)
+        return
+    set_outputs(**{"comment-id": made.get("id", ""), "comment-url": made.get("html_url", "")})
+    say(f"comment {made.get('id')}: {made.get('html_url', '')}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    if argv if argv is not None else sys.argv[1:]:
+        print("usage: python -m reporter.action (its inputs come from INPUT_* variables; "
+              "see action.yml)", file=sys.stderr)
+        return 2
+
+    def say(message: str) -> None:
+        print(f"reporter-action: {message}", file=sys.stderr, flush=True)
+
+    try:
+        return run(read_inputs(), say)
+    except ReporterError as exc:
+        print(exc.one_line(), file=sys.stderr)
+        code = exc.exit_code
+    except _Exit as exc:
+        say(str(exc))
+        code = exc.code
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"reporter: error [io]: {exc.strerror or exc}{where}", file=sys.stderr)
+        code = 1
+    try:
+        set_outputs(result="error", **{"exit-code": code})
+    except OSError:
+        pass
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The action's first step (action.yml): the Python that runs reporter, as the step output
+# `python`. With $INPUT_PYTHON, that interpreter, which must import reporter; without it,
+# scripts/setup.sh sets reporter up in this copy's .venv (it reuses an installed torch).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+say() { printf 'reporter: error [action]: %s\n' "$*" >&2; }
+
+if [ -n "${INPUT_PYTHON:-}" ]; then
+    py=$INPUT_PYTHON
+    if ! command -v "$py" >/dev/null; then
+        say "input python: $py is not a program here"; exit 2
+    fi
+    if ! "$py" -c 'import reporter.cli, reporter.action' 2>/dev/null; then
+        say "input python: $py cannot import reporter; install it there, or leave python empty"
+        exit 2
+    fi
+else
+    bash "$root/scripts/setup.sh"
+    py=$root/.venv/bin/python
+fi
+echo "python=$py" >> "${GITHUB_OUTPUT:-/dev/null}"
+echo "reporter-action: $("$py" -m reporter --version) ($py)" >&2

@@ -1,0 +1,453 @@
+"""The GitHub Action (action.yml), run here without GitHub: a small runner executes the
+composite action's steps as the Actions runner would (its `${{ }}` expressions, each run
+step in `bash -eo pipefail` with its own $GITHUB_OUTPUT, `if:` conditions), in a fake job
+environment ($GITHUB_EVENT_PATH with a pull_request event, $GITHUB_STEP_SUMMARY,
+$GITHUB_REPOSITORY, ...), with a fake `gh` on PATH that records its calls and keeps the
+pull request's comments. reporter itself is real: the action's own child processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import FIXTURES, ROOT
+
+ACTION = ROOT / "action.yml"
+RUNS = FIXTURES / "runs"
+REPO = "someone/model"
+PR = 7
+
+FAKE_GH = '''#!{python}
+"""A fake gh: records each call, keeps the comments of one pull request in a JSON file."""
+import json, os, sys
+state_path = os.environ["FAKE_GH_STATE"]
+state = json.load(open(state_path))
+args = sys.argv[1:]
+payload = None
+if "--input" in args:
+    i = args.index("--input")
+    payload = json.load(open(args[i + 1]))
+    args = args[:i] + args[i + 2:]
+with open(os.environ["FAKE_GH_LOG"], "a") as log:
+    log.write(json.dumps({{"args": args, "payload": payload,
+                           "token": os.environ.get("GH_TOKEN")}}) + "\\n")
+repo, pr = os.environ["FAKE_GH_REPO"], os.environ["FAKE_GH_PR"]
+comments = state["comments"]
+if args == ["api", f"repos/{{repo}}/issues/{{pr}}/comments?per_page=100", "--paginate"]:
+    # two pages, one after the other, as gh api --paginate prints them
+    print(json.dumps(comments[:1]))
+    print(json.dumps(comments[1:]))
+elif args == ["api", "-X", "POST", f"repos/{{repo}}/issues/{{pr}}/comments"]:
+    cid = 4200 + len(comments)
+    made = {{"id": cid, "body": payload["body"],
+             "html_url": f"https://github.com/{{repo}}/pull/{{pr}}#issuecomment-{{cid}}"}}
+    comments.append(made)
+    print(json.dumps(made))
+elif args[:3] == ["api", "-X", "PATCH"] and args[3].startswith(f"repos/{{repo}}/issues/comments/"):
+    cid = int(args[3].rsplit("/", 1)[1])
+    found = [c for c in comments if c["id"] == cid]
+    if not found:
+        print("gh: HTTP 404: Not Found", file=sys.stderr)
+        sys.exit(1)
+    found[0]["body"] = payload["body"]
+    print(json.dumps(found[0]))
+else:
+    print(f"gh: unexpected call {{args}}", file=sys.stderr)
+    sys.exit(1)
+json.dump(state, open(state_path, "w"))
+'''
+
+
+@dataclass
+class Job:
+    """A fake job: its folders, environment and the fake gh's record."""
+    root: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> str:
+        return Path(self.env["GITHUB_STEP_SUMMARY"]).read_text(encoding="utf-8")
+
+    def gh_calls(self) -> list[dict[str, Any]]:
+        log = Path(self.env["FAKE_GH_LOG"])
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    def comments(self) -> list[dict[str, Any]]:
+        return json.loads(Path(self.env["FAKE_GH_STATE"]).read_text())["comments"]
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+    outputs: dict[str, dict[str, str]]  # step id -> its outputs
+    uses: list[dict[str, Any]]  # the `uses:` steps that ran, with their evaluated `with:`
+
+
+OTHER = [  # comments already on the pull request, which the action must leave alone
+    {"id": 11, "body": "LGTM, but check the speed", "html_url": "x"},
+    {"id": 12, "body": "<!-- reporter:action:nightly/gpu -->\nanother job's report",
+     "html_url": "y"},
+]
+
+
+@pytest.fixture
+def job(tmp_path) -> Job:
+    j = Job(tmp_path)
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    gh = bin_ / "gh"
+    gh.write_text(FAKE_GH.format(python=sys.executable))
+    gh.chmod(0o755)
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"action": "synchronize", "number": PR, "pull_request": {
+        "number": PR, "base": {"sha": "0" * 40, "ref": "main"}, "head": {"sha": "1" * 40}}}))
+    (tmp_path / "gh-state.json").write_text(json.dumps({"comments": OTHER}))
+    (tmp_path / "workspace").mkdir()
+    (tmp_path / "runner-temp").mkdir()
+    (tmp_path / "summary.md").write_text("")
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "INPUT_",
+                                                                     "RUNNER_", "GH_"))}
+    j.env = {
+        **keep,
+        "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),  # the python input's interpreter imports this checkout
+        "GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "pull_request",
+        "GITHUB_EVENT_PATH": str(event), "GITHUB_REPOSITORY": REPO,
+        "GITHUB_WORKFLOW": "profile", "GITHUB_JOB": "cpu",
+        "GITHUB_WORKSPACE": str(tmp_path / "workspace"),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+        "RUNNER_TEMP": str(tmp_path / "runner-temp"),
+        "FAKE_GH_STATE": str(tmp_path / "gh-state.json"), "FAKE_GH_LOG": str(tmp_path / "gh.log"),
+        "FAKE_GH_REPO": REPO, "FAKE_GH_PR": str(PR),
+    }
+    return j
+
+
+def _action() -> dict[str, Any]:
+    return yaml.safe_load(ACTION.read_text(encoding="utf-8"))
+
+
+EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+
+
+class _Context:
+    """What the expressions of action.yml may read: inputs, github, steps."""
+
+    def __init__(self, inputs: dict[str, str], steps: dict[str, dict[str, str]]):
+        self.inputs, self.steps, self.failed = inputs, steps, False
+
+    def value(self, expr: str) -> str:
+        parts = expr.split(".")
+        if parts[0] == "inputs" and len(parts) == 2:
+            return self.inputs[parts[1]]  # KeyError: an input the action does not declare
+        if parts[0] == "github" and parts[1:] == ["token"]:
+            return "fake-token"
+        if parts[0] == "steps" and len(parts) == 4 and parts[2] == "outputs":
+            return self.steps.get(parts[1], {}).get(parts[3], "")
+        raise AssertionError(f"the test's runner does not know the expression {expr!r}")
+
+    def test(self, condition: str) -> bool:
+        """`if:` as action.yml writes it: terms joined by &&."""
+        ok = True
+        for term in EXPR.sub(r"\1", condition).split("&&"):
+            term = term.strip()
+            if term == "always()":
+                continue
+            if term == "success()":
+                ok = ok and not self.failed
+                continue
+            m = re.fullmatch(r"([\w.-]+)\s*(==|!=)\s*'([^']*)'", term)
+            assert m, f"the test's runner does not know the condition {term!r}"
+            equal = self.value(m[1]) == m[3]
+            ok = ok and (equal if m[2] == "==" else not equal)
+        if "always()" not in condition and "failure()" not in condition:
+            ok = ok and not self.failed
+        return ok
+
+    def sub(self, text: Any) -> str:
+        return EXPR.sub(lambda m: self.value(m[1]), str(text))
+
+
+def run_action(job: Job, **given: str) -> Result:
+    """The composite action's steps, in order, as the runner runs them."""
+    action = _action()
+    declared = action["inputs"]
+    with_ = {k.replace("_", "-"): v for k, v in given.items()}
+    assert set(with_) <= set(declared), set(with_) - set(declared)
+    ctx = _Context({}, {})
+    ctx.inputs = {name: str(with_.get(name, spec.get("default", ""))) for name, spec in
+                  declared.items()}
+    ctx.inputs = {name: ctx.sub(v) for name, v in ctx.inputs.items()}  # ${{ github.token }}
+    code, out, err, uses = 0, "", "", []
+    workspace = Path(job.env["GITHUB_WORKSPACE"])
+    for n, step in enumerate(action["runs"]["steps"]):
+        if not ctx.test(step.get("if", "success()")):
+            continue
+        if "uses" in step:
+            uses.append({"uses": step["uses"],
+                         "with": {k: ctx.sub(v) for k, v in step.get("with", {}).items()}})
+            continue
+        assert step.get("shell") == "bash", step
+        output = job.root / f"output-{n}"
+        output.write_text("")
+        script = job.root / f"step-{n}.sh"
+        script.write_text(step["run"])
+        env = {**job.env, "GITHUB_ACTION_PATH": str(ROOT), "GITHUB_OUTPUT": str(output),
+               **{k: ctx.sub(v) for k, v in step.get("env", {}).items()}}
+        cwd = workspace / ctx.sub(step.get("working-directory", "."))
+        res = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+                             env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+        out, err = out + res.stdout, err + res.stderr
+        if "id" in step:
+            ctx.steps[step["id"]] = dict(line.split("=", 1) for line in
+                                         output.read_text().splitlines() if "=" in line)
+        if res.returncode != 0:
+            ctx.failed, code = True, res.returncode
+    return Result(code, out, err, ctx.steps, uses)
+
+
+def _stored(**given: str) -> dict[str, str]:
+    """Inputs for an action that compares stored runs (no profiling) on this machine."""
+    return {"python": sys.executable, "formats": "md", **given}
+
+
+def test_a_regression_comments_once_then_updates_the_same_comment(job):
+    first = run_action(job, **_stored(baseline=str(RUNS / "cpu-transformer-bloat-fixed"),
+                                      runs=str(RUNS / "cpu-transformer-bloat"),
+                                      out_dir=str(job.root / "out1")))
+    assert first.code == 3, first.err  # the gate's exit code is the step's
+    assert "slower than the base" in first.err and "::error title=reporter::" in first.out
+    outputs = first.outputs["reporter"]
+    assert outputs["result"] == "regression" and outputs["exit-code"] == "3"
+    calls = job.gh_calls()
+    assert [c["args"][:3] for c in calls] == [
+        ["api", f"repos/{REPO}/issues/{PR}/comments?per_page=100", "--paginate"],
+        ["api", "-X", "POST"]]
+    assert all(c["token"] == "fake-token" for c in calls)  # the token input reaches gh
+    body = calls[1]["payload"]["body"]
+    assert body.startswith("<!-- reporter:action:profile/cpu -->\n"
+                           "<!-- reporter:compare:transformer-bloat-fixed,transformer-bloat -->")
+    assert "**Result:** the last run is **slower**" in body
+    made = job.comments()[-1]
+    assert made["id"] not in (11, 12) and outputs["comment-url"] == made["html_url"]
+    # The job summary has the same report; the artifact is the output folder, with it.
+    assert "<!-- reporter:compare:transformer-bloat-fixed,transformer-bloat -->" in job.summary
+    assert "```mermaid" in job.summary
+    [upload] = first.uses
+    assert upload["uses"].startswith("actions/upload-artifact@")
+    assert upload["with"]["path"] == str(job.root / "out1")
+    assert list((job.root / "out1").glob("compare/*/compare.en.md"))
+
+    # A second push: the same comment is updated, in the language asked for this time.
+    second = run_action(job, **_stored(baseline=str(RUNS / "cpu-transformer-bloat-fixed"),
+                                       runs=str(RUNS / "cpu-transformer-bloat"), lang="ru",
+                                       out_dir=str(job.root / "out2")))
+    assert second.code == 3, second.err
+    calls = job.gh_calls()[2:]
+    assert [c["args"] for c in calls] == [
+        ["api", f"repos/{REPO}/issues/{PR}/comments?per_page=100", "--paginate"],
+        ["api", "-X", "PATCH", f"repos/{REPO}/issues/comments/{made['id']}"]]
+    comments = job.comments()
+    assert len(comments) == 3 and comments[:2] == OTHER  # one comment, the others untouched
+    assert comments[2]["id"] == made["id"] and "# Сравнение:" in comments[2]["body"]
+    assert second.outputs["reporter"]["comment-url"] == made["html_url"]
+
+
+def test_no_regression_passes(job):
+    res = run_action(job, **_stored(baseline=str(RUNS / "cpu-transformer-bloat"),
+                                    runs=str(RUNS / "cpu-transformer-bloat-fixed"),
+                                    comment="false", artifact_name=""))
+    assert res.code == 0, res.err
+    assert res.outputs["reporter"]["result"] == "pass"
+    assert job.gh_calls() == []  # comment: false
+    assert res.uses == []  # artifact-name: '' uploads nothing
+    assert "faster" in job.summary
+
+
+def test_several_targets_are_paired_by_name_in_one_comment(job):
+    base, new = job.root / "base-runs", job.root / "new-runs"
+    for dest, names in ((base, ("cpu-tensor-ops", "cpu-transformer")),
+                        (new, ("cpu-transformer-busy", "cpu-tensor-ops"))):
+        for name in names:
+            shutil.copytree(RUNS / name, dest / name)
+    res = run_action(job, **_stored(baseline=str(base), runs=str(new)))
+    assert res.code == 4, res.err  # tensor-ops: no change; transformer: a busy run
+    body = job.comments()[-1]["body"]
+    markers = re.findall(r"^<!-- reporter:compare:(.*) -->$", body, re.M)
+    assert sorted(markers) == ["tensor-ops,tensor-ops", "transformer,transformer"]
+    assert len(body) <= 65_536
+
+
+def test_verdict_and_pairs():
+    from reporter.action import pairs, verdict
+    from reporter.errors import BadInput
+
+    assert verdict([0, 4, 3]) == 3 and verdict([0, 4]) == 4 and verdict([0, 0]) == 0
+    assert verdict([]) == 0 and verdict([3, 2]) == 2
+    a, b, c = Path("a"), Path("b"), Path("c")
+    assert pairs([(a, "x")], [(b, "y")]) == [(a, b)]  # one on each side: whatever the names
+    assert pairs([(a, "x"), (b, "y"), (c, "x")], [(a, "y"), (b, "x")]) == [(b, a), (c, b)]
+    with pytest.raises(BadInput, match="no run of z"):
+        pairs([(a, "x"), (b, "y")], [(c, "z"), (a, "x")])
+
+
+def test_no_baseline_comments_the_reports(job, stored):
+    _, folder = stored("cpu-tensor-ops")
+    res = run_action(job, **_stored(baseline="none", runs=str(folder), lang="ru"))
+    assert res.code == 0, res.err
+    body = job.comments()[-1]["body"]
+    assert body.startswith("<!-- reporter:action:profile/cpu -->\n"
+                           "<!-- reporter:report:tensor-ops -->")
+    assert "```mermaid" in body  # rendered for GitHub
+    assert "<!-- reporter:report:tensor-ops -->" in job.summary
+
+
+@pytest.mark.parametrize("on_busy,code", [("fail", 4), ("warn", 0)])
+def test_a_busy_runner_is_said_and_never_passes_silently(job, on_busy, code):
+    res = run_action(job, **_stored(baseline=str(RUNS / "cpu-transformer"),
+                                    runs=str(RUNS / "cpu-transformer-busy"), on_busy=on_busy,
+                                    lang="zh"))
+    assert res.code == code, res.err
+    assert res.outputs["reporter"]["result"] == "busy"
+    annotation = "::error" if on_busy == "fail" else "::warning"
+    assert f"{annotation} title=reporter::could not measure" in res.out
+    # The comment and the summary say it in the report's language.
+    busy_words = "无法判断，因为测量时机器繁忙"  # templates/zh/compare.md.j2, result_busy
+    assert busy_words in job.summary
+    assert busy_words in job.comments()[-1]["body"]
+
+
+@pytest.mark.parametrize("given,words", [
+    ({"lang": "xx"}, "input lang"),
+    ({"fail_if_slower": "five"}, "input fail-if-slower"),
+    ({"on_busy": "ignore"}, "input on-busy"),
+    ({"formats": "pdf"}, "input formats"),
+    ({"comment": "yes"}, "input comment"),
+    ({"baseline": "no/such/folder"}, "no such folder"),
+    ({"python": "/no/such/python"}, "input python"),
+])
+def test_bad_input_is_one_line_and_exit_2(job, given, words):
+    res = run_action(job, **{**_stored(baseline=str(RUNS / "cpu-transformer"),
+                                       runs=str(RUNS / "cpu-transformer-bloat")), **given})
+    assert res.code == 2, (res.out, res.err)
+    lines = [line for line in res.err.splitlines() if not line.startswith("reporter-action:")]
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in res.err, res.err
+    assert job.gh_calls() == []
+    if "python" not in given:  # the action's own step ran: its outputs say what happened
+        assert res.outputs["reporter"]["result"] == "error"
+        assert res.outputs["reporter"]["exit-code"] == "2"
+
+
+def test_baseline_base_needs_the_repository(job):
+    res = run_action(job, python=sys.executable, targets="tensor-ops")
+    assert res.code == 2, (res.out, res.err)
+    lines = [line for line in res.err.splitlines() if not line.startswith("reporter-action:")]
+    assert len(lines) == 1 and "not in a git repository" in lines[0], res.err
+    assert job.gh_calls() == []
+
+
+TARGET = '''import torch
+from reporter import Target
+
+BATCH = {batch}
+
+def build(device="cpu", preset="default"):
+    model = torch.nn.Linear(8, 2).to(device)
+    data = [(torch.randn(BATCH, 8),)]
+    return Target(model=model, batches=data, batch_size=BATCH, modes=("inference",))
+'''
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_base_commit_is_profiled_in_the_same_job(job):
+    """Live: the pull request's base commit and its head, each profiled by reporter run; the
+    base's target file is the base commit's (its batch of 4, the head's 6)."""
+    ws = Path(job.env["GITHUB_WORKSPACE"])
+    _git(ws, "init", "-q")
+    (ws / "bench").mkdir()
+    (ws / "bench" / "model.py").write_text(TARGET.format(batch=4))
+    _git(ws, "add", ".")
+    _git(ws, "commit", "-qm", "base")
+    base_sha = _git(ws, "rev-parse", "HEAD")
+    (ws / "bench" / "model.py").write_text(TARGET.format(batch=6))
+    _git(ws, "commit", "-qam", "head")
+    event = json.loads(Path(job.env["GITHUB_EVENT_PATH"]).read_text())
+    event["pull_request"]["base"]["sha"] = base_sha
+    Path(job.env["GITHUB_EVENT_PATH"]).write_text(json.dumps(event))
+
+    res = run_action(job, python=sys.executable, targets="bench/model.py:build",
+                     device="cpu", formats="md", fail_if_slower="",
+                     run_args="--time-budget 0.3 --threads 1")
+    assert res.code == 0, res.err
+    out = Path(res.outputs["reporter"]["out-dir"])
+    assert out.parent == Path(job.env["RUNNER_TEMP"])  # the default out-dir
+    batches = {}
+    for side in ("base", "new"):
+        [run] = list((out / side).glob("*/run.json"))
+        batches[side] = json.loads(run.read_text())["run"]["target"]["batch_size"]
+    assert batches == {"base": 4, "new": 6}
+    assert _git(ws, "worktree", "list").count("\n") == 0  # the base's worktree is gone
+    body = job.comments()[-1]["body"]
+    assert body.startswith("<!-- reporter:action:profile/cpu -->\n<!-- reporter:compare:")
+    assert "batch" in body.lower()  # the comparison notes the batch sizes differ
+
+
+# --- the action's file itself -------------------------------------------------------
+
+def test_action_yml_passes_yamllint():
+    pytest.importorskip("yamllint")
+    res = subprocess.run([sys.executable, "-m", "yamllint", "--strict", "-c",
+                          str(ROOT / ".yamllint.yaml"), str(ACTION)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_action_yml_wiring():
+    action = _action()
+    declared = set(action["inputs"])
+    text = ACTION.read_text(encoding="utf-8")
+    used = set(re.findall(r"inputs\.([\w-]+)", text))
+    assert used <= declared, used - declared
+    assert declared <= used, f"declared, never used: {declared - used}"
+    steps = action["runs"]["steps"]
+    assert action["runs"]["using"] == "composite"
+    ids = {s.get("id") for s in steps}
+    for step in steps:
+        if "run" in step:
+            assert step.get("shell") == "bash", step["name"]
+            # inputs reach scripts through env, never pasted into the script's text
+            assert "${{" not in step["run"], step["name"]
+        for key, value in step.get("env", {}).items():
+            m = re.fullmatch(r"\$\{\{ inputs\.([\w-]+) \}\}", str(value))
+            if key.startswith("INPUT_"):
+                assert m and key == "INPUT_" + m[1].upper().replace("-", "_"), key
+    for name, spec in action["outputs"].items():
+        m = re.fullmatch(r"\$\{\{ steps\.([\w-]+)\.outputs\.([\w-]+) \}\}", spec["value"])
+        assert m and m[1] in ids, name
+    for name, spec in action["inputs"].items():
+        assert spec.get("description"), name
+
+
+def test_every_input_is_in_the_readme():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    part = readme.split("## In pull requests", 1)[1].split("\n## ", 1)[0]
+    for name in _action()["inputs"]:
+        assert f"| `{name}` |" in part, name
+    assert re.search(r"uses: OWNER/reporter@v1", part)
