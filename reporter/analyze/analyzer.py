@@ -77,6 +77,8 @@ def analyze(profile: Profile, overrides: dict[str, dict[str, float]] | None = No
         for r in registered:
             if r.derive is not None:
                 found = r.derive(found, efficiency, {**r.limits, **overrides.get(r.id, {})})
+    for f in found:  # what a total in the evidence is over (the report says "over N steps")
+        f.evidence.setdefault("steps", profile.steps)
     found.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.evidence.get("share", 0.0)))
     return found
 

@@ -237,6 +237,11 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             view[key], view[f"{key}_text"] = value, fmt.int(value)
         elif isinstance(value, float):
             view[key] = fmt.num(value)
+    # The profiled steps a total in the evidence (``op_time``, ``step``...) is over: the
+    # templates say "over N steps" when there are several.
+    steps = f.evidence.get("steps")
+    view["steps"] = steps if isinstance(steps, int) and not isinstance(steps, bool) else 0
+    view["steps_text"] = fmt.int(view["steps"])
     view["op"] = md_name(f.evidence["op"]) if f.evidence.get("op") else ""
     for key in ("materialisers", "others"):
         view[key] = [md_name(n) for n in f.evidence.get(key, [])]
