@@ -102,7 +102,7 @@ def test_imported_profiles_are_framed_by_their_number():
     md = {lang: render_markdown(import_view(profiles, "t.txt", lang)) for lang in LANGUAGES}
     assert "## Профиль 1 — «Первый прогон модели»" in md["ru"]
     assert "## Profile 2: “После правок”" in md["en"]
-    assert "## 第 2 个 profile：“После правок”" in md["zh"]
+    assert "## 第 2 份 profile：“После правок”" in md["zh"]
 
 
 @pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared/seeds is absent")
