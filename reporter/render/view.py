@@ -63,6 +63,21 @@ class Fmt:
         return self._minus(format_decimal(_no_negative_zero(value, digits), format=pattern,
                                           locale=self.locale))
 
+    def span(self, low: float, high: float, digits: int | None = None
+             ) -> tuple[str, str | None]:
+        """The two ends of a range, with as many more decimals as it takes (two at most)
+        for them to differ: "125.8–126.1", not "126–126"; the high end is None when they
+        are still the same, and the range prints as one value."""
+        if digits is None:
+            a = max(abs(low), abs(high))
+            digits = 0 if a >= 100 else 1 if a >= 10 else 2 if a >= 0.1 else 3
+        lo, hi = self.num(low, digits), self.num(high, digits)
+        for more in (1, 2):
+            if lo != hi:
+                break
+            lo, hi = self.num(low, digits + more), self.num(high, digits + more)
+        return (lo, hi) if lo != hi else (self.num(low, digits), None)
+
     def int(self, value: int | None) -> str:
         return "—" if value is None else self._minus(format_decimal(int(value), locale=self.locale))
 
@@ -117,21 +132,6 @@ class Fmt:
 
     def _si_unit(self, unit: str) -> str:
         return self.language.units.get(unit, unit)
-
-    def span(self, low: float, high: float, digits: int | None = None
-             ) -> tuple[str, str | None]:
-        """The two ends of a range, with as many more decimals as it takes (two at most)
-        for them to differ: "125.8–126.1", not "126–126"; the high end is None when they
-        are still the same, and the range prints as one value."""
-        if digits is None:
-            a = max(abs(low), abs(high))
-            digits = 0 if a >= 100 else 1 if a >= 10 else 2 if a >= 0.1 else 3
-        lo, hi = self.num(low, digits), self.num(high, digits)
-        for more in (1, 2):
-            if lo != hi:
-                break
-            lo, hi = self.num(low, digits + more), self.num(high, digits + more)
-        return (lo, hi) if lo != hi else (self.num(low, digits), None)
 
     def _unit(self, value: float, unit: str, pattern: str) -> str:
         """A number and its unit as this language's engineers write them: Babel's unit, or
