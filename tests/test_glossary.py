@@ -169,3 +169,7 @@ def test_russian_sentences_do_not_chain_colons():
                 if sentence.count(": ") >= 2:
                     bad.append(f"{name}: {sentence}")
     assert not bad, "\n".join(bad)
+
+
+def test_ru_and_zh_have_their_glossary():
+    assert {"ru", "zh"} <= set(GLOSSARY_LANGS)
