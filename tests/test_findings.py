@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -189,6 +190,32 @@ def test_every_rule_can_fire_and_reads_in_every_language(rule_id):
         assert "{{" not in text and "None" not in text, text
 
 
+OVER_STEPS = {"en": "over 4 steps", "ru": "за 4 шага", "zh": "4 步"}  # zh: 4 步合计, 4 步内
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared is absent")
+@pytest.mark.parametrize("rule_id", sorted(r for r in RULES if "f.op_time" in (
+    Path(__file__).resolve().parent.parent / "templates" / "en" / "findings" / f"{r}.md.j2"
+).read_text(encoding="utf-8")))
+def test_a_total_over_several_profiled_steps_says_how_many(rule_id):
+    """A time summed over the profiled steps is not a step's: each bullet that prints one
+    says "over N steps" (a 13.5 ms optimizer in a 4.98 ms step read as one step's)."""
+    finding = _finding_for(rule_id)
+    finding.evidence["steps"] = 4
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                                "f": _finding_view(finding, fmt)},
+                               template=f"findings/{rule_id}.md.j2")
+        assert OVER_STEPS[lang] in text, (lang, text)
+        finding.evidence["steps"] = 1
+        text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                                "f": _finding_view(finding, fmt)},
+                               template=f"findings/{rule_id}.md.j2")
+        assert OVER_STEPS[lang].replace("4", "1") not in text, (lang, text)
+        finding.evidence["steps"] = 4
+
+
 def test_fp32_convolutions_are_tensor_core_eligible_work_by_kernel_name():
     """cuDNN's fp32 implicit GEMMs (as an H100 names them) count as fp32 matrix work and
     the finding names convolutions; the same kernels with TF32 on do not count."""
@@ -201,7 +228,7 @@ def test_fp32_convolutions_are_tensor_core_eligible_work_by_kernel_name():
     f = next(f for f in analyze(conv) if f.rule == "fp32-gemm")
     assert f.evidence["convolutions"] and not f.evidence["products"]
     opening = {"en": "Convolutions run in full fp32", "ru": "Свёртки считаются в полном fp32",
-               "zh": "卷积以完整 fp32 计算"}
+               "zh": "卷积以 fp32 全精度计算"}
     for lang in LANGUAGES:
         fmt = Fmt(lang)
         text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,

@@ -80,6 +80,20 @@ def test_units_have_a_no_break_space_and_ru_a_real_minus():
     assert zh.time(704_000) == "704\u00a0ms" and zh.time(2.54e6) == "2.54\u00a0s"
 
 
+def test_the_reviews_number_cases():
+    """l10n-2026-11-23 R-11: "от 0,00 мкс", "100,0 мкс", "от 126 до 126", "164,0x", GB/s
+    beside МБ in one row."""
+    ru, zh, en = Fmt("ru"), Fmt("zh"), Fmt("en")
+    assert ru.time(0) == zh.time(0) == "0"  # "от 0 до 435 мс"
+    assert ru.time(99.96) == "100\u00a0мкс" and en.bytes(99.97 * 2**20) == "100\u00a0MB"
+    assert ru.span(125.87, 126.14) == ("125,9", "126,1")
+    assert en.span(126.0, 126.004) == ("126", None)  # said once
+    assert en.span(1.23, 1.25, 2) == ("1.23", "1.25")
+    assert ru.si(3.35e12, "B/s") == "3,35\u00a0ТБ/с" and ru.si(6.63e9, "B/s") == "6,63\u00a0ГБ/с"
+    assert zh.si(3.35e12, "B/s") == "3.35\u00a0TB/s"
+    assert ru.si(1.99e11, "FLOP/s") == "199\u00a0GFLOP/s"
+
+
 @pytest.mark.parametrize("text,title", [
     ("Для сравнения таблица для обычного форварда:", "Для сравнения таблица для обычного форварда"),
     ("First sentence. Second one.", "First sentence."),
@@ -102,7 +116,7 @@ def test_imported_profiles_are_framed_by_their_number():
     md = {lang: render_markdown(import_view(profiles, "t.txt", lang)) for lang in LANGUAGES}
     assert "## Профиль 1 — «Первый прогон модели»" in md["ru"]
     assert "## Profile 2: “После правок”" in md["en"]
-    assert "## 第 2 个 profile：“После правок”" in md["zh"]
+    assert "## 第 2 份 profile：“После правок”" in md["zh"]
 
 
 @pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared/seeds is absent")

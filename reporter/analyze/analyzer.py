@@ -82,6 +82,8 @@ def analyze(profile: Profile, overrides: dict[str, dict[str, float]] | None = No
         # The model is compiled already: a finding's advice says so instead of "compile it".
         for f in found:
             f.evidence["compiled"] = True
+    for f in found:  # what a total in the evidence is over (the report says "over N steps")
+        f.evidence.setdefault("steps", profile.steps)
     found.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.evidence.get("share", 0.0)))
     return found
 

@@ -64,6 +64,21 @@ class Fmt:
         return self._minus(format_decimal(_no_negative_zero(value, digits), format=pattern,
                                           locale=self.locale))
 
+    def span(self, low: float, high: float, digits: int | None = None
+             ) -> tuple[str, str | None]:
+        """The two ends of a range, with as many more decimals as it takes (two at most)
+        for them to differ: "125.8–126.1", not "126–126"; the high end is None when they
+        are still the same, and the range prints as one value."""
+        if digits is None:
+            a = max(abs(low), abs(high))
+            digits = 0 if a >= 100 else 1 if a >= 10 else 2 if a >= 0.1 else 3
+        lo, hi = self.num(low, digits), self.num(high, digits)
+        for more in (1, 2):
+            if lo != hi:
+                break
+            lo, hi = self.num(low, digits + more), self.num(high, digits + more)
+        return (lo, hi) if lo != hi else (self.num(low, digits), None)
+
     def int(self, value: int | None) -> str:
         return "—" if value is None else self._minus(format_decimal(int(value), locale=self.locale))
 
@@ -87,9 +102,10 @@ class Fmt:
             value, unit = us / 1e3, "duration-millisecond"
         else:
             value, unit = us, "duration-microsecond"
-        if value == 0:  # nothing at all, not a rounded "0.00"
-            return self._unit(0, unit, "0")
-        return self._unit(_no_negative_zero(_round(value), 2), unit, _pattern(value))
+        if value == 0:  # nothing at all: "0", not "0.00 μs" ("from 0 to 435 ms")
+            return "0"
+        rounded = _no_negative_zero(_round(value), 2)
+        return self._unit(rounded, unit, _pattern(rounded))
 
     def bytes(self, b: float | None) -> str:  # an int is a float to a type checker
         if b is None:
@@ -100,19 +116,23 @@ class Fmt:
         for size, unit in ((1 << 30, "digital-gigabyte"), (1 << 20, "digital-megabyte"),
                            (1 << 10, "digital-kilobyte")):
             if a >= size:
-                value = b / size
-                return self._unit(_round(value), unit, _pattern(value))
+                value = _round(b / size)
+                return self._unit(value, unit, _pattern(value))
         return self._unit(_no_negative_zero(b / 1024, 2), "digital-kilobyte", "#,##0.##")
 
     def si(self, value: float | None, unit: str) -> str:
-        """A rate or a count with an SI prefix: "1,2 TFLOP/s", "310 GB/s" (units are the
-        same in every language; the number is the locale's)."""
+        """A rate or a count with an SI prefix: "1.2 TFLOP/s", "310 GB/s"; the number is
+        the locale's, and so is the unit where language.json's ``units`` names it
+        ("GB/s": "ГБ/с"); FLOP and FLOP/s are written the same in every language."""
         if value is None:
             return "—"
         for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
             if abs(value) >= scale:
-                return self.num(value / scale) + "\u00a0" + prefix + unit
-        return self.num(value) + "\u00a0" + unit
+                return self.num(value / scale) + "\u00a0" + self._si_unit(prefix + unit)
+        return self.num(value) + "\u00a0" + self._si_unit(unit)
+
+    def _si_unit(self, unit: str) -> str:
+        return self.language.units.get(unit, unit)
 
     def _unit(self, value: float, unit: str, pattern: str) -> str:
         """A number and its unit as this language's engineers write them: Babel's unit, or
@@ -218,6 +238,11 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             view[key], view[f"{key}_text"] = value, fmt.int(value)
         elif isinstance(value, float):
             view[key] = fmt.num(value)
+    # The profiled steps a total in the evidence (``op_time``, ``step``...) is over: the
+    # templates say "over N steps" when there are several.
+    steps = f.evidence.get("steps")
+    view["steps"] = steps if isinstance(steps, int) and not isinstance(steps, bool) else 0
+    view["steps_text"] = fmt.int(view["steps"])
     view["op"] = md_name(f.evidence["op"]) if f.evidence.get("op") else ""
     for key in ("materialisers", "others"):
         view[key] = [md_name(n) for n in f.evidence.get(key, [])]
@@ -423,12 +448,12 @@ def _efficiency_view(e: Any, fmt: Fmt) -> dict[str, Any]:
     return {
         "efficiency": {
             "rows": rows, "basis": e.basis, "source": e.peaks.source,
-            "device": markup.text(e.peaks.device), "reference": markup.text(e.peaks.reference),
+            "device": markup.text(e.peaks.device), "reference": markup.code(e.peaks.reference),
             "peak_dtype": markup.text(e.peak_dtype), "peak": fmt.si(e.peak_flops, "FLOP/s"),
             "bandwidth": fmt.si(e.peaks.bandwidth, "B/s"),
             "peaks": [markup.text(f"{k} {fmt.si(v, 'FLOP/s')}") for k, v in
                       sorted(e.peaks.flops.items(), key=lambda kv: kv[1])],
-            "seconds": fmt.num(e.peaks.seconds, 1) if e.peaks.seconds else None,
+            "seconds": fmt.time(e.peaks.seconds * 1e6) if e.peaks.seconds else None,
             "threads": e.peaks.threads,
             "mfu": fmt.pct(e.mfu), "hfu": fmt.pct(e.hfu), "training": e.training,
             "flops_per_step": fmt.si(e.model_flops_per_step, "FLOP"),
@@ -657,12 +682,14 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
     if section.benchmark:
         bench = [{"op": r["op"], "cpu": fmt.num(r["cpu_ms"], 3),
                   "gpu": fmt.num(r["gpu_ms"], 3) if r.get("gpu_ms") is not None else "—",
-                  "speedup": (fmt.num(r["cpu_ms"] / r["gpu_ms"], 1) + "x"
+                  "speedup": (fmt.num(r["cpu_ms"] / r["gpu_ms"], 1) + "×"
                               if r.get("gpu_ms") else "—")}
                  for r in section.benchmark]
     tt = t if t is not None and t.windows else None  # the throughput, when it was timed
     timed = tt is not None
     interval = tt.interval if tt else None
+    ci = fmt.span(interval.low, interval.high) if interval else (None, None)
+    spread = fmt.span(min(tt.used), max(tt.used)) if tt else (None, None)
     tf32 = section.precision.get("tf32") or {}
     kernels = [o for o in p.ops if o.kind == KIND_KERNEL and o.calls] if device else []
     calls = sum(o.calls for o in kernels)
@@ -684,10 +711,8 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         disturbed_windows=tt.disturbed_windows if tt else 0,
         established=analysis.established,
         throughput=fmt.num(tt.median) if tt else None,
-        throughput_min=fmt.num(min(tt.used)) if tt else None,
-        throughput_max=fmt.num(max(tt.used)) if tt else None,
-        ci_low=fmt.num(interval.low) if interval else None,
-        ci_high=fmt.num(interval.high) if interval else None,
+        throughput_min=spread[0], throughput_max=spread[1],
+        ci_low=ci[0], ci_high=ci[1],
         ci_pct=fmt.pct(interval.half_width(tt.median)) if tt and interval else None,
         ci_confidence=fmt.pct(interval.confidence) if interval else None,
         outliers=len(tt.outliers) if tt else 0,
@@ -939,8 +964,8 @@ def compare_view(comparison: Any, lang: str) -> CompareView:
             change=fmt.signed_pct(p.speedup - 1) if p.speedup else "—",
             change_abs=fmt.pct(abs(p.speedup - 1)) if p.speedup else "—",
             noise=fmt.pct(p.noise) if p.noise is not None else None,
-            ratio_low=fmt.num(p.ratio.low, 2) if p.ratio else None,
-            ratio_high=fmt.num(p.ratio.high, 2) if p.ratio else None,
+            ratio_low=fmt.span(p.ratio.low, p.ratio.high, 2)[0] if p.ratio else None,
+            ratio_high=fmt.span(p.ratio.low, p.ratio.high, 2)[1] if p.ratio else None,
             confidence=fmt.pct(p.ratio.confidence) if p.ratio else None,
             basis=p.basis, time_unit="CUDA" if p.basis == "device" else "CPU",
             changed=[{"name": md_name(c.name), "before": fmt.time(c.before_us),
