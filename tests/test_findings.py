@@ -259,3 +259,27 @@ def test_the_optimizer_advice_names_the_users_own_class(cls, call):
                                 "f": _finding_view(finding, fmt)},
                                template="findings/single-tensor-optimizer.md.j2")
         assert f"`{call}`" in text, (lang, text)
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared is absent")
+@pytest.mark.parametrize("rule_id", sorted(r for r in RULES if "torch.compile" in (
+    Path(__file__).resolve().parent.parent / "templates" / "en" / "findings" / f"{r}.md.j2"
+).read_text(encoding="utf-8") and r != "recompilation"))
+def test_a_compiled_model_is_not_told_to_compile(rule_id):
+    """Advice that says "compile it" (`torch.compile`) is not given to a model that is
+    compiled already (reporter.analyze.compiled marks its findings); the rest stays."""
+    finding = _finding_for(rule_id)
+    words = {"en": "What to change", "ru": "Что сделать", "zh": "优化建议"}
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        texts = {}
+        for compiled in (False, True):
+            finding.evidence["compiled"] = compiled
+            texts[compiled] = render_markdown(
+                {"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                 "f": _finding_view(finding, fmt)}, template=f"findings/{rule_id}.md.j2")
+        assert "`torch.compile`" in texts[False] or "torch.compile(model)" in texts[False]
+        assert "`torch.compile`" not in texts[True] and "torch.compile(model)`" not in texts[True]
+        assert words[lang] in texts[True], (lang, texts[True])
+        assert "{{" not in texts[True] and "None" not in texts[True]
+    finding.evidence.pop("compiled")
