@@ -106,6 +106,14 @@ def _gpu(ops, cpu_total=None, **extra) -> Profile:
 
 
 SYNTHETIC = {
+    "recompilation": Profile(label="train", self_cpu_us=10_000, steps=2, ops=[
+        Op("ProfilerStep#1", calls=2, self_cpu_us=100, cpu_total_us=10_000,
+           kind="annotation"),
+        Op("Torch-Compiled Region: 0/1", calls=2, self_cpu_us=100, cpu_total_us=6000),
+        Op("entire_frame_compile", calls=1, self_cpu_us=100, cpu_total_us=2500),
+        Op("entire_frame_compile_data: fn_name=_compile.compile_inner, compile_id=0/1",
+           calls=1, kind="annotation"),
+        Op("aten::addmm", calls=6, self_cpu_us=3000, cpu_total_us=3000)]),
     "per-sample-loop": Profile(label="inference", self_cpu_us=10_000, steps=2, ops=[
         Op("ProfilerStep*", calls=2, self_cpu_us=100, cpu_total_us=10_000, kind="annotation"),
         Op("module::mlp", calls=128, self_cpu_us=3000, cpu_total_us=9000, kind="annotation"),

@@ -243,6 +243,7 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
     steps = f.evidence.get("steps")
     view["steps"] = steps if isinstance(steps, int) and not isinstance(steps, bool) else 0
     view["steps_text"] = fmt.int(view["steps"])
+    view.setdefault("compiled", False)  # set by the analyzer on a compiled model's findings
     view["op"] = md_name(f.evidence["op"]) if f.evidence.get("op") else ""
     for key in ("materialisers", "others"):
         view[key] = [md_name(n) for n in f.evidence.get(key, [])]
