@@ -178,9 +178,16 @@ def _unfold(md_text: str) -> str:
 
 def to_html(md_text: str, lang: str, created_iso: str | None) -> str:
     import markdown
+    from markdown.extensions.fenced_code import FencedCodeExtension
+    from markdown.extensions.md_in_html import MarkdownInHtmlExtension
+    from markdown.extensions.sane_lists import SaneListExtension
+    from markdown.extensions.tables import TableExtension
 
+    # The extensions as objects, not names: a name is looked up among every installed
+    # package's entry points, which costs a cold process more than the conversion.
     body = markdown.markdown(_unfold(md_text), output_format="html",
-                             extensions=["tables", "fenced_code", "sane_lists", "md_in_html"])
+                             extensions=[TableExtension(), FencedCodeExtension(),
+                                         SaneListExtension(), MarkdownInHtmlExtension()])
     # GitHub reads "\|" in a table cell's code span as "|"; python-markdown keeps the "\".
     body = sanitize(_CODE.sub(lambda m: m.group(0).replace("\\|", "|"), body))
     h1 = re.search(r"<h1>(.*?)</h1>", body, re.S)
