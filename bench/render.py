@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -44,10 +45,19 @@ def _env(root: Path = ROOT) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(root)}
 
 
-def _timed(cmd: list[str], cwd: Path, root: Path = ROOT) -> float:
+CPU: dict[str, list[float]] = {}  # CPU seconds (user + system, its children included) by label
+
+
+def _timed(cmd: list[str], cwd: Path, root: Path = ROOT, label: str = "") -> float:
+    """Wall seconds of the command; its CPU seconds go to CPU[label]."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, cwd=cwd, env=_env(root))
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.setdefault(label, []).append(after.ru_utime - before.ru_utime
+                                     + after.ru_stime - before.ru_stime)
+    return wall
 
 
 def _spread(samples: list[float]) -> str:
@@ -65,16 +75,16 @@ def cold(rounds: int, cases: list[tuple[str, str]], before: Path | None = None) 
             for case in cases:
                 name, lang = case
                 base[case].append(_timed([sys.executable, "-c", BASELINE,
-                                          str(work / "one.pdf")], work))
+                                          str(work / "one.pdf")], work, label=f"{case} base"))
                 folder = work / f"{name}-{r}"
                 shutil.copytree(FIXTURES / name, folder)
                 command = [sys.executable, "-m", "reporter", "render", str(folder),
                            "--format", "pdf", "--lang", lang]
-                ours[case].append(_timed(command, work))
+                ours[case].append(_timed(command, work, label=f"{case} ours"))
                 shutil.rmtree(folder)
                 if before:  # the same, with an older checkout of reporter
                     shutil.copytree(FIXTURES / name, folder)
-                    old[case].append(_timed(command, work, before))
+                    old[case].append(_timed(command, work, before, f"{case} before"))
                     shutil.rmtree(folder)
     finally:
         shutil.rmtree(work)
@@ -94,6 +104,18 @@ def cold(rounds: int, cases: list[tuple[str, str]], before: Path | None = None) 
                   f"{statistics.median(p) / statistics.median(b):5.1f}x "
                   f"{statistics.median(p) - statistics.median(b):8.2f} s "
                   f"{_spread([y - x for x, y in zip(b, p)]):>28}")
+    print("CPU time (user + system, children included; less sensitive to the other work on "
+          "the machine than wall time):")
+    for case in cases:
+        b = CPU[f"{case} base"]
+        for who in ("ours", "before"):
+            if f"{case} {who}" not in CPU:
+                continue
+            o = CPU[f"{case} {who}"]
+            name = case[0] + " " + case[1] + ("" if who == "ours" else " (before)")
+            print(f"{name:<31} {_spread(b):>26} {_spread(o):>26} "
+                  f"{statistics.median(o) / statistics.median(b):5.1f}x "
+                  f"{statistics.median(o) - statistics.median(b):8.2f} s")
 
 
 def stages_child(folder: Path, lang: str) -> None:
