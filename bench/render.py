@@ -1,17 +1,29 @@
-"""Benchmark: rendering one report, PDF against Markdown, for each language.
+"""Benchmark: a cold ``reporter render RUN --format pdf`` against WeasyPrint's own start.
 
-Renders the stored fixture runs (a CPU run and the recorded CUDA run) in
-every language, as Markdown (the baseline) and as PDF (Markdown -> HTML ->
-WeasyPrint, with its charts), in one process after one warm-up rendering, and
-prints the times and the ratio. A cold start (a new process rendering one
-PDF, imports included: WeasyPrint alone takes about 0.9 s to import) is timed
-too. Goal: rendering one report under 2 s.
+The floor is what WeasyPrint itself takes, in a fresh process, to import and write a
+one-line PDF. Each round runs that baseline and then reporter (a fresh process rendering
+one stored fixture run as PDF, imports, charts and fonts included) for each case, so the
+two are measured side by side under the same load; the run folder is a fresh copy each
+time (no chart left from an earlier round). It prints, per case, the medians of the
+baseline and of reporter with their range (min-max), their ratio and difference, and the
+median of the paired differences (reporter minus the baseline run just before it).
+Goal (#32): reporter - baseline <= 1.5 s.
 
-    .venv/bin/python bench/render.py
+``--stages`` adds where one cold render's time goes (a child process timing each stage:
+imports, loading and analysing the run, charts, Markdown, HTML, WeasyPrint's layout and
+its drawing); ``--warm`` adds the old in-process table, Markdown against PDF per language.
+
+    .venv/bin/python bench/render.py [--rounds 5] [--stages] [--warm] [--before CHECKOUT]
+
+``--before`` times an older checkout (``git archive COMMIT | tar -x -C DIR``) in the
+same rounds, for a before/after under the same load.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -21,24 +33,161 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from reporter.render.report import write_report  # noqa: E402
-from reporter.store import load  # noqa: E402
-from reporter.render.view import LANGUAGES, run_view  # noqa: E402
-
 FIXTURES = ROOT / "tests" / "fixtures" / "runs"
+# (fixture, language): the recorded CUDA run (one chart, 6 pages) and the CPU run with
+# the most to draw (two sections, eight charts, 13 pages).
+CASES = [("cuda-seed001", "zh"), ("cpu-transformer", "ru")]
+BASELINE = ("import sys\nfrom weasyprint import HTML\n"
+            "HTML(string='<p>reporter</p>').write_pdf(sys.argv[1])\n")
 
 
-def timed(fn, repeat: int = 3) -> float:
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+def _env(root: Path = ROOT) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(root)}
 
 
-def main() -> None:
+CPU: dict[str, list[float]] = {}  # CPU seconds (user + system, its children included) by label
+
+
+def _timed(cmd: list[str], cwd: Path, root: Path = ROOT, label: str = "") -> float:
+    """Wall seconds of the command; its CPU seconds go to CPU[label]."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True, cwd=cwd, env=_env(root))
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.setdefault(label, []).append(after.ru_utime - before.ru_utime
+                                     + after.ru_stime - before.ru_stime)
+    return wall
+
+
+def _spread(samples: list[float]) -> str:
+    return f"{statistics.median(samples):5.2f} s [{min(samples):.2f}-{max(samples):.2f}]"
+
+
+def cold(rounds: int, cases: list[tuple[str, str]], before: Path | None = None) -> None:
+    work = Path(tempfile.mkdtemp(prefix="reporter-bench-"))
+    base: dict[tuple[str, str], list[float]] = {c: [] for c in cases}
+    ours: dict[tuple[str, str], list[float]] = {c: [] for c in cases}
+    old: dict[tuple[str, str], list[float]] = {c: [] for c in cases}
+    load = os.getloadavg()[0]
+    try:
+        for r in range(rounds):
+            for case in cases:
+                name, lang = case
+                base[case].append(_timed([sys.executable, "-c", BASELINE,
+                                          str(work / "one.pdf")], work, label=f"{case} base"))
+                folder = work / f"{name}-{r}"
+                shutil.copytree(FIXTURES / name, folder)
+                command = [sys.executable, "-m", "reporter", "render", str(folder),
+                           "--format", "pdf", "--lang", lang]
+                ours[case].append(_timed(command, work, label=f"{case} ours"))
+                shutil.rmtree(folder)
+                if before:  # the same, with an older checkout of reporter
+                    shutil.copytree(FIXTURES / name, folder)
+                    old[case].append(_timed(command, work, before, f"{case} before"))
+                    shutil.rmtree(folder)
+    finally:
+        shutil.rmtree(work)
+    print(f"cold PDF, {rounds} interleaved rounds, {os.cpu_count()} CPUs, "
+          f"load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
+    print(f"{'case':<22} {'WeasyPrint one line':>26} {'reporter':>26} {'ratio':>6} "
+          f"{'difference':>10} {'paired difference':>28}")
+    for case in cases:
+        b, o = base[case], ours[case]
+        pairs = [y - x for x, y in zip(b, o)]
+        print(f"{case[0] + ' ' + case[1]:<22} {_spread(b):>26} {_spread(o):>26} "
+              f"{statistics.median(o) / statistics.median(b):5.1f}x "
+              f"{statistics.median(o) - statistics.median(b):8.2f} s {_spread(pairs):>28}")
+        if before:
+            p = old[case]
+            print(f"{'  ' + str(before)[-20:]:<22} {'':>26} {_spread(p):>26} "
+                  f"{statistics.median(p) / statistics.median(b):5.1f}x "
+                  f"{statistics.median(p) - statistics.median(b):8.2f} s "
+                  f"{_spread([y - x for x, y in zip(b, p)]):>28}")
+    print("CPU time (user + system, children included; less sensitive to the other work on "
+          "the machine than wall time):")
+    for case in cases:
+        b = CPU[f"{case} base"]
+        for who in ("ours", "before"):
+            if f"{case} {who}" not in CPU:
+                continue
+            o = CPU[f"{case} {who}"]
+            name = case[0] + " " + case[1] + ("" if who == "ours" else " (before)")
+            print(f"{name:<31} {_spread(b):>26} {_spread(o):>26} "
+                  f"{statistics.median(o) / statistics.median(b):5.1f}x "
+                  f"{statistics.median(o) - statistics.median(b):8.2f} s")
+
+
+def stages_child(folder: Path, lang: str) -> None:
+    """Run in a fresh process: one render, timed stage by stage."""
+    t0 = last = time.perf_counter()
+    times: list[tuple[str, float]] = []
+
+    def mark(stage: str) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        times.append((stage, now - last))
+        last = now
+
+    import weasyprint  # noqa: F401
+    mark("import weasyprint")
+    sys.path.insert(0, str(ROOT))
+    from dataclasses import replace
+
+    from reporter.analyze.analyzer import analyze_run
+    from reporter.render import pdf, report
+    from reporter.render.view import run_view
+    from reporter.store import load
+    mark("import reporter (render)")
+    run = load(folder)
+    view = run_view(run, lang, analyze_run(run))
+    mark("load + analyze + view")
+    from reporter.render.charts import draw
+    charts = replace(draw(view, folder, report.terms(lang), "report"), mermaid={})
+    mark("charts (matplotlib, import included)")
+    markdown = report.render_markdown(view, report.RenderOptions(), charts)
+    mark("Markdown (Jinja)")
+    pdf.check_fonts(lang)
+    page = pdf.to_html(markdown, lang, view.created_iso)
+    mark("fc-list + HTML (python-markdown)")
+    document = weasyprint.HTML(string=page, base_url=str(folder) + "/",
+                               url_fetcher=pdf.url_fetcher(folder, charts.names())).render()
+    mark("WeasyPrint layout")
+    document.write_pdf()
+    mark("WeasyPrint drawing (charts' SVG) + PDF")
+    for stage, seconds in times:
+        print(f"  {stage:<42} {seconds:6.2f} s")
+    print(f"  {'total (after interpreter start)':<42} {time.perf_counter() - t0:6.2f} s, "
+          f"{len(document.pages)} pages")
+
+
+def stages(cases: list[tuple[str, str]]) -> None:
+    work = Path(tempfile.mkdtemp(prefix="reporter-bench-"))
+    try:
+        for name, lang in cases:
+            folder = work / name
+            shutil.copytree(FIXTURES / name, folder)
+            print(f"stages of one cold render, {name} {lang}:", flush=True)
+            subprocess.run([sys.executable, __file__, "--stages-child", str(folder), lang],
+                           check=True, env=_env())
+    finally:
+        shutil.rmtree(work)
+
+
+def warm() -> None:
+    sys.path.insert(0, str(ROOT))
+    from reporter.render.report import write_report
+    from reporter.render.view import LANGUAGES, run_view
+    from reporter.store import load
+
+    def timed(fn, repeat: int = 3) -> float:
+        samples = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - start)
+        return statistics.median(samples)
+
     out = Path(tempfile.mkdtemp(prefix="reporter-render-"))
     runs = {name: load(FIXTURES / name) for name in ("cpu-transformer-bloat", "cuda-seed001")}
     write_report(run_view(runs["cuda-seed001"], "en"), out, "pdf")  # warm-up: imports, fonts
@@ -48,14 +197,27 @@ def main() -> None:
             md = timed(lambda run=run, lang=lang: write_report(run_view(run, lang), out, "md"))
             pdf = timed(lambda run=run, lang=lang: write_report(run_view(run, lang), out, "pdf"))
             print(f"{name:<24} {lang:<5} {md * 1000:8.1f}ms {pdf * 1000:8.1f}ms {pdf / md:7.1f}x")
-    copy = out / "cuda-seed001"
-    shutil.copytree(FIXTURES / "cuda-seed001", copy)
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "reporter", "render", str(copy), "--lang", "zh",
-                    "--format", "pdf"], check=True, capture_output=True, cwd=out)
-    print(f"cold process, zh PDF of cuda-seed001, imports included: "
-          f"{time.perf_counter() - start:.2f} s")
     shutil.rmtree(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--stages", action="store_true")
+    parser.add_argument("--warm", action="store_true")
+    parser.add_argument("--before", type=Path, metavar="CHECKOUT",
+                        help="also time an older checkout of reporter in the same rounds")
+    parser.add_argument("--stages-child", nargs=2, metavar=("FOLDER", "LANG"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.stages_child:
+        stages_child(Path(args.stages_child[0]), args.stages_child[1])
+        return
+    cold(args.rounds, CASES, args.before)
+    if args.stages:
+        stages(CASES)
+    if args.warm:
+        warm()
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def test_math_text_in_names_is_drawn_as_text(tmp_path):
     res = cli("analyze", tmp_path / "m.txt", "--out", tmp_path)
     assert res.code == 0, res.err
     [chart] = tmp_path.glob("*.svg")
-    assert chart.read_text().rstrip().endswith("</svg>")  # drawn whole (glyphs are paths)
+    assert chart.read_text().rstrip().endswith("</svg>")  # drawn whole
 
 
 def test_a_100_kb_name_is_refused_in_one_line_and_quickly(tmp_path):

@@ -103,3 +103,50 @@ def test_run_writes_markdown_and_pdf(runs):
     md = paths[0].read_text() if paths[0].suffix == ".md" else paths[1].read_text()
     chart = re.search(r"!\[[^\]]+\]\(([^)]*-chart-[^)]+\.svg)\)", md)
     assert chart and (paths[0].parent / chart.group(1)).is_file()
+
+
+def test_a_cold_pdf_is_laid_out_by_a_child_that_imported_weasyprint(tmp_path):
+    """A fresh process asked for a PDF forks a child that imports WeasyPrint while the
+    charts are drawn (#32): the parent never imports it, and the PDF is the one the
+    parent makes on its own."""
+    import os
+    import sys
+
+    from conftest import ROOT
+
+    run = FIXTURES / "runs" / "cpu-tensor-ops"
+    code = ("import sys; from pathlib import Path\n"
+            "from reporter.store import load\n"
+            "from reporter.render.view import run_view\n"
+            "from reporter.render.report import write_report\n"
+            f"write_report(run_view(load(Path({str(run)!r})), 'en'), Path(sys.argv[1]), 'pdf')\n"
+            "print('weasyprint' in sys.modules)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for folder, ahead in ((tmp_path / "ahead", "1"), (tmp_path / "alone", "0")):
+        folder.mkdir()
+        res = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True,
+                             text=True, env={**env, "REPORTER_PDF_AHEAD": ahead}, timeout=300)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.split() == (["False"] if ahead == "1" else ["True"])
+    pdfs = [(tmp_path / f / "report.en.pdf").read_bytes() for f in ("ahead", "alone")]
+    assert pdfs[0].startswith(b"%PDF") and pdfs[0] == pdfs[1]
+
+
+def test_a_child_that_fails_leaves_the_pdf_to_the_parent(tmp_path, monkeypatch):
+    import os
+
+    from reporter.render import pdf as pdf_module
+
+    parent, real = os.getpid(), pdf_module._write_pdf
+
+    def fails_in_the_child(*args):
+        if os.getpid() != parent:
+            raise RuntimeError("the child breaks")
+        return real(*args)
+
+    monkeypatch.setattr(pdf_module, "_cold", lambda: True)
+    monkeypatch.setattr(pdf_module, "_write_pdf", fails_in_the_child)
+    pdf = write_report(run_view(load(FIXTURES / "runs" / "cpu-tensor-ops"), "ru"), tmp_path,
+                       "pdf")
+    assert TITLES["ru"] in " ".join(_text(pdf).split())
+    assert pdf_module._ahead is None

@@ -26,7 +26,10 @@ def _pyplot():
     matplotlib.use("svg", force=True)
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"svg.fonttype": "path",
+    # Words as SVG text in the fonts of the report's language (draw sets them), not
+    # as one path per glyph: a chart's thousands of glyph outlines were most of the
+    # time WeasyPrint spent on a PDF, and of matplotlib's own (bench/render.py).
+    plt.rcParams.update({"svg.fonttype": "none",
                          "text.parse_math": False,  # names are text: "$5 and $6" is no formula
                          "text.usetex": False,
                          "svg.hashsalt": "reporter",  # the same input gives the same file
