@@ -12,18 +12,12 @@ from __future__ import annotations
 
 import html
 import logging
-import os
-import pickle
 import re
 import shutil
-import signal
 import subprocess
-import sys
-import threading
-from contextlib import contextmanager
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from .. import __version__
@@ -234,123 +228,14 @@ def render_pdf(view: View, markdown_text: str, charts: Charts) -> bytes:
     module does not depend on the renderer), ``charts`` (render.charts.Charts) the chart
     files it may embed."""
     check_fonts(view.lang)
-    page = to_html(markdown_text, view.lang, view.created_iso)
-    folder = charts.folder or Path.cwd()
-    if _ahead is not None:
-        pdf = _ahead.render(page, folder, charts.names())
-        if pdf is not None:
-            return pdf
     try:
-        import weasyprint  # noqa: F401
+        from weasyprint import HTML
     except (ImportError, OSError) as exc:  # OSError: Pango or its friends are missing
         raise WorkFailed(f"PDF needs WeasyPrint and Pango ({exc}); run scripts/setup.sh",
                          error_id="no-weasyprint") from exc
-    return _write_pdf(page, folder, charts.names())
-
-
-def _write_pdf(page: str, folder: Path, names: set[str]) -> bytes:
-    from weasyprint import HTML
-
+    page = to_html(markdown_text, view.lang, view.created_iso)
+    folder = charts.folder or Path.cwd()
     # A refused URL is logged by WeasyPrint as a warning: not the user's business.
     logging.getLogger("weasyprint").setLevel(logging.ERROR)
     return HTML(string=page, base_url=str(folder) + "/",
-                url_fetcher=url_fetcher(folder, names)).write_pdf()
-
-
-class _Ahead:
-    """A child process, forked before the charts are drawn, that imports WeasyPrint
-    (about as long as the charts take: most of a cold PDF's fixed cost) on the other CPU
-    and then lays out the page it is sent. Only an accelerator: whatever goes wrong in
-    it (no WeasyPrint, a crash, a signal), the parent renders the PDF itself."""
-
-    def __init__(self) -> None:
-        request_r, self.request = os.pipe()
-        self.reply, reply_w = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:  # the child: never returns
-            code = 1
-            try:
-                os.close(self.request)
-                os.close(self.reply)
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                import weasyprint  # noqa: F401
-
-                with os.fdopen(request_r, "rb") as r:
-                    data = r.read()
-                if data:
-                    page, folder, names = pickle.loads(data)
-                    pdf = _write_pdf(page, folder, names)
-                    with os.fdopen(reply_w, "wb") as w:
-                        w.write(pdf)
-                    code = 0
-            except BaseException:  # the parent falls back to rendering it itself
-                pass
-            finally:
-                os._exit(code)
-        os.close(request_r)
-        os.close(reply_w)
-        self.used = False
-
-    def render(self, page: str, folder: Path, names: set[str]) -> bytes | None:
-        """The PDF the child made of ``page``, or None when it could not."""
-        if self.used:
-            return None
-        self.used = True
-        try:
-            with os.fdopen(self.request, "wb") as w:
-                w.write(pickle.dumps((page, folder, names)))
-            with os.fdopen(self.reply, "rb") as r:
-                pdf = r.read()
-        except OSError:  # the child died early: a broken pipe
-            pdf = b""
-        finally:
-            self.request = self.reply = -1
-        _, status = os.waitpid(self.pid, 0)
-        self.pid = 0
-        return pdf if status == 0 and pdf.startswith(b"%PDF") else None
-
-    def close(self) -> None:
-        for fd in (self.request, self.reply):
-            if fd >= 0:
-                os.close(fd)
-        if self.pid:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-            self.pid = 0
-
-
-_ahead: _Ahead | None = None
-
-
-def _cold() -> bool:
-    """Whether a child importing WeasyPrint would gain time, and forking is safe: not
-    in a process that imported torch (``reporter run``: its thread pools and devices are
-    no business of a fork), nor with other Python threads running
-    (``REPORTER_PDF_AHEAD=0`` turns it off)."""
-    return ("weasyprint" not in sys.modules and "torch" not in sys.modules
-            and hasattr(os, "fork") and threading.active_count() == 1
-            and os.environ.get("REPORTER_PDF_AHEAD", "1") != "0")
-
-
-@contextmanager
-def weasyprint_ahead(wanted: bool) -> Iterator[None]:
-    """Within this block, a PDF is laid out by a child process that started importing
-    WeasyPrint when the block began (see _Ahead): in a cold process asked for a PDF, on
-    a system with fork, and with no other thread running (forking a threaded process is
-    unsafe). Elsewhere (WeasyPrint already imported, as in a long-lived process), nothing
-    changes."""
-    global _ahead
-    if not wanted or _ahead is not None or not _cold():
-        yield
-        return
-    try:
-        _ahead = _Ahead()
-    except OSError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        ahead, _ahead = _ahead, None
-        ahead.close()
+                url_fetcher=url_fetcher(folder, charts.names())).write_pdf()

@@ -169,21 +169,18 @@ def write_reports(view: View, folder: Path, formats: Sequence[str],
     then write the files: when a format fails, none is written, and the charts drawn for
     it are removed."""
     from .charts import draw
-    from .pdf import weasyprint_ahead
 
     language(view.lang)  # BadInput for an unknown language
     folder = Path(folder)
     before = {p.name for p in folder.glob(f"{stem}-chart-*")} if folder.is_dir() else set()
-    # A cold PDF: WeasyPrint is imported by a child process while the charts are drawn.
-    with weasyprint_ahead("pdf" in formats):
-        charts = draw(view, folder, terms(view.lang), stem, mermaid=options.github)
-        try:
-            contents = [(RENDERERS[fmt], RENDERERS[fmt].render(view, options, charts))
-                        for fmt in formats]
-        except BaseException:
-            for name in charts.names() - before:
-                (folder / name).unlink(missing_ok=True)
-            raise
+    charts = draw(view, folder, terms(view.lang), stem, mermaid=options.github)
+    try:
+        contents = [(RENDERERS[fmt], RENDERERS[fmt].render(view, options, charts))
+                    for fmt in formats]
+    except BaseException:
+        for name in charts.names() - before:
+            (folder / name).unlink(missing_ok=True)
+        raise
     return [write_atomic(folder / f"{stem}.{view.lang}.{renderer.extension}", content)
             for renderer, content in contents]
 
