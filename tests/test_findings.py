@@ -212,6 +212,95 @@ def test_fp32_convolutions_are_tensor_core_eligible_work_by_kernel_name():
     assert "fp32-gemm" not in {f.rule for f in analyze(tensor_cores)}
 
 
+# Kernel names as torch and cuDNN record them (the corpus traces 06 and 11, torch 2.x's
+# memory-efficient attention, cuDNN 7-8 on a V100): fp32 convolutions and attention are
+# fp32 matrix work; their fp16, bf16 and tensor-core forms are not.
+@pytest.mark.parametrize("name,fp32,what", [
+    ("volta_scudnn_128x64_relu_interior_nn_v1", True, "convolutions"),
+    ("volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", True, "convolutions"),
+    ("cudnn_ampere_scudnn_128x64_relu_xregs_large_nn_v1", True, "convolutions"),
+    ("void cudnn::detail::implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, "
+     "false, true>(int, int, int, float const*, int, float*, float const*, kernel_conv_params, "
+     "unsigned long long, int, float, float, int, float const*, float const*, bool, int, int)",
+     True, "convolutions"),
+    ("void cudnn::detail::dgrad_engine<float, 128, 6, 7, 3, 3, 5, false>(int, int, int, float "
+     "const*, int, float const*, int, float*, kernel_grad_params, unsigned long long, int, "
+     "unsigned long long, int, float, int, int, int)", True, "convolutions"),
+    ("void cudnn::detail::wgrad_alg0_engine<float, 128, 5, 5, 3, 3, true, 512>(int, int, int, "
+     "float const*, int, float*, float const*, kernel_grad_params, unsigned long long, int, "
+     "float, int, int, int, int)", True, "convolutions"),
+    ("void fft2d_r2c_32x32<float, false, 0u, false>(float2*, float const*, int, int, int, int, "
+     "int, int, int, int, int, cudnn::reduced_divisor, bool, int2, int, int)", True,
+     "convolutions"),
+    ("ampere_gcgemm_64x64_nt", True, "convolutions"),
+    ("sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nhwckrsc_nchw_tilesize128x128x8_stage3_"
+     "warpsize2x2x1_g1_ffma_aligna4_alignc4_execute_kernel_trt", True, "convolutions"),
+    ("fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, "
+     "cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)", True, "attention"),
+    ("fmha_cutlassB_f32_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel"
+     "<cutlass::arch::Sm80, float, true, false, false, 64, 64, 64, false>::Params)", True,
+     "attention"),
+    ("void attention_kernel_batched_impl<AttentionKernel<float, cutlass::arch::Sm75, true, 64, "
+     "64, true, true, true> >(AttentionKernel<float, cutlass::arch::Sm75, true, 64, 64, true, "
+     "true, true>::Params)", True, "attention"),
+    # not fp32 work: tensor cores, half precision, TF32
+    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16"
+     "_stage4_warpsize2x2x1_g1_tensor16x8x8_alignc4_execute_kernel_cudnn", False, None),
+    ("volta_fp16_s884cudnn_fp16_256x128_ldg8_relu_f2f_exp_small_nhwc2nchw_tn_v1", False, None),
+    ("volta_fp16_scudnn_fp16_128x64_relu_interior_nn_v1", False, None),
+    ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<"
+     "cutlass::bfloat16_t, cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)", False,
+     None),
+    ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, "
+     "4, false, false, cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<64, 128, 128, 4, "
+     "cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>"
+     "(pytorch_flash::Flash_fwd_params)", False, None),
+    ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, "
+     "(cudnnKernelDataType_t)2>(cudnn::ops::nchw2nhwc_params_t<float>, float const*, float*)",
+     False, None),
+])
+def test_fp32_convolutions_and_attention_count_by_their_recorded_names(name, fp32, what):
+    profile = _gpu([Op("aten::conv_or_attention", calls=10, self_cpu_us=500, self_device_us=9000),
+                    Op(name, calls=10, self_device_us=9000, kind="kernel"),
+                    Op("elementwise_kernel", calls=10, self_device_us=1000, kind="kernel")])
+    found = [f for f in analyze(profile) if f.rule == "fp32-gemm"]
+    assert bool(found) is fp32, name
+    if found:
+        ev = found[0].evidence
+        assert ev[what] and not ev["products"], ev
+        assert not ({"convolutions", "attention"} - {what}) & {k for k in ev if ev[k] is True}
+
+
+def test_fp32_attention_on_a_v100_is_told_and_advised_in_each_language():
+    """The hold-out case: a V100 model whose fp32 attention and convolutions hold the time.
+    The fmha kernel's sm70 suffix (no arch prefix) says the tensor cores do fp16 only."""
+    att = "fmha_cutlassF_f32_aligned_64x64_rf_sm70(PyTorchMemEffAttention::AttentionKernel<" \
+          "float, cutlass::arch::Sm70, true, 64, 64, 64, true, true>::Params)"
+    conv = "volta_scudnn_128x64_relu_interior_nn_v1"
+    profile = _gpu([Op("aten::_efficient_attention_forward", calls=10, self_device_us=5000),
+                    Op(att, calls=10, self_device_us=5000, kind="kernel"),
+                    Op(conv, calls=10, self_device_us=4000, kind="kernel"),
+                    Op("elementwise_kernel", calls=10, self_device_us=1000, kind="kernel")])
+    f = next(f for f in analyze(profile) if f.rule == "fp32-gemm")
+    assert f.evidence["attention"] and f.evidence["convolutions"] and f.evidence["fp16_only"]
+    assert f.evidence["share"] == pytest.approx(0.9)
+    words = {"en": ("the fused attention kernels too", "memory-efficient kernel in fp16"),
+             "ru": ("fused-ядра attention тоже", "memory-efficient-ядром в fp16"),
+             "zh": ("融合 Attention kernel 也是如此", "以 fp16 运行 memory-efficient kernel")}
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                                "f": _finding_view(f, fmt)}, template="findings/fp32-gemm.md.j2")
+        assert all(w in text for w in words[lang]), text
+        assert "{{" not in text and "None" not in text, text
+    alone = _gpu([Op(att, calls=10, self_device_us=9000, kind="kernel"),
+                  Op("elementwise_kernel", calls=10, self_device_us=1000, kind="kernel")])
+    f = next(f for f in analyze(alone) if f.rule == "fp32-gemm")
+    text = render_markdown({"lang": "en", "on_gpu": True, "plural": Fmt("en").plural,
+                            "f": _finding_view(f, Fmt("en"))}, template="findings/fp32-gemm.md.j2")
+    assert "Attention runs in full fp32 (the memory-efficient fused kernel)" in text, text
+
+
 
 @pytest.mark.parametrize("cls, call", [
     ("Adam", "torch.optim.Adam(params, lr=..., fused=True)"),

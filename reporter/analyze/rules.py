@@ -248,14 +248,40 @@ def sync_stall(profile: Profile, limits: dict[str, float]) -> Finding | None:
 # "internal::gemvx::kernel<int, int, float, ...>" (not "<int, int, __nv_bfloat16, ...>").
 _FP32_GEMM = re.compile(r"sgemm|gemv2?[NT]?_kernel\w*<[^,<>]*, ?[^,<>]*, ?float\b|"
                         r"gemvx::kernel<[^,<>]*, ?[^,<>]*, ?float\b|gemmSN_\w*kernel<float|"
-                        r"gemm(_indexed)?_f32f32_f32|Cijk_Ailk_Bljk_S|Cijk_Alik_Bljk_S")
+                        r"gemm(_indexed)?_f32f32_f32|Cijk_Ailk_Bljk_S|Cijk_Alik_Bljk_S|"
+                        # cuDNN's fp32 convolutions by their other names (below)
+                        r"_scudnn_(?!fp16)|cudnn::detail::\w*(dgrad|wgrad)\w*<float\b|"
+                        r"winograd\w*<float\b|fft2d_[rc]2[rc]_\w*<float\b|_gcgemm_|"
+                        # fp32 attention (below)
+                        r"fmha_cutlass[FB]_f32_|AttentionKernel<float\b|"
+                        r"AttentionBackwardKernel<cutlass::arch::Sm\d+, ?float\b")
 # Architectures whose GEMM kernels name themselves and that have tensor cores.
 _TC_ARCH = re.compile(r"^(volta|turing|ampere|sm[789]\d|hopper|ada|blackwell|sm1\d\d)_")
 _NO_TC_ARCH = re.compile(r"^(maxwell|kepler|pascal)_")
 # fp32 GEMM kernels that compute convolutions: cuDNN's implicit GEMMs (fprop, dgrad, wgrad:
 # "sm90_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_..."; with TF32 on they read
 # "..._f32f32_tf32f32_f32_..." and are not fp32 GEMMs) and implicit_convolve_sgemm.
-_CONV_KERNEL = re.compile(r"fprop|dgrad|wgrad|convolve", re.IGNORECASE)
+# cuDNN's older fp32 convolution kernels (a V100's, an A100's when cuDNN picks them) say
+# "scudnn" (single precision; "volta_scudnn_128x64_relu_interior_nn_v1",
+# "cudnn_ampere_scudnn_128x64_relu_xregs_large_nn_v1"; "s884cudnn" is the tensor cores',
+# "scudnn_fp16" fp16 data), or are engines templated on float ("cudnn::detail::
+# dgrad_engine<float, ...>", "wgrad_alg0_engine<float, ...>", "winograd3x3Kernel<float,
+# ...>"), or the FFT convolution's transforms and complex GEMM ("fft2d_r2c_32x32<float, ...>",
+# "ampere_gcgemm_64x64_nt"). Under autocast all of them give way to tensor-core implicit GEMMs.
+_CONV_KERNEL = re.compile(r"fprop|dgrad|wgrad|convolve|scudnn|winograd|fft2d_|gcgemm",
+                          re.IGNORECASE)
+# fp32 attention: PyTorch's memory-efficient kernels in fp32 ("fmha_cutlassF_f32_aligned_
+# 64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, cutlass::arch::Sm80, ...>
+# ::Params)", the backward "fmha_cutlassB_f32_..."; before torch 2.1 "attention_kernel_batched
+# <AttentionKernel<float, ...>>"), what scaled_dot_product_attention runs on fp32 inputs. The
+# flash and cuDNN kernels have no fp32 variant: fp32 attention is these or sgemm matmuls.
+# On sm80 and later the fp32 kernel emulates fp32 on the tensor cores (3xTF32), still
+# several times slower than the same kernel in bf16.
+# Kernels built for Volta or Turing by their suffix (fmha_cutlassF_f32_aligned_64x64_rf_sm70),
+# and those GPUs by name: tensor cores in fp16 only.
+_FP16_ONLY_SM = re.compile(r"_sm7[05]\b")
+_FP16_ONLY_GPU = re.compile(r"V100|Titan V|\bT4\b|RTX 20\d0|Quadro RTX|GTX 16\d0", re.IGNORECASE)
+_ATTENTION_KERNEL = re.compile(r"fmha_cutlass|AttentionKernel<|AttentionBackwardKernel<")
 
 
 # Runtime calls in which the host waits for a copy: from pageable memory, or behind the
@@ -286,7 +312,8 @@ def host_copy_blocked(profile: Profile, limits: dict[str, float]) -> Finding | N
 @rule("fp32-gemm", saving=savings.faster_dtype, explains=_runs_products,
       whatif=WhatIf("gemm-precision", of_recorded=True), share=0.50, high=0.70)
 def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
-    """fp32 matrix products without tensor cores hold most of the device time."""
+    """fp32 matrix work without tensor cores holds most of the device time: matrix
+    products, convolutions (cuDNN's fp32 kernels) and fused attention in fp32."""
     if not profile.has_device:
         return None
     kernels = [o for o in profile.ops if o.kind == "kernel"]
@@ -306,9 +333,13 @@ def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
                     "kernels": len(gemms), "arch": arch,
                     # what the kernels compute: convolutions, matrix products, or both
                     "convolutions": any(_CONV_KERNEL.search(o.name) for o in gemms),
-                    "products": any(not _CONV_KERNEL.search(o.name) for o in gemms),
+                    "attention": any(_ATTENTION_KERNEL.search(o.name) for o in gemms),
+                    "products": any(not _CONV_KERNEL.search(o.name)
+                                    and not _ATTENTION_KERNEL.search(o.name) for o in gemms),
                     # Volta (V100) and Turing (T4) tensor cores do fp16 only: no bf16, no TF32
-                    "fp16_only": arch in ("volta_", "turing_")},
+                    "fp16_only": arch in ("volta_", "turing_")
+                    or bool(_FP16_ONLY_SM.search(top.name))
+                    or bool(_FP16_ONLY_GPU.search(profile.device_name or ""))},
                    ops=[o.name for o in gemms])
 
 
