@@ -102,7 +102,7 @@ def test_a_long_dataloader_wait_idles_the_gpu_for_data(tmp_path):
     assert host["data"] == 80 and max(host, key=host.get) == "data"
     assert device == {"compute": 10, "communication": 0, "copy_h2d": 4, "copy_d2h": 0,
                       "copy_d2d": 0, "memset": 0, "idle_data": 80, "idle_sync": 1,
-                      "idle_queued": 0, "idle_host": 5}
+                      "idle_latency": 0, "idle_queued": 0, "idle_host": 5}
     assert b.device_notes_us["copy_pageable"] == [4]
 
 
@@ -237,6 +237,42 @@ def test_idle_time_with_the_next_work_already_launched_is_not_the_hosts(tmp_path
     ])
     _, device = _step(b)
     assert device["compute"] == 50
-    assert device["idle_queued"] == 30 + 10
+    assert device["idle_queued"] == 30  # queued for 30 us: a dependency or an event
+    assert device["idle_latency"] == 10  # queued for 10 us (LATENCY_US): the launch's latency
     assert device["idle_host"] == 10
     assert sum(device.values()) == 100
+
+
+def test_short_queued_gaps_are_launch_latency_and_streams_split_when_two_compute(tmp_path):
+    """A gap whose next kernel waited in the queue at most LATENCY_US is launch latency,
+    a longer wait a dependency or an event; with two computing streams, each stream's own
+    idle time is split the same way (exact answers by hand)."""
+    def launch(ts, corr):
+        return _x("cudaLaunchKernel", ts, 1, cat="cuda_runtime", correlation=corr)
+
+    def kernel(ts, dur, corr, tid=7):
+        return _x(f"void k{corr}", ts, dur, cat="kernel", pid=0, tid=tid, correlation=corr)
+    b = _read(tmp_path, [
+        _x("ProfilerStep#1", 0, 200, cat="user_annotation"),
+        _x("forward", 0, 200, cat="user_annotation"),
+        launch(0, 1), kernel(0, 50, 1),
+        launch(1, 2), kernel(54, 40, 2),             # gap 50..54, queued since 1: latency 4
+        launch(2, 3), kernel(120, 30, 3, tid=9),     # stream 9; device gap 94..120: queued 26
+        launch(3, 4), kernel(125, 20, 4),            # stream 7: gap 94..125, queued 31
+        launch(170, 5), kernel(175, 25, 5),          # gap 150..175: host 20, then latency 5
+    ])
+    _, device = _step(b)
+    assert device["compute"] == 50 + 40 + 30 + 25
+    assert device["idle_latency"] == 4 + 5
+    assert device["idle_queued"] == 26
+    assert device["idle_host"] == 20
+    streams = {k: {a: v[0] for a, v in split.items()} for k, split in b.stream_us.items()}
+    assert list(streams) == ["stream 7", "stream 9"]
+    assert streams["stream 7"] == {"busy": 50 + 40 + 20 + 25, "idle_latency": 4 + 5,
+                                   "idle_queued": 31, "idle_host": 25}  # 145..170
+    # stream 9: 0..2 not launched, 2..120 queued (118), 150..200 nothing follows
+    assert streams["stream 9"] == {"busy": 30, "idle_latency": 0, "idle_queued": 118,
+                                   "idle_host": 2 + 50}
+    one = _read(tmp_path, [_x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+                           launch(0, 1), kernel(0, 50, 1), launch(1, 2), kernel(60, 10, 2)])
+    assert one.stream_us == {}  # one computing stream: the device's split is its own

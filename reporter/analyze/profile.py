@@ -84,6 +84,9 @@ class Breakdown:
     host_us: dict[str, list[float]]
     device_us: dict[str, list[float]] = field(default_factory=dict)
     device_notes_us: dict[str, list[float]] = field(default_factory=dict)
+    # Per stream that runs compute kernels, when more than one does: its busy time and
+    # its own idle time by cause (analyze.breakdown.STREAM_ACTIVITIES), per step.
+    stream_us: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     # Per module (runner's module:: marks, or nn.Module events): mean per step, inclusive
     # of the modules inside; depth 0 is the outermost.
     module_forward_us: dict[str, float] = field(default_factory=dict)

@@ -309,7 +309,8 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
                                "comm_hidden": None, "pageable": None, "gpu_bound": False}
     if b.device_us:
         idle = {k: b.mean(b.device_us.get(k, [])) for k in ("idle_data", "idle_sync",
-                                                            "idle_queued", "idle_host")}
+                                                            "idle_latency", "idle_queued",
+                                                            "idle_host")}
         total = sum(idle.values())
         reading.update(idle_share=fmt.pct(total / step) if step else "—",
                        idle_reason=(max(idle, key=lambda k: idle[k]) if total > 0.05 * step
@@ -341,9 +342,18 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
                     "backward": fmt.time(bwd.get(k)) if bwd.get(k) else "—",
                     "share": fmt.pct((fwd[k] + bwd.get(k, 0.0)) / step) if step else "—"}
                    for k in top]
+    streams = []
+    for key, split in b.stream_us.items():  # more than one stream computes
+        named = re.match(r"(?:device (\S+) )?stream (\S+)$", key)
+        busy = b.mean(split.get("busy", []))
+        streams.append({"device": named.group(1) if named else None,
+                        "stream": named.group(2) if named else key,
+                        "busy": fmt.time(busy), "busy_share": fmt.pct(busy / step) if step else "—",
+                        **{k: fmt.pct(b.mean(split.get(k, [])) / step) if step else "—"
+                           for k in ("idle_latency", "idle_queued", "idle_host")}})
     return {
         "breakdown": {
-            "modules": module_rows,
+            "modules": module_rows, "streams": streams,
             "host": host, "device": device, "step": fmt.time(step), "steps": len(b.steps_us),
             "marked": b.marked, "phases_found": b.phases_found, "long_steps": long_steps,
             **reading,
