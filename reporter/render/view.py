@@ -344,10 +344,10 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
                    for k in top]
     streams = []
     for key, split in b.stream_us.items():  # more than one stream computes
-        named = re.match(r"(?:device (\S+) )?stream (\S+)$", key)
+        said = re.match(r"(?:device (\S+) )?stream (\S+)$", key)
         busy = b.mean(split.get("busy", []))
-        streams.append({"device": named.group(1) if named else None,
-                        "stream": named.group(2) if named else key,
+        streams.append({"device": said.group(1) if said else None,
+                        "stream": said.group(2) if said else key,
                         "busy": fmt.time(busy), "busy_share": fmt.pct(busy / step) if step else "—",
                         **{k: fmt.pct(b.mean(split.get(k, [])) / step) if step else "—"
                            for k in ("idle_latency", "idle_queued", "idle_host")}})
