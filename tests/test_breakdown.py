@@ -276,3 +276,30 @@ def test_short_queued_gaps_are_launch_latency_and_streams_split_when_two_compute
     one = _read(tmp_path, [_x("ProfilerStep#1", 0, 100, cat="user_annotation"),
                            launch(0, 1), kernel(0, 50, 1), launch(1, 2), kernel(60, 10, 2)])
     assert one.stream_us == {}  # one computing stream: the device's split is its own
+
+
+def test_launch_statistics_by_hand(tmp_path):
+    """Delays from each launch to its kernel's start (median and p90 by nearest rank),
+    kernels launched per step, and the steps whose queue ran dry (idle over 10 us with
+    nothing launched). Copies and kernels without a launch in the trace do not count."""
+    def launch(ts, corr):
+        return _x("cudaLaunchKernel", ts, 1, cat="cuda_runtime", correlation=corr)
+
+    def kernel(ts, dur, corr, cat="kernel"):
+        return _x(f"void k{corr}", ts, dur, cat=cat, pid=0, tid=7, correlation=corr)
+    b = _read(tmp_path, [
+        _x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        _x("ProfilerStep#2", 100, 100, cat="user_annotation"),
+        launch(0, 1), kernel(2, 40, 1),             # delay 2
+        launch(1, 2), kernel(42, 40, 2),            # delay 41
+        launch(3, 3), kernel(82, 10, 3, cat="gpu_memcpy"),  # a copy: not a kernel launch
+        kernel(92, 5, 4),                           # no launch in the trace
+        launch(150, 5), kernel(160, 20, 5),         # step 2: idle 100..150 not launched
+        launch(151, 6), kernel(180, 20, 6),         # delay 29
+    ])
+    stats = b.launch
+    assert stats["kernels"] == 4  # delays 2, 41, 10, 29
+    assert stats["delay_median_us"] == 10 and stats["delay_p90_us"] == 41
+    assert stats["delay_max_us"] == 41
+    assert stats["launches_per_step"] == 2.0  # 4 kernels launched, 2 steps
+    assert stats["steps"] == 2 and stats["dry_steps"] == 1 and stats["dry_share"] == 0.5

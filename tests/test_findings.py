@@ -321,3 +321,30 @@ def test_the_optimizer_advice_names_the_users_own_class(cls, call):
                                 "f": _finding_view(finding, fmt)},
                                template="findings/single-tensor-optimizer.md.j2")
         assert f"`{call}`" in text, (lang, text)
+
+
+def test_launch_overhead_reads_the_launch_statistics_of_a_trace():
+    """With a trace's launch statistics, launch-overhead needs the queue to have run dry
+    in some step (else the host stayed ahead and the launches cost nothing), and says the
+    delay, the launches per step and the dry steps in each language."""
+    from reporter.analyze.profile import Breakdown
+
+    def with_launch(dry: int) -> Profile:
+        p = _gpu(list(SYNTHETIC["launch-overhead"].ops))
+        p.breakdown = Breakdown(steps_us=[30_000.0] * 4, host_us={}, launch={
+            "kernels": 5000, "delay_median_us": 12.5, "delay_p90_us": 40.0,
+            "delay_max_us": 90.0, "launches_per_step": 1250.0, "steps": 4, "dry_steps": dry,
+            "dry_share": dry / 4})
+        return p
+    assert "launch-overhead" not in {f.rule for f in analyze(with_launch(0))}
+    f = next(f for f in analyze(with_launch(3)) if f.rule == "launch-overhead")
+    assert f.evidence["dry_steps"] == 3 and f.evidence["launches_per_step"] == 1250.0
+    words = {"en": "ran out of queued work in 3 of 4 steps",
+             "ru": "опустевала в 3 шагах из 4", "zh": "4 个 step 中有 3 个出现过 GPU 队列排空"}
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                                "f": _finding_view(f, fmt)},
+                               template="findings/launch-overhead.md.j2")
+        assert words[lang] in text and fmt.time(12.5) in text, text
+        assert "\n\n    **" in text, text  # the advice stays its own paragraph

@@ -503,3 +503,56 @@ def test_idle_time_whose_next_work_was_launched_is_told_apart(path):
         assert sum(mine["idle_latency"]) == pytest.approx(s_short, rel=1e-6, abs=1e-6), name
         assert sum(mine["idle_queued"]) == pytest.approx(s_queued, rel=1e-6, abs=1e-6), name
         assert sum(mine["idle_host"]) == pytest.approx(s_host, rel=1e-6, abs=1e-6), name
+
+
+def _launch_figures(path: Path) -> dict:
+    """Independent arithmetic on the raw events: each kernel that starts inside a
+    ProfilerStep and whose runtime call (same correlation id) the trace holds, its delay
+    from that call's start; kernels whose call starts inside a step, per step."""
+    events = [e for e in _raw_events(path) if e.get("ph") == "X"]
+    steps = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events
+                   if str(e["name"]).startswith("ProfilerStep#"))
+    calls = {e["args"]["correlation"]: float(e["ts"]) for e in events
+             if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and "correlation" in e.get("args", {})}
+
+    def inside(t):
+        return any(lo <= t < hi for lo, hi in steps)
+    delays, launched = [], 0
+    for e in events:
+        if e.get("cat") != "kernel":
+            continue
+        call = calls.get(e.get("args", {}).get("correlation"))
+        if call is None:
+            continue
+        if inside(float(e["ts"])):
+            delays.append(float(e["ts"]) - call)
+        launched += inside(call)
+    delays.sort()
+
+    def rank(q):  # nearest rank: the smallest value with a share q at or below it
+        return delays[max(0, int(-(-len(delays) * q // 1)) - 1)]
+    return {"kernels": len(delays), "delay_median_us": rank(0.5), "delay_p90_us": rank(0.9),
+            "delay_max_us": delays[-1], "launches_per_step": launched / len(steps),
+            "steps": len(steps)}
+
+
+@needs_corpus
+@pytest.mark.parametrize("path", ["07_hta-a100-80gb-rank0.json.gz",
+                                  "11_hta-v100-nccl-rank1.json.gz",
+                                  "13_hta-v100-rank1-test.json.gz",
+                                  "14_hta-two-ranks/sampled_rank-0.json.gz",
+                                  "14_hta-two-ranks/sampled_rank-1.json.gz"])
+def test_launch_statistics_match_the_raw_events(path):
+    """Delay from launch to kernel start (median, p90, max), kernels launched per step,
+    and the steps in which the queue ran dry (the device idle over 10 us with nothing
+    launched: the breakdown's idle_host per step)."""
+    expected = _launch_figures(TRACES / path)
+    res = cli("analyze", TRACES / path, "--json")
+    bd = json.loads(res.out)["profiles"][0]["breakdown"]
+    mine = bd["launch"]
+    for key, value in expected.items():
+        assert mine[key] == pytest.approx(value, rel=1e-9), key
+    dry = sum(1 for us in bd["device_us"]["idle_host"] if us > 10.0)
+    assert mine["dry_steps"] == dry and mine["dry_share"] == pytest.approx(dry / len(
+        bd["steps_us"]))

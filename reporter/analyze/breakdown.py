@@ -27,8 +27,9 @@ split the same way (``Breakdown.stream_us``).
 
 from __future__ import annotations
 
+import math
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from typing import Any, Iterable
 
 from .profile import Breakdown
@@ -242,6 +243,49 @@ def _inside(intervals: list[Interval], windows: list[Interval]) -> list[Interval
     return out
 
 
+def _nearest_rank(ordered: list[float], q: float) -> float:
+    """The q-quantile of sorted values by the nearest rank: the smallest value with at
+    least a share q of the values at or below it."""
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def launch_statistics(device: list[Any], launches: list[Interval] | None,
+                      windows: list[Interval], idle_host: list[float], scale: float
+                      ) -> dict[str, float]:
+    """How the host feeds the device, inside the steps: the delay from each kernel's
+    launch (the start of its runtime call) to the kernel's start, as median, p90 (nearest
+    rank) and max; kernels launched per step (their launch inside a step); and the steps
+    in which the queue ran dry: the device idled with nothing launched for more than
+    LATENCY_US (``idle_host``, per step, us). Kernels only (not copies or sets), and only
+    those whose launch the trace holds. Empty without such kernels."""
+    if launches is None or len(launches) != len(device) or not windows:
+        return {}
+    spans = sorted(windows)
+    firsts = [lo for lo, _ in spans]
+
+    def inside(t: float) -> bool:
+        i = bisect_right(firsts, t) - 1
+        return i >= 0 and t < spans[i][1]
+    delays: list[float] = []
+    launched = 0
+    for e, (start, launch) in zip(device, launches):
+        if e.cat not in ("kernel", "Kernel") or not math.isfinite(launch):
+            continue
+        if inside(start):
+            delays.append((start - launch) * scale)
+        if inside(launch):
+            launched += 1
+    if not delays:
+        return {}
+    delays.sort()
+    n = len(spans)
+    dry = sum(1 for us in idle_host if us > LATENCY_US)
+    return {"kernels": len(delays), "delay_median_us": _nearest_rank(delays, 0.5),
+            "delay_p90_us": _nearest_rank(delays, 0.9), "delay_max_us": delays[-1],
+            "launches_per_step": launched / n, "steps": n, "dry_steps": dry,
+            "dry_share": dry / n}
+
+
 def stream_name(pid: Any, tid: Any, one_device: bool) -> str:
     """How a stream is named: "stream 7", or "device 1 stream 7" beside other devices."""
     return f"stream {tid}" if one_device else f"device {pid} stream {tid}"
@@ -287,8 +331,8 @@ def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device:
     name, ts, dur), ``steps`` are the ProfilerStep ranges (may be empty), ``device``
     the kernels, copies and sets (with cat, name, ts, dur), ``py_modules`` the
     ``nn.Module:`` events of a with_stack trace, ``launches`` (start on the device,
-    launch on the host) of the device work whose launch the trace holds. Times are
-    multiplied by ``scale`` into microseconds."""
+    launch on the host; infinite where the trace does not hold the launch), one per
+    item of ``device``, in its order. Times are multiplied by ``scale`` into microseconds."""
     marks: dict[str, list[Interval]] = {p: [] for p in PRIORITY}
     sync: list[Interval] = []
     names: dict[str, str | None] = {}
@@ -387,8 +431,10 @@ def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device:
             split["idle_queued"].append(s_queued * scale)
             split["idle_host"].append((_length(gaps) - s_short - s_queued) * scale)
     forward, backward, depth = modules(threads, py_modules or [], windows, scale)
+    launch = (launch_statistics(device, launches, windows, dev["idle_host"], scale)
+              if device else {})
     return Breakdown(steps_us=steps_us, host_us=host, device_us=dev, device_notes_us=notes,
-                     stream_us=stream_us,
+                     stream_us=stream_us, launch=launch,
                      module_forward_us=forward, module_backward_us=backward,
                      module_depth=depth, marked=marked,
                      phases_found=any(any(v) for p, v in host.items() if p != "other"))

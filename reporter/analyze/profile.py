@@ -87,6 +87,10 @@ class Breakdown:
     # Per stream that runs compute kernels, when more than one does: its busy time and
     # its own idle time by cause (analyze.breakdown.STREAM_ACTIVITIES), per step.
     stream_us: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    # How the host feeds the device (analyze.breakdown.launch_statistics): the delay from
+    # launch to kernel start (median, p90, max, us), kernels launched per step, the steps
+    # in which the queue ran dry. Empty without kernels whose launch the trace holds.
+    launch: dict[str, float] = field(default_factory=dict)
     # Per module (runner's module:: marks, or nn.Module events): mean per step, inclusive
     # of the modules inside; depth 0 is the outermost.
     module_forward_us: dict[str, float] = field(default_factory=dict)

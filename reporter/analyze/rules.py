@@ -393,11 +393,21 @@ def launch_overhead(profile: Profile, limits: dict[str, float]) -> Finding | Non
     mean_kernel_us = profile.self_device_us / calls
     if ratio < limits["ratio"] and mean_kernel_us >= limits["short_kernel_us"]:
         return None
+    # A trace says how the launches kept up (analyze.breakdown.launch_statistics): when
+    # the queue never ran dry in a step, the host stayed ahead of the device and the
+    # launches cost it no time, however many there were.
+    stats = profile.breakdown.launch if profile.breakdown is not None else {}
+    if stats and not stats.get("dry_steps"):
+        return None
     return Finding("launch-overhead", "high" if ratio >= 1 else "medium",
                    {"basis": "device", "share": ratio, "threshold": limits["ratio"],
                     "op": launches[0].name, "op_time_us": launch_us, "calls": calls,
                     "device_us": profile.self_device_us, "mean_kernel_us": mean_kernel_us,
-                    "short_kernel_us": limits["short_kernel_us"]},
+                    "short_kernel_us": limits["short_kernel_us"],
+                    **({"launches_per_step": stats["launches_per_step"],
+                        "delay_median_us": stats["delay_median_us"],
+                        "dry_steps": stats["dry_steps"], "steps": stats["steps"]}
+                       if stats else {})},
                    ops=[o.name for o in launches])
 
 

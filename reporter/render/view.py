@@ -351,9 +351,16 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
                         "busy": fmt.time(busy), "busy_share": fmt.pct(busy / step) if step else "—",
                         **{k: fmt.pct(b.mean(split.get(k, [])) / step) if step else "—"
                            for k in ("idle_latency", "idle_queued", "idle_host")}})
+    ls = b.launch
+    launch = ({"per_step": fmt.num(ls["launches_per_step"]),
+               "median": fmt.time(ls["delay_median_us"]), "p90": fmt.time(ls["delay_p90_us"]),
+               "max": fmt.time(ls["delay_max_us"]), "kernels": int(ls["kernels"]),
+               "kernels_text": fmt.int(int(ls["kernels"])), "dry": int(ls["dry_steps"]),
+               "dry_text": fmt.int(int(ls["dry_steps"])), "steps": int(ls["steps"]),
+               "steps_text": fmt.int(int(ls["steps"]))} if ls else None)
     return {
         "breakdown": {
-            "modules": module_rows, "streams": streams,
+            "modules": module_rows, "streams": streams, "launch": launch,
             "host": host, "device": device, "step": fmt.time(step), "steps": len(b.steps_us),
             "marked": b.marked, "phases_found": b.phases_found, "long_steps": long_steps,
             **reading,
