@@ -303,3 +303,34 @@ def test_launch_statistics_by_hand(tmp_path):
     assert stats["delay_max_us"] == 41
     assert stats["launches_per_step"] == 2.0  # 4 kernels launched, 2 steps
     assert stats["steps"] == 2 and stats["dry_steps"] == 1 and stats["dry_share"] == 0.5
+
+
+def test_copy_bandwidth_by_hand(tmp_path):
+    """Copies inside the steps per direction and memory kind, with the bandwidth they
+    achieved and their link's peak from the device's name (an A100: PCIe 4.0 x16, 31.5
+    GB/s; device copies: half of 2039 GB/s). A copy outside the steps or without bytes
+    does not count."""
+    def copy(name, ts, dur, nbytes):
+        args = {"bytes": nbytes} if nbytes is not None else {}
+        return _x(name, ts, dur, cat="gpu_memcpy", pid=0, tid=7, **args)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"deviceProperties": [{"name": "NVIDIA A100-SXM4-80GB",
+                                                      "totalGlobalMem": 84990623744}],
+                                "traceEvents": [
+        _x("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        copy("Memcpy HtoD (Pageable -> Device)", 10, 100, 1_000_000),     # 10 GB/s
+        copy("Memcpy HtoD (Pageable -> Device)", 200, 100, 3_000_000),    # 30 GB/s
+        copy("Memcpy HtoD (Pinned -> Device)", 400, 50, 1_250_000),       # 25 GB/s
+        copy("Memcpy DtoH (Device -> Pinned)", 500, 10, None),            # no bytes
+        copy("Memcpy DtoD (Device -> Device)", 600, 10, 5_000_000),       # 500 GB/s
+        copy("Memcpy HtoD (Pinned -> Device)", 1500, 50, 1_250_000),      # after the step
+    ]}))
+    rows = {(r["direction"], r["kind"]): r for r in read_trace(path).breakdown.copies}
+    assert set(rows) == {("h2d", "pageable"), ("h2d", "pinned"), ("d2d", "device")}
+    pageable = rows[("h2d", "pageable")]
+    assert (pageable["copies"], pageable["bytes"], pageable["time_us"]) == (2, 4e6, 200)
+    assert pageable["gbps"] == 20.0 and pageable["peak_gbps"] == 31.5
+    assert pageable["link"] == "PCIe 4.0 x16"
+    assert rows[("h2d", "pinned")]["gbps"] == 25.0
+    assert rows[("d2d", "device")]["gbps"] == 500.0
+    assert rows[("d2d", "device")]["peak_gbps"] == 2039 / 2

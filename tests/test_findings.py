@@ -104,7 +104,26 @@ def _gpu(ops, cpu_total=None, **extra) -> Profile:
     return p
 
 
+def _with_copies(copies: list[dict], steps: int = 2, step_us: float = 10_000.0) -> Profile:
+    from reporter.analyze.profile import Breakdown
+    p = _gpu([Op("aten::copy_", calls=10, self_cpu_us=500, self_device_us=1000),
+              Op("Memcpy HtoD (Pageable -> Device)", calls=10, self_device_us=1000,
+                 kind="kernel")])
+    p.breakdown = Breakdown(steps_us=[step_us] * steps, host_us={},
+                            device_us={"copy_h2d": [600.0] * steps}, copies=copies)
+    return p
+
+
+# 20 copies of 8 MB in 16 ms over 2 steps: 10 GB/s, 31.7% of PCIe 4.0's 31.5 GB/s, 80% of
+# the step
+_PAGEABLE_H2D = {"direction": "h2d", "kind": "pageable",
+                 "name": "Memcpy HtoD (Pageable -> Device)", "copies": 20, "bytes": 20 * 8e6,
+                 "time_us": 16_000.0, "gbps": 10.0, "peak_gbps": 31.5, "link": "PCIe 4.0 x16",
+                 "peak_share": 10.0 / 31.5}
+
+
 SYNTHETIC = {
+    "slow-copies": _with_copies([_PAGEABLE_H2D]),
     "per-sample-loop": Profile(label="inference", self_cpu_us=10_000, steps=2, ops=[
         Op("ProfilerStep*", calls=2, self_cpu_us=100, cpu_total_us=10_000, kind="annotation"),
         Op("module::mlp", calls=128, self_cpu_us=3000, cpu_total_us=9000, kind="annotation"),
@@ -348,3 +367,38 @@ def test_launch_overhead_reads_the_launch_statistics_of_a_trace():
                                template="findings/launch-overhead.md.j2")
         assert words[lang] in text and fmt.time(12.5) in text, text
         assert "\n\n    **" in text, text  # the advice stays its own paragraph
+
+
+def test_slow_copies_reads_the_copies_against_their_link_and_is_worth_the_gap():
+    """slow-copies: host-device copies under half their link's peak taking over 5% of the
+    step; worth at most their time less bytes over the peak, at least that part of their
+    exposed time; pinned copies far below the link get other advice than pageable ones."""
+    from reporter.analyze.savings import estimate
+    p = SYNTHETIC["slow-copies"]
+    f = next(f for f in analyze(p) if f.rule == "slow-copies")
+    ev = f.evidence
+    assert ev["share"] == pytest.approx(0.8) and ev["pageable"] and not ev["small"]
+    assert ev["achieved_gbps"] == 10.0 and ev["peak_share"] == pytest.approx(10 / 31.5)
+    saving = estimate(f, p)
+    slower = 1 - 10 / 31.5
+    assert saving.high_us == pytest.approx(8000 * slower)
+    assert saving.low_us == pytest.approx(600 * slower)  # the copies' exposed time
+    pinned_fast = _with_copies([{**_PAGEABLE_H2D, "kind": "pinned", "gbps": 20.0,
+                                 "peak_share": 20 / 31.5}])
+    assert "slow-copies" not in {f.rule for f in analyze(pinned_fast)}  # 63%: not slow
+    brief = _with_copies([{**_PAGEABLE_H2D, "time_us": 800.0}])  # 4% of the step
+    assert "slow-copies" not in {f.rule for f in analyze(brief)}
+    small = _with_copies([{**_PAGEABLE_H2D, "kind": "pinned", "bytes": 20 * 4096.0}])
+    g = next(f for f in analyze(small) if f.rule == "slow-copies")
+    assert g.evidence["small"] and not g.evidence["pageable"]
+    advice = {"en": ("pin_memory=True", "fewer, larger buffers"),
+              "ru": ("pin_memory=True", "реже и крупнее"),
+              "zh": ("pin_memory=True", "减少拷贝次数")}
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        for finding, words in ((f, advice[lang][0]), (g, advice[lang][1])):
+            text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                                    "f": _finding_view(finding, fmt)},
+                                   template="findings/slow-copies.md.j2")
+            assert words in text and "PCIe 4.0 x16" in text and fmt.pct(0.5) in text, text
+            assert "{{" not in text and "None" not in text, text

@@ -556,3 +556,51 @@ def test_launch_statistics_match_the_raw_events(path):
     dry = sum(1 for us in bd["device_us"]["idle_host"] if us > 10.0)
     assert mine["dry_steps"] == dry and mine["dry_share"] == pytest.approx(dry / len(
         bd["steps_us"]))
+
+
+def _copy_figures(path: Path) -> dict:
+    """Independent arithmetic on the raw events: the gpu_memcpy events that start inside a
+    ProfilerStep, per (direction, memory kind) from their names: count, bytes, time."""
+    events = [e for e in _raw_events(path) if e.get("ph") == "X"]
+    steps = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events
+             if str(e["name"]).startswith("ProfilerStep#")]
+    out: dict = {}
+    for e in events:
+        if e.get("cat") != "gpu_memcpy" or not any(lo <= float(e["ts"]) < hi
+                                                   for lo, hi in steps):
+            continue
+        m = re.match(r"Memcpy (\w)to(\w) \((\w+) -> (\w+)\)", e["name"])
+        direction = {"HD": "h2d", "DH": "d2h"}.get(m.group(1) + m.group(2), "d2d")
+        host = m.group(3) if direction == "h2d" else m.group(4)
+        kind = host.lower() if host in ("Pageable", "Pinned") else "device"
+        g = out.setdefault((direction, kind), [0, 0, 0.0])
+        g[0] += 1
+        g[1] += e["args"]["bytes"]
+        g[2] += float(e["dur"])
+    return out
+
+
+@needs_corpus
+@pytest.mark.parametrize("path,link", [
+    ("07_hta-a100-80gb-rank0.json.gz", "PCIe 4.0 x16"),
+    ("11_hta-v100-nccl-rank1.json.gz", "PCIe 3.0 x16"),
+    ("13_hta-v100-rank1-test.json.gz", "PCIe 3.0 x16"),
+    ("14_hta-two-ranks/sampled_rank-0.json.gz", None),   # no deviceProperties name
+    ("14_hta-two-ranks/sampled_rank-1.json.gz", None)])
+def test_copy_bandwidth_matches_the_raw_events(path, link):
+    """Per direction and memory kind, the copies' count, bytes, time and achieved GB/s
+    (bytes over time); the peak is the GPU's PCIe link (host copies) or half its memory
+    bandwidth (device copies), where the device is known."""
+    expected = _copy_figures(TRACES / path)
+    res = cli("analyze", TRACES / path, "--json")
+    rows = json.loads(res.out)["profiles"][0]["breakdown"]["copies"]
+    assert {(r["direction"], r["kind"]) for r in rows} == set(expected)
+    for r in rows:
+        n, copied, us = expected[(r["direction"], r["kind"])]
+        assert (r["copies"], r["bytes"]) == (n, copied)
+        assert r["time_us"] == pytest.approx(us, rel=1e-9)
+        assert r["gbps"] == pytest.approx(copied / us / 1e3, rel=1e-9)
+        if r["direction"] != "d2d":
+            assert r["link"] == link
+            if link:
+                assert r["peak_share"] == pytest.approx(r["gbps"] / r["peak_gbps"])

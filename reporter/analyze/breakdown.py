@@ -153,6 +153,47 @@ def _minus(a: list[Interval], b: list[Interval]) -> list[Interval]:
     return out
 
 
+def copy_statistics(device: list[Any], windows: list[Interval], scale: float,
+                    device_name: str | None = None, device_mem_b: int | None = None
+                    ) -> list[dict[str, Any]]:
+    """Copies that start inside the steps, per direction (h2d, d2h, d2d) and memory kind
+    (pageable or pinned host memory, device, peer: from the copy's name, "Memcpy HtoD
+    (Pageable -> Device)"): their count, bytes (the trace's "bytes" argument), time, the
+    bandwidth they achieved (bytes over time) and the peak of their link where known
+    (peaks.copy_peak). Copies without a byte count are left out."""
+    from .peaks import copy_peak
+    spans = sorted(windows)
+    firsts = [lo for lo, _ in spans]
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for e in device:
+        if e.cat not in ("gpu_memcpy", "Memcpy"):
+            continue
+        copied = getattr(e.args, "copied", None) if e.args is not None else None
+        if not isinstance(copied, (int, float)) or isinstance(copied, bool) \
+                or not 0 <= copied < float("inf") or e.dur <= 0:
+            continue
+        i = bisect_right(firsts, e.ts) - 1
+        if i < 0 or e.ts >= spans[i][1]:
+            continue
+        direction = _copy_kind(e.name)[len("copy_"):]
+        kind = ("pageable" if "Pageable" in e.name else "pinned" if "Pinned" in e.name
+                else "peer" if "PtoP" in e.name else "device")
+        g = groups.setdefault((direction, kind), [0, 0.0, 0.0, e.name])
+        g[0] += 1
+        g[1] += copied
+        g[2] += e.dur * scale
+    rows = []
+    for (direction, kind), (n, copied, us, name) in sorted(groups.items()):
+        peak = copy_peak(direction, device_name, device_mem_b) if kind != "peer" else None
+        achieved = copied / us / 1e3 if us > 0 else 0.0  # bytes per us / 1e3 = GB/s
+        rows.append({"direction": direction, "kind": kind, "name": name, "copies": n,
+                     "bytes": copied, "time_us": us, "gbps": achieved,
+                     "peak_gbps": peak[1] if peak else None,
+                     "link": peak[0] if peak else None,
+                     "peak_share": achieved / peak[1] if peak else None})
+    return rows
+
+
 def _copy_kind(name: str) -> str:
     if "HtoD" in name:
         return "copy_h2d"
@@ -326,7 +367,8 @@ def _streams(device: list[Any], launches: list[Interval] | None
 
 def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device: list[Any],
                    scale: float, py_modules: list[Any] | None = None,
-                   launches: list[Interval] | None = None) -> Breakdown | None:
+                   launches: list[Interval] | None = None, device_name: str | None = None,
+                   device_mem_b: int | None = None) -> Breakdown | None:
     """The breakdown of a trace: ``threads`` maps a thread to its host events (with
     name, ts, dur), ``steps`` are the ProfilerStep ranges (may be empty), ``device``
     the kernels, copies and sets (with cat, name, ts, dur), ``py_modules`` the
@@ -433,8 +475,10 @@ def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device:
     forward, backward, depth = modules(threads, py_modules or [], windows, scale)
     launch = (launch_statistics(device, launches, windows, dev["idle_host"], scale)
               if device else {})
+    copies = (copy_statistics(device, windows, scale, device_name, device_mem_b)
+              if device else [])
     return Breakdown(steps_us=steps_us, host_us=host, device_us=dev, device_notes_us=notes,
-                     stream_us=stream_us, launch=launch,
+                     stream_us=stream_us, launch=launch, copies=copies,
                      module_forward_us=forward, module_backward_us=backward,
                      module_depth=depth, marked=marked,
                      phases_found=any(any(v) for p, v in host.items() if p != "other"))

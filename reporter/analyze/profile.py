@@ -91,6 +91,9 @@ class Breakdown:
     # launch to kernel start (median, p90, max, us), kernels launched per step, the steps
     # in which the queue ran dry. Empty without kernels whose launch the trace holds.
     launch: dict[str, float] = field(default_factory=dict)
+    # Copies inside the steps per direction and memory kind (analyze.breakdown.
+    # copy_statistics): count, bytes, time (us, all steps), achieved and peak GB/s.
+    copies: list[dict[str, Any]] = field(default_factory=list)
     # Per module (runner's module:: marks, or nn.Module events): mean per step, inclusive
     # of the modules inside; depth 0 is the outermost.
     module_forward_us: dict[str, float] = field(default_factory=dict)

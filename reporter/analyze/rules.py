@@ -518,6 +518,54 @@ def single_tensor_optimizer(profile: Profile, limits: dict[str, float]) -> Findi
                    ops=[o.name for o in steps])
 
 
+def _copy_link_saving(w: Worth) -> Saving:
+    """The copies at their link's peak: their time less bytes over the peak (at most);
+    at least that part of the time the copies of this direction left the device idle
+    otherwise (the breakdown's copy time not hidden behind other device work)."""
+    ev = w.finding.evidence
+    accounted = ev.get("op_time_us")  # per step, from the breakdown's copies
+    if not accounted or not ev.get("peak_share"):
+        return w.unquantified()
+    slower = 1 - min(1.0, float(ev["peak_share"]))
+    b = w.profile.breakdown
+    exposed = (b.mean(b.device_us.get("copy_" + str(ev["direction"]), []))
+               if b is not None else 0.0)
+    high = accounted * slower
+    low = min(accounted, exposed) * slower
+    return Saving(accounted, high, low, high, w.step_us)
+
+
+# A copy between host and device far below its link: pinned copies reach 75-85% of the
+# PCIe link's peak on an idle link, pageable ones (staged by the driver through a pinned
+# buffer) about half; under ``ratio`` of it, something else holds the copies back (pageable
+# memory, many small copies, a shared or narrower link).
+@rule("slow-copies", saving=_copy_link_saving, ratio=0.50, share=0.05, small_b=1 << 20)
+def slow_copies(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """Copies between host and device run far below their link's peak and take a share
+    of the step (analyze.breakdown.copy_statistics)."""
+    b = profile.breakdown
+    if b is None or not b.copies or not b.steps_us:
+        return None
+    n, step = len(b.steps_us), b.mean(b.steps_us)
+    slow = [r for r in b.copies if r["direction"] in ("h2d", "d2h") and r.get("peak_share")
+            is not None and r["peak_share"] < limits["ratio"]
+            and step > 0 and r["time_us"] / n / step > limits["share"]]
+    if not slow:
+        return None
+    top = max(slow, key=lambda r: r["time_us"])
+    per_step = top["time_us"] / n
+    mean_b = top["bytes"] / top["copies"] if top["copies"] else 0.0
+    return Finding("slow-copies", "high" if per_step / step >= 2 * limits["share"] else "medium",
+                   {"basis": "step", "share": per_step / step, "threshold": limits["share"],
+                    "op": top["name"], "op_time_us": per_step, "calls": int(top["copies"]),
+                    "direction": top["direction"], "kind": top["kind"],
+                    "pageable": top["kind"] == "pageable",
+                    "small": mean_b < limits["small_b"], "mean_copy_b": mean_b,
+                    "achieved_gbps": float(top["gbps"]), "peak_gbps": float(top["peak_gbps"]),
+                    "peak_share": float(top["peak_share"]), "below_share": limits["ratio"],
+                    "link": top["link"]}, ops=[top["name"]])
+
+
 @rule("communication-bound", saving=savings.waited("communication"), share=0.10,
       high=0.30)
 def communication_bound(profile: Profile, limits: dict[str, float]) -> Finding | None:

@@ -69,6 +69,7 @@ class _Args(msgspec.Struct, gc=False):
     nbytes: Any = msgspec.field(name="Bytes", default=None)  # [memory] events
     device_type: Any = msgspec.field(name="Device Type", default=None)
     seq: Any = msgspec.field(name="Sequence number", default=None)  # autograd's, fwd <-> bwd
+    copied: Any = msgspec.field(name="bytes", default=None)  # gpu_memcpy events: bytes copied
 
 
 class _ShapeArgs(_Args, gc=False):
@@ -195,7 +196,8 @@ def _coerce(events: list[Any]) -> list[_Event]:
                               ext_old=_id(args.get("external id")),
                               corr=_id(args.get("correlation")), nbytes=args.get("Bytes"),
                               device_type=args.get("Device Type"),
-                              seq=args.get("Sequence number"), dims=args.get("Input Dims"),
+                              seq=args.get("Sequence number"), copied=args.get("bytes"),
+                              dims=args.get("Input Dims"),
                               dims_old=args.get("Input dims"), types=args.get("Input type"),
                               concrete=args.get("Concrete Inputs"))
         else:
@@ -615,7 +617,9 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     launches = [(e.ts, rt[_EVENT].ts if rt is not None else never) for e in device
                 for rt in [correlation_rt.get(e.args.corr) if e.args is not None
                            and e.args.corr is not None else None]]
-    breakdown = step_breakdown(threads, step_ranges, device, scale, py_modules, launches)
+    breakdown = step_breakdown(threads, step_ranges, device, scale, py_modules, launches,
+                               device_name=_device_name(props),
+                               device_mem_b=_device_memory(props))
     return Profile(device_type="cuda" if device else None,
                    comm_us=comm[0] * scale if comm else None,
                    comm_overlap_us=comm[1] * scale if comm else None,

@@ -358,9 +358,17 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
                "kernels_text": fmt.int(int(ls["kernels"])), "dry": int(ls["dry_steps"]),
                "dry_text": fmt.int(int(ls["dry_steps"])), "steps": int(ls["steps"]),
                "steps_text": fmt.int(int(ls["steps"]))} if ls else None)
+    n = len(b.steps_us)
+    copies = [{"direction": r["direction"], "kind": r["kind"], "copies": fmt.int(r["copies"]),
+               "mean": fmt.bytes(r["bytes"] / r["copies"]) if r["copies"] else "—",
+               "time": fmt.time(r["time_us"] / n), "achieved": fmt.si(r["gbps"] * 1e9, "B/s"),
+               "peak": fmt.si(r["peak_gbps"] * 1e9, "B/s") if r.get("peak_gbps") else "—",
+               "link": r["link"] if str(r.get("link")).startswith("PCIe") else None,
+               "peak_share": fmt.pct(r["peak_share"]) if r.get("peak_share") is not None
+               else "—"} for r in b.copies]
     return {
         "breakdown": {
-            "modules": module_rows, "streams": streams, "launch": launch,
+            "modules": module_rows, "streams": streams, "launch": launch, "copies": copies,
             "host": host, "device": device, "step": fmt.time(step), "steps": len(b.steps_us),
             "marked": b.marked, "phases_found": b.phases_found, "long_steps": long_steps,
             **reading,
