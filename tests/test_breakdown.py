@@ -334,3 +334,42 @@ def test_copy_bandwidth_by_hand(tmp_path):
     assert rows[("h2d", "pinned")]["gbps"] == 25.0
     assert rows[("d2d", "device")]["gbps"] == 500.0
     assert rows[("d2d", "device")]["peak_gbps"] == 2039 / 2
+
+
+def test_stragglers_by_hand(tmp_path):
+    """Two ranks: rank 1's step is 130 us against rank 0's 100 (30% more), its extra time
+    all compute (40 us more kernels, 10 us less idle); straggler-rank says so in each
+    language."""
+    from reporter.analyze.analyzer import analyze
+    from reporter.ingest.traces import read_trace_folder
+    from reporter.render.report import render_markdown
+    from reporter.render.view import LANGUAGES, Fmt, _finding_view
+
+    def rank(n, step, kernel):
+        (tmp_path / f"r{n}.json").write_text(json.dumps({
+            "distributedInfo": {"rank": n}, "traceEvents": [
+                _x("ProfilerStep#1", 0, step, cat="user_annotation"),
+                _kernel("void k", 0, kernel)]}))
+    rank(0, 100, 80)
+    rank(1, 130, 120)
+    profiles = read_trace_folder(tmp_path)
+    s = profiles[0].stragglers
+    assert [r["step_us"] for r in s["ranks"]] == [100, 130]
+    assert s["slowest"] == "rank 1" and s["reference_step_us"] == 100
+    assert s["extra_us"] == 30 and s["extra_share"] == pytest.approx(0.3)
+    assert s["extra_by_cause_us"] == {"compute": 40, "communication": 0, "host": -10,
+                                      "waiting": 0}
+    assert s["cause"] == "compute" and not profiles[1].stragglers
+    f = next(f for f in analyze(profiles[0]) if f.rule == "straggler-rank")
+    assert f.evidence["rank"] == "1" and f.evidence["saving_us"] == 30
+    words = {"en": "Rank 1 holds the other 1 rank back", "ru": "Ранг 1 тормозит остальные",
+             "zh": "Rank 1 拖慢了其余 1 个 rank"}
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                                "f": _finding_view(f, fmt)},
+                               template="findings/straggler-rank.md.j2")
+        assert words[lang] in text and fmt.time(40) in text, text
+        assert "{{" not in text and "None" not in text, text
+    rank(1, 103, 83)  # 3% slower: under the 5% threshold
+    assert "straggler-rank" not in {f.rule for f in analyze(read_trace_folder(tmp_path)[0])}

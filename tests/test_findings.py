@@ -124,6 +124,16 @@ _PAGEABLE_H2D = {"direction": "h2d", "kind": "pageable",
 
 SYNTHETIC = {
     "slow-copies": _with_copies([_PAGEABLE_H2D]),
+    "straggler-rank": _gpu([Op("void k", calls=10, self_device_us=900, kind="kernel")],
+                           stragglers={
+        "ranks": [{"rank": "rank 0", "steps": 2, "step_us": 1000.0, "compute": 600.0,
+                   "communication": 200.0, "host": 100.0, "waiting": 100.0},
+                  {"rank": "rank 1", "steps": 2, "step_us": 1300.0, "compute": 600.0,
+                   "communication": 150.0, "host": 450.0, "waiting": 100.0}],
+        "slowest": "rank 1", "slowest_step_us": 1300.0, "reference_step_us": 1000.0,
+        "extra_us": 300.0, "extra_share": 0.3, "cause": "host",
+        "extra_by_cause_us": {"compute": 0.0, "communication": -50.0, "host": 350.0,
+                              "waiting": 0.0}}),
     "per-sample-loop": Profile(label="inference", self_cpu_us=10_000, steps=2, ops=[
         Op("ProfilerStep*", calls=2, self_cpu_us=100, cpu_total_us=10_000, kind="annotation"),
         Op("module::mlp", calls=128, self_cpu_us=3000, cpu_total_us=9000, kind="annotation"),

@@ -604,3 +604,34 @@ def test_copy_bandwidth_matches_the_raw_events(path, link):
             assert r["link"] == link
             if link:
                 assert r["peak_share"] == pytest.approx(r["gbps"] / r["peak_gbps"])
+
+
+@needs_corpus
+def test_stragglers_on_the_two_rank_folder():
+    """Corpus 14: each rank's mean step from its ProfilerStep events; the slowest rank,
+    its extra time over the other, and the extra per cause from each rank's breakdown
+    (causes sum to the step); 0.7%: no straggler-rank finding."""
+    folder = TRACES / "14_hta-two-ranks"
+    steps = {}
+    for path in sorted(folder.glob("*.json.gz")):
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        durations = [float(e["dur"]) for e in doc["traceEvents"]
+                     if str(e.get("name", "")).startswith("ProfilerStep#")]
+        steps[doc["distributedInfo"]["rank"]] = sum(durations) / len(durations)
+    res = cli("analyze", folder, "--json")
+    profiles = json.loads(res.out)["profiles"]
+    s = profiles[0]["stragglers"]
+    assert {int(r["rank"].split()[1]): r["step_us"] for r in s["ranks"]} == \
+        pytest.approx(steps, rel=1e-12)
+    slow = max(steps, key=steps.get)
+    assert s["slowest"] == f"rank {slow}"
+    assert s["extra_us"] == pytest.approx(steps[slow] - steps[1 - slow], rel=1e-12)
+    for r, p in zip(s["ranks"], profiles):
+        device = {k: sum(v) / len(v) for k, v in p["breakdown"]["device_us"].items()}
+        assert sum(r[c] for c in ("compute", "communication", "host", "waiting")) == \
+            pytest.approx(r["step_us"], rel=1e-9)
+        assert r["communication"] == pytest.approx(device["communication"], rel=1e-12)
+    by = s["extra_by_cause_us"]
+    assert sum(by.values()) == pytest.approx(s["extra_us"], rel=1e-6)
+    assert s["cause"] == max(by, key=by.get) == "compute"
+    assert "straggler-rank" not in {f["rule"] for f in profiles[0]["findings"]}

@@ -147,6 +147,9 @@ class Profile:
     cost_basis: str | None = None
     not_modelled_us: dict[str, float] = field(default_factory=dict)
     shapes_recorded: bool = False
+    # Per-rank traces: the ranks' steps and the slowest rank's extra time by cause
+    # (analyze.stragglers), on the first rank's profile (the one a report shows).
+    stragglers: dict[str, Any] = field(default_factory=dict)
 
     @property
     def has_device(self) -> bool:
@@ -187,4 +190,5 @@ class Profile:
             cost_basis=data.get("cost_basis"),
             not_modelled_us=dict(data.get("not_modelled_us") or {}),
             shapes_recorded=bool(data.get("shapes_recorded", False)),
+            stragglers=dict(data.get("stragglers") or {}),
         )

@@ -518,6 +518,23 @@ def single_tensor_optimizer(profile: Profile, limits: dict[str, float]) -> Findi
                    ops=[o.name for o in steps])
 
 
+@rule("straggler-rank", saving=savings.stated, share=0.05, high=0.20)
+def straggler_rank(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """One rank's step is longer than the others' by more than ``share``: in every
+    collective the others wait for it (analyze.stragglers)."""
+    s = profile.stragglers
+    if not s or s["extra_share"] <= limits["share"]:
+        return None
+    by = s["extra_by_cause_us"]
+    return Finding("straggler-rank", _severity(s["extra_share"], limits["high"]),
+                   {"basis": "step", "share": s["extra_share"], "threshold": limits["share"],
+                    "rank": str(s["slowest"]).replace("rank ", ""), "ranks": len(s["ranks"]),
+                    "cause": s["cause"], "op_time_us": s["extra_us"],
+                    "saving_us": s["extra_us"], "slowest_step_us": s["slowest_step_us"],
+                    "reference_step_us": s["reference_step_us"],
+                    **{f"{cause}_us": by[cause] for cause in by}, "calls": 0})
+
+
 def _copy_link_saving(w: Worth) -> Saving:
     """The copies at their link's peak: their time less bytes over the peak (at most);
     at least that part of the time the copies of this direction left the device idle

@@ -29,6 +29,7 @@ import msgspec
 
 from ..analyze.breakdown import overlap, step_breakdown, union
 from ..analyze.flops import FORMULAS, MATRIX, cost, modelled
+from ..analyze.stragglers import stragglers
 from ..analyze.profile import (
     KIND_ANNOTATION,
     KIND_DEVICE_ANNOTATION,
@@ -973,4 +974,6 @@ def read_trace_folder(folder: Path, costs: bool = True) -> list[Profile]:
     def order(p: Profile):
         label = p.label
         return (0, int(label.split()[1])) if label.startswith("rank ") else (1, label)
-    return sorted(profiles, key=order)
+    profiles = sorted(profiles, key=order)
+    profiles[0].stragglers = stragglers(profiles)
+    return profiles

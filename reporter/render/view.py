@@ -366,9 +366,19 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
                "link": r["link"] if str(r.get("link")).startswith("PCIe") else None,
                "peak_share": fmt.pct(r["peak_share"]) if r.get("peak_share") is not None
                else "—"} for r in b.copies]
+    st = section.profile.stragglers
+    stragglers = ({"rows": [{"rank": str(r["rank"]).replace("rank ", ""),
+                             "step": fmt.time(r["step_us"]),
+                             **{k: fmt.time(r[k]) for k in ("compute", "communication", "host",
+                                                            "waiting")}} for r in st["ranks"]],
+                   "slowest": str(st["slowest"]).replace("rank ", ""),
+                   "extra": fmt.time(st["extra_us"]), "extra_share": fmt.pct(st["extra_share"]),
+                   "reference": fmt.time(st["reference_step_us"]), "cause": st["cause"]}
+                  if st else None)
     return {
         "breakdown": {
             "modules": module_rows, "streams": streams, "launch": launch, "copies": copies,
+            "stragglers": stragglers,
             "host": host, "device": device, "step": fmt.time(step), "steps": len(b.steps_us),
             "marked": b.marked, "phases_found": b.phases_found, "long_steps": long_steps,
             **reading,
