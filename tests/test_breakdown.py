@@ -102,7 +102,7 @@ def test_a_long_dataloader_wait_idles_the_gpu_for_data(tmp_path):
     assert host["data"] == 80 and max(host, key=host.get) == "data"
     assert device == {"compute": 10, "communication": 0, "copy_h2d": 4, "copy_d2h": 0,
                       "copy_d2d": 0, "memset": 0, "idle_data": 80, "idle_sync": 1,
-                      "idle_queued": 0, "idle_host": 5}
+                      "idle_latency": 0, "idle_queued": 0, "idle_host": 5}
     assert b.device_notes_us["copy_pageable"] == [4]
 
 
@@ -237,6 +237,139 @@ def test_idle_time_with_the_next_work_already_launched_is_not_the_hosts(tmp_path
     ])
     _, device = _step(b)
     assert device["compute"] == 50
-    assert device["idle_queued"] == 30 + 10
+    assert device["idle_queued"] == 30  # queued for 30 us: a dependency or an event
+    assert device["idle_latency"] == 10  # queued for 10 us (LATENCY_US): the launch's latency
     assert device["idle_host"] == 10
     assert sum(device.values()) == 100
+
+
+def test_short_queued_gaps_are_launch_latency_and_streams_split_when_two_compute(tmp_path):
+    """A gap whose next kernel waited in the queue at most LATENCY_US is launch latency,
+    a longer wait a dependency or an event; with two computing streams, each stream's own
+    idle time is split the same way (exact answers by hand)."""
+    def launch(ts, corr):
+        return _x("cudaLaunchKernel", ts, 1, cat="cuda_runtime", correlation=corr)
+
+    def kernel(ts, dur, corr, tid=7):
+        return _x(f"void k{corr}", ts, dur, cat="kernel", pid=0, tid=tid, correlation=corr)
+    b = _read(tmp_path, [
+        _x("ProfilerStep#1", 0, 200, cat="user_annotation"),
+        _x("forward", 0, 200, cat="user_annotation"),
+        launch(0, 1), kernel(0, 50, 1),
+        launch(1, 2), kernel(54, 40, 2),             # gap 50..54, queued since 1: latency 4
+        launch(2, 3), kernel(120, 30, 3, tid=9),     # stream 9; device gap 94..120: queued 26
+        launch(3, 4), kernel(125, 20, 4),            # stream 7: gap 94..125, queued 31
+        launch(170, 5), kernel(175, 25, 5),          # gap 150..175: host 20, then latency 5
+    ])
+    _, device = _step(b)
+    assert device["compute"] == 50 + 40 + 30 + 25
+    assert device["idle_latency"] == 4 + 5
+    assert device["idle_queued"] == 26
+    assert device["idle_host"] == 20
+    streams = {k: {a: v[0] for a, v in split.items()} for k, split in b.stream_us.items()}
+    assert list(streams) == ["stream 7", "stream 9"]
+    assert streams["stream 7"] == {"busy": 50 + 40 + 20 + 25, "idle_latency": 4 + 5,
+                                   "idle_queued": 31, "idle_host": 25}  # 145..170
+    # stream 9: 0..2 not launched, 2..120 queued (118), 150..200 nothing follows
+    assert streams["stream 9"] == {"busy": 30, "idle_latency": 0, "idle_queued": 118,
+                                   "idle_host": 2 + 50}
+    one = _read(tmp_path, [_x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+                           launch(0, 1), kernel(0, 50, 1), launch(1, 2), kernel(60, 10, 2)])
+    assert one.stream_us == {}  # one computing stream: the device's split is its own
+
+
+def test_launch_statistics_by_hand(tmp_path):
+    """Delays from each launch to its kernel's start (median and p90 by nearest rank),
+    kernels launched per step, and the steps whose queue ran dry (idle over 10 us with
+    nothing launched). Copies and kernels without a launch in the trace do not count."""
+    def launch(ts, corr):
+        return _x("cudaLaunchKernel", ts, 1, cat="cuda_runtime", correlation=corr)
+
+    def kernel(ts, dur, corr, cat="kernel"):
+        return _x(f"void k{corr}", ts, dur, cat=cat, pid=0, tid=7, correlation=corr)
+    b = _read(tmp_path, [
+        _x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        _x("ProfilerStep#2", 100, 100, cat="user_annotation"),
+        launch(0, 1), kernel(2, 40, 1),             # delay 2
+        launch(1, 2), kernel(42, 40, 2),            # delay 41
+        launch(3, 3), kernel(82, 10, 3, cat="gpu_memcpy"),  # a copy: not a kernel launch
+        kernel(92, 5, 4),                           # no launch in the trace
+        launch(150, 5), kernel(160, 20, 5),         # step 2: idle 100..150 not launched
+        launch(151, 6), kernel(180, 20, 6),         # delay 29
+    ])
+    stats = b.launch
+    assert stats["kernels"] == 4  # delays 2, 41, 10, 29
+    assert stats["delay_median_us"] == 10 and stats["delay_p90_us"] == 41
+    assert stats["delay_max_us"] == 41
+    assert stats["launches_per_step"] == 2.0  # 4 kernels launched, 2 steps
+    assert stats["steps"] == 2 and stats["dry_steps"] == 1 and stats["dry_share"] == 0.5
+
+
+def test_copy_bandwidth_by_hand(tmp_path):
+    """Copies inside the steps per direction and memory kind, with the bandwidth they
+    achieved and their link's peak from the device's name (an A100: PCIe 4.0 x16, 31.5
+    GB/s; device copies: half of 2039 GB/s). A copy outside the steps or without bytes
+    does not count."""
+    def copy(name, ts, dur, nbytes):
+        args = {"bytes": nbytes} if nbytes is not None else {}
+        return _x(name, ts, dur, cat="gpu_memcpy", pid=0, tid=7, **args)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"deviceProperties": [{"name": "NVIDIA A100-SXM4-80GB",
+                                                      "totalGlobalMem": 84990623744}],
+                                "traceEvents": [
+        _x("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        copy("Memcpy HtoD (Pageable -> Device)", 10, 100, 1_000_000),     # 10 GB/s
+        copy("Memcpy HtoD (Pageable -> Device)", 200, 100, 3_000_000),    # 30 GB/s
+        copy("Memcpy HtoD (Pinned -> Device)", 400, 50, 1_250_000),       # 25 GB/s
+        copy("Memcpy DtoH (Device -> Pinned)", 500, 10, None),            # no bytes
+        copy("Memcpy DtoD (Device -> Device)", 600, 10, 5_000_000),       # 500 GB/s
+        copy("Memcpy HtoD (Pinned -> Device)", 1500, 50, 1_250_000),      # after the step
+    ]}))
+    rows = {(r["direction"], r["kind"]): r for r in read_trace(path).breakdown.copies}
+    assert set(rows) == {("h2d", "pageable"), ("h2d", "pinned"), ("d2d", "device")}
+    pageable = rows[("h2d", "pageable")]
+    assert (pageable["copies"], pageable["bytes"], pageable["time_us"]) == (2, 4e6, 200)
+    assert pageable["gbps"] == 20.0 and pageable["peak_gbps"] == 31.5
+    assert pageable["link"] == "PCIe 4.0 x16"
+    assert rows[("h2d", "pinned")]["gbps"] == 25.0
+    assert rows[("d2d", "device")]["gbps"] == 500.0
+    assert rows[("d2d", "device")]["peak_gbps"] == 2039 / 2
+
+
+def test_stragglers_by_hand(tmp_path):
+    """Two ranks: rank 1's step is 130 us against rank 0's 100 (30% more), its extra time
+    all compute (40 us more kernels, 10 us less idle); straggler-rank says so in each
+    language."""
+    from reporter.analyze.analyzer import analyze
+    from reporter.ingest.traces import read_trace_folder
+    from reporter.render.report import render_markdown
+    from reporter.render.view import LANGUAGES, Fmt, _finding_view
+
+    def rank(n, step, kernel):
+        (tmp_path / f"r{n}.json").write_text(json.dumps({
+            "distributedInfo": {"rank": n}, "traceEvents": [
+                _x("ProfilerStep#1", 0, step, cat="user_annotation"),
+                _kernel("void k", 0, kernel)]}))
+    rank(0, 100, 80)
+    rank(1, 130, 120)
+    profiles = read_trace_folder(tmp_path)
+    s = profiles[0].stragglers
+    assert [r["step_us"] for r in s["ranks"]] == [100, 130]
+    assert s["slowest"] == "rank 1" and s["reference_step_us"] == 100
+    assert s["extra_us"] == 30 and s["extra_share"] == pytest.approx(0.3)
+    assert s["extra_by_cause_us"] == {"compute": 40, "communication": 0, "host": -10,
+                                      "waiting": 0}
+    assert s["cause"] == "compute" and not profiles[1].stragglers
+    f = next(f for f in analyze(profiles[0]) if f.rule == "straggler-rank")
+    assert f.evidence["rank"] == "1" and f.evidence["saving_us"] == 30
+    words = {"en": "Rank 1 holds the other 1 rank back", "ru": "Ранг 1 тормозит остальные",
+             "zh": "Rank 1 拖慢了其余 1 个 rank"}
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                                "f": _finding_view(f, fmt)},
+                               template="findings/straggler-rank.md.j2")
+        assert words[lang] in text and fmt.time(40) in text, text
+        assert "{{" not in text and "None" not in text, text
+    rank(1, 103, 83)  # 3% slower: under the 5% threshold
+    assert "straggler-rank" not in {f.rule for f in analyze(read_trace_folder(tmp_path)[0])}

@@ -105,6 +105,24 @@ def _gpu(ops, cpu_total=None, **extra) -> Profile:
     return p
 
 
+def _with_copies(copies: list[dict], steps: int = 2, step_us: float = 10_000.0) -> Profile:
+    from reporter.analyze.profile import Breakdown
+    p = _gpu([Op("aten::copy_", calls=10, self_cpu_us=500, self_device_us=1000),
+              Op("Memcpy HtoD (Pageable -> Device)", calls=10, self_device_us=1000,
+                 kind="kernel")])
+    p.breakdown = Breakdown(steps_us=[step_us] * steps, host_us={},
+                            device_us={"copy_h2d": [600.0] * steps}, copies=copies)
+    return p
+
+
+# 20 copies of 8 MB in 16 ms over 2 steps: 10 GB/s, 31.7% of PCIe 4.0's 31.5 GB/s, 80% of
+# the step
+_PAGEABLE_H2D = {"direction": "h2d", "kind": "pageable",
+                 "name": "Memcpy HtoD (Pageable -> Device)", "copies": 20, "bytes": 20 * 8e6,
+                 "time_us": 16_000.0, "gbps": 10.0, "peak_gbps": 31.5, "link": "PCIe 4.0 x16",
+                 "peak_share": 10.0 / 31.5}
+
+
 SYNTHETIC = {
     "recompilation": Profile(label="train", self_cpu_us=10_000, steps=2, ops=[
         Op("ProfilerStep#1", calls=2, self_cpu_us=100, cpu_total_us=10_000,
@@ -114,6 +132,17 @@ SYNTHETIC = {
         Op("entire_frame_compile_data: fn_name=_compile.compile_inner, compile_id=0/1",
            calls=1, kind="annotation"),
         Op("aten::addmm", calls=6, self_cpu_us=3000, cpu_total_us=3000)]),
+    "slow-copies": _with_copies([_PAGEABLE_H2D]),
+    "straggler-rank": _gpu([Op("void k", calls=10, self_device_us=900, kind="kernel")],
+                           stragglers={
+        "ranks": [{"rank": "rank 0", "steps": 2, "step_us": 1000.0, "compute": 600.0,
+                   "communication": 200.0, "host": 100.0, "waiting": 100.0},
+                  {"rank": "rank 1", "steps": 2, "step_us": 1300.0, "compute": 600.0,
+                   "communication": 150.0, "host": 450.0, "waiting": 100.0}],
+        "slowest": "rank 1", "slowest_step_us": 1300.0, "reference_step_us": 1000.0,
+        "extra_us": 300.0, "extra_share": 0.3, "cause": "host",
+        "extra_by_cause_us": {"compute": 0.0, "communication": -50.0, "host": 350.0,
+                              "waiting": 0.0}}),
     "per-sample-loop": Profile(label="inference", self_cpu_us=10_000, steps=2, ops=[
         Op("ProfilerStep*", calls=2, self_cpu_us=100, cpu_total_us=10_000, kind="annotation"),
         Op("module::mlp", calls=128, self_cpu_us=3000, cpu_total_us=9000, kind="annotation"),
@@ -247,6 +276,95 @@ def test_fp32_convolutions_are_tensor_core_eligible_work_by_kernel_name():
     assert "fp32-gemm" not in {f.rule for f in analyze(tensor_cores)}
 
 
+# Kernel names as torch and cuDNN record them (the corpus traces 06 and 11, torch 2.x's
+# memory-efficient attention, cuDNN 7-8 on a V100): fp32 convolutions and attention are
+# fp32 matrix work; their fp16, bf16 and tensor-core forms are not.
+@pytest.mark.parametrize("name,fp32,what", [
+    ("volta_scudnn_128x64_relu_interior_nn_v1", True, "convolutions"),
+    ("volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", True, "convolutions"),
+    ("cudnn_ampere_scudnn_128x64_relu_xregs_large_nn_v1", True, "convolutions"),
+    ("void cudnn::detail::implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, "
+     "false, true>(int, int, int, float const*, int, float*, float const*, kernel_conv_params, "
+     "unsigned long long, int, float, float, int, float const*, float const*, bool, int, int)",
+     True, "convolutions"),
+    ("void cudnn::detail::dgrad_engine<float, 128, 6, 7, 3, 3, 5, false>(int, int, int, float "
+     "const*, int, float const*, int, float*, kernel_grad_params, unsigned long long, int, "
+     "unsigned long long, int, float, int, int, int)", True, "convolutions"),
+    ("void cudnn::detail::wgrad_alg0_engine<float, 128, 5, 5, 3, 3, true, 512>(int, int, int, "
+     "float const*, int, float*, float const*, kernel_grad_params, unsigned long long, int, "
+     "float, int, int, int, int)", True, "convolutions"),
+    ("void fft2d_r2c_32x32<float, false, 0u, false>(float2*, float const*, int, int, int, int, "
+     "int, int, int, int, int, cudnn::reduced_divisor, bool, int2, int, int)", True,
+     "convolutions"),
+    ("ampere_gcgemm_64x64_nt", True, "convolutions"),
+    ("sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nhwckrsc_nchw_tilesize128x128x8_stage3_"
+     "warpsize2x2x1_g1_ffma_aligna4_alignc4_execute_kernel_trt", True, "convolutions"),
+    ("fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, "
+     "cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)", True, "attention"),
+    ("fmha_cutlassB_f32_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel"
+     "<cutlass::arch::Sm80, float, true, false, false, 64, 64, 64, false>::Params)", True,
+     "attention"),
+    ("void attention_kernel_batched_impl<AttentionKernel<float, cutlass::arch::Sm75, true, 64, "
+     "64, true, true, true> >(AttentionKernel<float, cutlass::arch::Sm75, true, 64, 64, true, "
+     "true, true>::Params)", True, "attention"),
+    # not fp32 work: tensor cores, half precision, TF32
+    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16"
+     "_stage4_warpsize2x2x1_g1_tensor16x8x8_alignc4_execute_kernel_cudnn", False, None),
+    ("volta_fp16_s884cudnn_fp16_256x128_ldg8_relu_f2f_exp_small_nhwc2nchw_tn_v1", False, None),
+    ("volta_fp16_scudnn_fp16_128x64_relu_interior_nn_v1", False, None),
+    ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<"
+     "cutlass::bfloat16_t, cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)", False,
+     None),
+    ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, "
+     "4, false, false, cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<64, 128, 128, 4, "
+     "cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>"
+     "(pytorch_flash::Flash_fwd_params)", False, None),
+    ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, "
+     "(cudnnKernelDataType_t)2>(cudnn::ops::nchw2nhwc_params_t<float>, float const*, float*)",
+     False, None),
+])
+def test_fp32_convolutions_and_attention_count_by_their_recorded_names(name, fp32, what):
+    profile = _gpu([Op("aten::conv_or_attention", calls=10, self_cpu_us=500, self_device_us=9000),
+                    Op(name, calls=10, self_device_us=9000, kind="kernel"),
+                    Op("elementwise_kernel", calls=10, self_device_us=1000, kind="kernel")])
+    found = [f for f in analyze(profile) if f.rule == "fp32-gemm"]
+    assert bool(found) is fp32, name
+    if found:
+        ev = found[0].evidence
+        assert ev[what] and not ev["products"], ev
+        assert not ({"convolutions", "attention"} - {what}) & {k for k in ev if ev[k] is True}
+
+
+def test_fp32_attention_on_a_v100_is_told_and_advised_in_each_language():
+    """The hold-out case: a V100 model whose fp32 attention and convolutions hold the time.
+    The fmha kernel's sm70 suffix (no arch prefix) says the tensor cores do fp16 only."""
+    att = "fmha_cutlassF_f32_aligned_64x64_rf_sm70(PyTorchMemEffAttention::AttentionKernel<" \
+          "float, cutlass::arch::Sm70, true, 64, 64, 64, true, true>::Params)"
+    conv = "volta_scudnn_128x64_relu_interior_nn_v1"
+    profile = _gpu([Op("aten::_efficient_attention_forward", calls=10, self_device_us=5000),
+                    Op(att, calls=10, self_device_us=5000, kind="kernel"),
+                    Op(conv, calls=10, self_device_us=4000, kind="kernel"),
+                    Op("elementwise_kernel", calls=10, self_device_us=1000, kind="kernel")])
+    f = next(f for f in analyze(profile) if f.rule == "fp32-gemm")
+    assert f.evidence["attention"] and f.evidence["convolutions"] and f.evidence["fp16_only"]
+    assert f.evidence["share"] == pytest.approx(0.9)
+    words = {"en": ("the fused attention kernels too", "memory-efficient kernel in fp16"),
+             "ru": ("fused-ядра attention тоже", "memory-efficient-ядром в fp16"),
+             "zh": ("融合 Attention kernel 也是如此", "以 fp16 运行 memory-efficient kernel")}
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                                "f": _finding_view(f, fmt)}, template="findings/fp32-gemm.md.j2")
+        assert all(w in text for w in words[lang]), text
+        assert "{{" not in text and "None" not in text, text
+    alone = _gpu([Op(att, calls=10, self_device_us=9000, kind="kernel"),
+                  Op("elementwise_kernel", calls=10, self_device_us=1000, kind="kernel")])
+    f = next(f for f in analyze(alone) if f.rule == "fp32-gemm")
+    text = render_markdown({"lang": "en", "on_gpu": True, "plural": Fmt("en").plural,
+                            "f": _finding_view(f, Fmt("en"))}, template="findings/fp32-gemm.md.j2")
+    assert "Attention runs in full fp32 (the memory-efficient fused kernel)" in text, text
+
+
 
 @pytest.mark.parametrize("cls, call", [
     ("Adam", "torch.optim.Adam(params, lr=..., fused=True)"),
@@ -291,3 +409,63 @@ def test_a_compiled_model_is_not_told_to_compile(rule_id):
         assert words[lang] in texts[True], (lang, texts[True])
         assert "{{" not in texts[True] and "None" not in texts[True]
     finding.evidence.pop("compiled")
+def test_launch_overhead_reads_the_launch_statistics_of_a_trace():
+    """With a trace's launch statistics, launch-overhead needs the queue to have run dry
+    in some step (else the host stayed ahead and the launches cost nothing), and says the
+    delay, the launches per step and the dry steps in each language."""
+    from reporter.analyze.profile import Breakdown
+
+    def with_launch(dry: int) -> Profile:
+        p = _gpu(list(SYNTHETIC["launch-overhead"].ops))
+        p.breakdown = Breakdown(steps_us=[30_000.0] * 4, host_us={}, launch={
+            "kernels": 5000, "delay_median_us": 12.5, "delay_p90_us": 40.0,
+            "delay_max_us": 90.0, "launches_per_step": 1250.0, "steps": 4, "dry_steps": dry,
+            "dry_share": dry / 4})
+        return p
+    assert "launch-overhead" not in {f.rule for f in analyze(with_launch(0))}
+    f = next(f for f in analyze(with_launch(3)) if f.rule == "launch-overhead")
+    assert f.evidence["dry_steps"] == 3 and f.evidence["launches_per_step"] == 1250.0
+    words = {"en": "ran out of queued work in 3 of 4 steps",
+             "ru": "опустевала в 3 шагах из 4", "zh": "4 个 step 中有 3 个出现过 GPU 队列排空"}
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                                "f": _finding_view(f, fmt)},
+                               template="findings/launch-overhead.md.j2")
+        assert words[lang] in text and fmt.time(12.5) in text, text
+        assert "\n\n    **" in text, text  # the advice stays its own paragraph
+
+
+def test_slow_copies_reads_the_copies_against_their_link_and_is_worth_the_gap():
+    """slow-copies: host-device copies under half their link's peak taking over 5% of the
+    step; worth at most their time less bytes over the peak, at least that part of their
+    exposed time; pinned copies far below the link get other advice than pageable ones."""
+    from reporter.analyze.savings import estimate
+    p = SYNTHETIC["slow-copies"]
+    f = next(f for f in analyze(p) if f.rule == "slow-copies")
+    ev = f.evidence
+    assert ev["share"] == pytest.approx(0.8) and ev["pageable"] and not ev["small"]
+    assert ev["achieved_gbps"] == 10.0 and ev["peak_share"] == pytest.approx(10 / 31.5)
+    saving = estimate(f, p)
+    slower = 1 - 10 / 31.5
+    assert saving.high_us == pytest.approx(8000 * slower)
+    assert saving.low_us == pytest.approx(600 * slower)  # the copies' exposed time
+    pinned_fast = _with_copies([{**_PAGEABLE_H2D, "kind": "pinned", "gbps": 20.0,
+                                 "peak_share": 20 / 31.5}])
+    assert "slow-copies" not in {f.rule for f in analyze(pinned_fast)}  # 63%: not slow
+    brief = _with_copies([{**_PAGEABLE_H2D, "time_us": 800.0}])  # 4% of the step
+    assert "slow-copies" not in {f.rule for f in analyze(brief)}
+    small = _with_copies([{**_PAGEABLE_H2D, "kind": "pinned", "bytes": 20 * 4096.0}])
+    g = next(f for f in analyze(small) if f.rule == "slow-copies")
+    assert g.evidence["small"] and not g.evidence["pageable"]
+    advice = {"en": ("pin_memory=True", "fewer, larger buffers"),
+              "ru": ("pin_memory=True", "реже и крупнее"),
+              "zh": ("pin_memory=True", "减少拷贝次数")}
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        for finding, words in ((f, advice[lang][0]), (g, advice[lang][1])):
+            text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                                    "f": _finding_view(finding, fmt)},
+                                   template="findings/slow-copies.md.j2")
+            assert words in text and "PCIe 4.0 x16" in text and fmt.pct(0.5) in text, text
+            assert "{{" not in text and "None" not in text, text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import re
@@ -395,10 +396,47 @@ def test_device_utilization_and_communication_are_unions_of_device_work(path, fi
     assert comm["overlap_share"] == pytest.approx(overlap, abs=1e-9)
 
 
-def _idle_queued(path: Path) -> tuple[float, float]:
+def _gaps_outside(lo: float, hi: float, cuts) -> list[list[float]]:
+    """What remains of [lo, hi] outside each of the unions in ``cuts``."""
+    gaps = [[lo, hi]]
+    for cut in cuts:
+        rest = []
+        for a, b in gaps:
+            for c, d in cut:
+                if d <= a or c >= b:
+                    continue
+                if c > a:
+                    rest.append([a, c])
+                a = max(a, d)
+            if a < b:
+                rest.append([a, b])
+        gaps = rest
+    return gaps
+
+
+def _split_gaps(gaps, starts, latency=10.0) -> tuple[float, float, float]:
+    """(idle, launch latency, dependency or event): each gap's next work (the first to
+    start at its end), launched before the gap's end, has waited from its launch (or the
+    gap's start) on; a wait of at most ``latency`` us is the launch's own latency."""
+    idle = short = queued = 0.0
+    for a, b in gaps:
+        idle += b - a
+        i = bisect.bisect_left(starts, (b - 1e-3, float("-inf")))  # the first at the end
+        nxt = starts[i] if i < len(starts) else None
+        if nxt is not None and nxt[1] < b:
+            part = b - max(a, nxt[1])
+            if part <= latency:
+                short += part
+            else:
+                queued += part
+    return idle, short, queued
+
+
+def _idle_queued(path: Path) -> tuple[tuple[float, float, float], dict]:
     """Independent arithmetic on the raw events: inside the ProfilerStep windows, the
-    device's idle time outside data loading and synchronisations, and the part of it
-    whose next device work had been launched already (from the launch on)."""
+    device's idle time outside data loading and synchronisations, its launch latency and
+    its waits on a dependency or an event; and per stream that runs compute kernels, its
+    busy time, launch latency, waits and time not launched."""
     events = [e for e in _raw_events(path) if e.get("ph") == "X"]
 
     def span(e) -> tuple[float, float]:
@@ -406,47 +444,194 @@ def _idle_queued(path: Path) -> tuple[float, float]:
     device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     launched = {e["args"]["correlation"]: float(e["ts"]) for e in events
                 if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
-    starts = sorted((float(e["ts"]), launched.get(e.get("args", {}).get("correlation"),
-                                                  float("inf"))) for e in device)
+
+    def starts_of(work):
+        return sorted((float(e["ts"]), launched.get(e.get("args", {}).get("correlation"),
+                                                    float("inf"))) for e in work)
     busy = _union([span(e) for e in device])
     data = _union([span(e) for e in events
                    if str(e["name"]).startswith("enumerate(DataLoader)")])
-    sync = _union([span(e) for e in events if re.search(
+    # A call of no duration (cudaStreamWaitEvent often has dur 0) holds no idle time.
+    sync = _union([span(e) for e in events if float(e["dur"]) > 0 and re.search(
         r"Synchronize|^(cuda|hip)Memcpy(Async)?$|^(cuda|hip)StreamWaitEvent$", e["name"])])
-    idle_total = queued = 0.0
-    for lo, hi in _union([span(e) for e in events
-                          if str(e["name"]).startswith("ProfilerStep#")]):
-        gaps = [[lo, hi]]
-        for cut in (busy, data, sync):  # what remains of the step outside each of them
-            rest = []
-            for a, b in gaps:
-                for c, d in cut:
-                    if d <= a or c >= b:
-                        continue
-                    if c > a:
-                        rest.append([a, c])
-                    a = max(a, d)
-                if a < b:
-                    rest.append([a, b])
-            gaps = rest
-        for a, b in gaps:
-            idle_total += b - a
-            nxt = next((s for s in starts if s[0] >= b - 1e-3), None)
-            if nxt is not None and nxt[1] < b:
-                queued += b - max(a, nxt[1])
-    return idle_total, queued
+    steps = _union([span(e) for e in events if str(e["name"]).startswith("ProfilerStep#")])
+    totals = [0.0, 0.0, 0.0]
+    for lo, hi in steps:
+        for i, v in enumerate(_split_gaps(_gaps_outside(lo, hi, (busy, data, sync)),
+                                          starts_of(device))):
+            totals[i] += v
+    computing = {(e["pid"], e["tid"]) for e in device
+                 if e["cat"] == "kernel" and "nccl" not in e["name"].lower()}
+    streams = {}
+    for key in computing:
+        work = [e for e in device if (e["pid"], e["tid"]) == key]
+        own = _union([span(e) for e in work])
+        figures = [0.0, 0.0, 0.0, 0.0]  # busy, latency, dependency, not launched
+        for lo, hi in steps:
+            figures[0] += sum(min(b, hi) - max(a, lo) for a, b in own if b > lo and a < hi)
+            idle, short, queued = _split_gaps(_gaps_outside(lo, hi, (own,)), starts_of(work))
+            figures[1] += short
+            figures[2] += queued
+            figures[3] += idle - short - queued
+        streams[f"stream {key[1]}"] = figures
+    return tuple(totals), streams
 
 
 @needs_corpus
 @pytest.mark.parametrize("path", ["07_hta-a100-80gb-rank0.json.gz",
+                                  "11_hta-v100-nccl-rank1.json.gz",
                                   "13_hta-v100-rank1-test.json.gz"])
 def test_idle_time_whose_next_work_was_launched_is_told_apart(path):
     """The step breakdown's idle time that is neither data loading nor a
-    synchronisation: the part whose next kernel was already launched ("queued": the
-    device waits on a dependency, an event or the launch) against the host's."""
-    idle, queued = _idle_queued(TRACES / path)
+    synchronisation: the part whose next kernel was already launched, split into the
+    launch's latency (queued at most 10 us) and waits on a dependency or an event,
+    against the host's; and the same per stream where more than one stream computes."""
+    (idle, short, queued), streams = _idle_queued(TRACES / path)
     res = cli("analyze", TRACES / path, "--json")
-    b = json.loads(res.out)["profiles"][0]["breakdown"]["device_us"]
-    assert sum(b["idle_queued"]) + sum(b["idle_host"]) == pytest.approx(idle, rel=1e-6)
+    bd = json.loads(res.out)["profiles"][0]["breakdown"]
+    b = bd["device_us"]
+    assert sum(b["idle_latency"]) + sum(b["idle_queued"]) + sum(b["idle_host"]) \
+        == pytest.approx(idle, rel=1e-6)
+    assert sum(b["idle_latency"]) == pytest.approx(short, rel=1e-6)
     assert sum(b["idle_queued"]) == pytest.approx(queued, rel=1e-6)
-    assert sum(b["idle_queued"]) > sum(b["idle_host"])  # most of it, on both traces
+    assert short > 0 and queued > 0
+    assert set(bd["stream_us"]) == (set(streams) if len(streams) > 1 else set())
+    for name, (busy, s_short, s_queued, s_host) in (streams.items() if len(streams) > 1
+                                                    else ()):
+        mine = bd["stream_us"][name]
+        assert sum(mine["busy"]) == pytest.approx(busy, rel=1e-6), name
+        assert sum(mine["idle_latency"]) == pytest.approx(s_short, rel=1e-6, abs=1e-6), name
+        assert sum(mine["idle_queued"]) == pytest.approx(s_queued, rel=1e-6, abs=1e-6), name
+        assert sum(mine["idle_host"]) == pytest.approx(s_host, rel=1e-6, abs=1e-6), name
+
+
+def _launch_figures(path: Path) -> dict:
+    """Independent arithmetic on the raw events: each kernel that starts inside a
+    ProfilerStep and whose runtime call (same correlation id) the trace holds, its delay
+    from that call's start; kernels whose call starts inside a step, per step."""
+    events = [e for e in _raw_events(path) if e.get("ph") == "X"]
+    steps = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events
+                   if str(e["name"]).startswith("ProfilerStep#"))
+    calls = {e["args"]["correlation"]: float(e["ts"]) for e in events
+             if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and "correlation" in e.get("args", {})}
+
+    def inside(t):
+        return any(lo <= t < hi for lo, hi in steps)
+    delays, launched = [], 0
+    for e in events:
+        if e.get("cat") != "kernel":
+            continue
+        call = calls.get(e.get("args", {}).get("correlation"))
+        if call is None:
+            continue
+        if inside(float(e["ts"])):
+            delays.append(float(e["ts"]) - call)
+        launched += inside(call)
+    delays.sort()
+
+    def rank(q):  # nearest rank: the smallest value with a share q at or below it
+        return delays[max(0, int(-(-len(delays) * q // 1)) - 1)]
+    return {"kernels": len(delays), "delay_median_us": rank(0.5), "delay_p90_us": rank(0.9),
+            "delay_max_us": delays[-1], "launches_per_step": launched / len(steps),
+            "steps": len(steps)}
+
+
+@needs_corpus
+@pytest.mark.parametrize("path", ["07_hta-a100-80gb-rank0.json.gz",
+                                  "11_hta-v100-nccl-rank1.json.gz",
+                                  "13_hta-v100-rank1-test.json.gz",
+                                  "14_hta-two-ranks/sampled_rank-0.json.gz",
+                                  "14_hta-two-ranks/sampled_rank-1.json.gz"])
+def test_launch_statistics_match_the_raw_events(path):
+    """Delay from launch to kernel start (median, p90, max), kernels launched per step,
+    and the steps in which the queue ran dry (the device idle over 10 us with nothing
+    launched: the breakdown's idle_host per step)."""
+    expected = _launch_figures(TRACES / path)
+    res = cli("analyze", TRACES / path, "--json")
+    bd = json.loads(res.out)["profiles"][0]["breakdown"]
+    mine = bd["launch"]
+    for key, value in expected.items():
+        assert mine[key] == pytest.approx(value, rel=1e-9), key
+    dry = sum(1 for us in bd["device_us"]["idle_host"] if us > 10.0)
+    assert mine["dry_steps"] == dry and mine["dry_share"] == pytest.approx(dry / len(
+        bd["steps_us"]))
+
+
+def _copy_figures(path: Path) -> dict:
+    """Independent arithmetic on the raw events: the gpu_memcpy events that start inside a
+    ProfilerStep, per (direction, memory kind) from their names: count, bytes, time."""
+    events = [e for e in _raw_events(path) if e.get("ph") == "X"]
+    steps = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events
+             if str(e["name"]).startswith("ProfilerStep#")]
+    out: dict = {}
+    for e in events:
+        if e.get("cat") != "gpu_memcpy" or not any(lo <= float(e["ts"]) < hi
+                                                   for lo, hi in steps):
+            continue
+        m = re.match(r"Memcpy (\w)to(\w) \((\w+) -> (\w+)\)", e["name"])
+        direction = {"HD": "h2d", "DH": "d2h"}.get(m.group(1) + m.group(2), "d2d")
+        host = m.group(3) if direction == "h2d" else m.group(4)
+        kind = host.lower() if host in ("Pageable", "Pinned") else "device"
+        g = out.setdefault((direction, kind), [0, 0, 0.0])
+        g[0] += 1
+        g[1] += e["args"]["bytes"]
+        g[2] += float(e["dur"])
+    return out
+
+
+@needs_corpus
+@pytest.mark.parametrize("path,link", [
+    ("07_hta-a100-80gb-rank0.json.gz", "PCIe 4.0 x16"),
+    ("11_hta-v100-nccl-rank1.json.gz", "PCIe 3.0 x16"),
+    ("13_hta-v100-rank1-test.json.gz", "PCIe 3.0 x16"),
+    ("14_hta-two-ranks/sampled_rank-0.json.gz", None),   # no deviceProperties name
+    ("14_hta-two-ranks/sampled_rank-1.json.gz", None)])
+def test_copy_bandwidth_matches_the_raw_events(path, link):
+    """Per direction and memory kind, the copies' count, bytes, time and achieved GB/s
+    (bytes over time); the peak is the GPU's PCIe link (host copies) or half its memory
+    bandwidth (device copies), where the device is known."""
+    expected = _copy_figures(TRACES / path)
+    res = cli("analyze", TRACES / path, "--json")
+    rows = json.loads(res.out)["profiles"][0]["breakdown"]["copies"]
+    assert {(r["direction"], r["kind"]) for r in rows} == set(expected)
+    for r in rows:
+        n, copied, us = expected[(r["direction"], r["kind"])]
+        assert (r["copies"], r["bytes"]) == (n, copied)
+        assert r["time_us"] == pytest.approx(us, rel=1e-9)
+        assert r["gbps"] == pytest.approx(copied / us / 1e3, rel=1e-9)
+        if r["direction"] != "d2d":
+            assert r["link"] == link
+            if link:
+                assert r["peak_share"] == pytest.approx(r["gbps"] / r["peak_gbps"])
+
+
+@needs_corpus
+def test_stragglers_on_the_two_rank_folder():
+    """Corpus 14: each rank's mean step from its ProfilerStep events; the slowest rank,
+    its extra time over the other, and the extra per cause from each rank's breakdown
+    (causes sum to the step); 0.7%: no straggler-rank finding."""
+    folder = TRACES / "14_hta-two-ranks"
+    steps = {}
+    for path in sorted(folder.glob("*.json.gz")):
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        durations = [float(e["dur"]) for e in doc["traceEvents"]
+                     if str(e.get("name", "")).startswith("ProfilerStep#")]
+        steps[doc["distributedInfo"]["rank"]] = sum(durations) / len(durations)
+    res = cli("analyze", folder, "--json")
+    profiles = json.loads(res.out)["profiles"]
+    s = profiles[0]["stragglers"]
+    assert {int(r["rank"].split()[1]): r["step_us"] for r in s["ranks"]} == \
+        pytest.approx(steps, rel=1e-12)
+    slow = max(steps, key=steps.get)
+    assert s["slowest"] == f"rank {slow}"
+    assert s["extra_us"] == pytest.approx(steps[slow] - steps[1 - slow], rel=1e-12)
+    for r, p in zip(s["ranks"], profiles):
+        device = {k: sum(v) / len(v) for k, v in p["breakdown"]["device_us"].items()}
+        assert sum(r[c] for c in ("compute", "communication", "host", "waiting")) == \
+            pytest.approx(r["step_us"], rel=1e-9)
+        assert r["communication"] == pytest.approx(device["communication"], rel=1e-12)
+    by = s["extra_by_cause_us"]
+    assert sum(by.values()) == pytest.approx(s["extra_us"], rel=1e-6)
+    assert s["cause"] == max(by, key=by.get) == "compute"
+    assert "straggler-rank" not in {f["rule"] for f in profiles[0]["findings"]}

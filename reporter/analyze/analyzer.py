@@ -175,6 +175,8 @@ def profiles_json(profiles: list[Profile], analyses: list[Analysis],
         eff, main, minor = analysis.efficiency, analysis.main, analysis.minor
         doc = {"label": p.label, "device_type": p.device_type, "totals": p.totals(),
                "breakdown": asdict(p.breakdown) if p.breakdown else None,
+               # per-rank traces: the ranks' steps, the slowest and its extra time by cause
+               "stragglers": p.stragglers or None,
                "efficiency": to_json(eff), "ops": ops,
                # By estimated saving; "minor": worth under 3% of the step.
                "findings": [{**f.to_dict(), **s.to_json(), "minor": is_minor,

@@ -231,3 +231,33 @@ def for_run(device: str, device_name: str | None, memory_b: int | None,
     if key not in _CACHE or _CACHE[key].disturbed:  # a busy moment's figures: try again
         _CACHE[key] = agreed(measure_once)
     return _CACHE[key]
+
+
+# The host link of a GPU, per direction: its PCIe interface, x16 (PCI-SIG: 8, 16, 32 GT/s
+# per lane for 3.0, 4.0, 5.0, 128b/130b encoding: 15.75, 31.5, 63 GB/s). A slower slot or
+# host gives less; a GH200's NVLink-C2C is not PCIe and is left out (unknown).
+PCIE_GBPS = (
+    ("PCIe 5.0 x16", 63.0, r"H100|(?<!G)H200|B200|RTX 50\d0|RTX PRO"),
+    ("PCIe 4.0 x16", 31.5, r"A100|\bA10\b|\bA30\b|\bA40\b|RTX 30\d0|RTX 40\d0|\bL4\b|L40|"
+                           r"RTX A\d000"),
+    ("PCIe 3.0 x16", 15.75, r"V100|\bT4\b|P100|TITAN V|RTX 20\d0|QUADRO RTX"),
+)
+
+
+def copy_peak(direction: str, name: str | None, memory_b: int | None = None
+              ) -> tuple[str, float] | None:
+    """The peak of a copy direction on a device, (what bounds it, GB/s), or None when not
+    known: host to device and back, the GPU's PCIe link; device to device, half the
+    memory bandwidth (a copy reads each byte and writes it)."""
+    if not name:
+        return None
+    if direction == "d2d":
+        p = lookup(name, memory_b)
+        return ("device memory", p.bandwidth / 2 / G) if p is not None else None
+    upper = name.upper()
+    if "GH200" in upper:
+        return None
+    for link, gbps, pattern in PCIE_GBPS:
+        if re.search(pattern, upper):
+            return link, gbps
+    return None

@@ -84,6 +84,16 @@ class Breakdown:
     host_us: dict[str, list[float]]
     device_us: dict[str, list[float]] = field(default_factory=dict)
     device_notes_us: dict[str, list[float]] = field(default_factory=dict)
+    # Per stream that runs compute kernels, when more than one does: its busy time and
+    # its own idle time by cause (analyze.breakdown.STREAM_ACTIVITIES), per step.
+    stream_us: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    # How the host feeds the device (analyze.breakdown.launch_statistics): the delay from
+    # launch to kernel start (median, p90, max, us), kernels launched per step, the steps
+    # in which the queue ran dry. Empty without kernels whose launch the trace holds.
+    launch: dict[str, float] = field(default_factory=dict)
+    # Copies inside the steps per direction and memory kind (analyze.breakdown.
+    # copy_statistics): count, bytes, time (us, all steps), achieved and peak GB/s.
+    copies: list[dict[str, Any]] = field(default_factory=list)
     # Per module (runner's module:: marks, or nn.Module events): mean per step, inclusive
     # of the modules inside; depth 0 is the outermost.
     module_forward_us: dict[str, float] = field(default_factory=dict)
@@ -140,6 +150,9 @@ class Profile:
     # CUDA graphs (from a trace): the kernels a graph launch replayed, and their device time.
     graph_kernels: int = 0
     graph_kernel_us: float = 0.0
+    # Per-rank traces: the ranks' steps and the slowest rank's extra time by cause
+    # (analyze.stragglers), on the first rank's profile (the one a report shows).
+    stragglers: dict[str, Any] = field(default_factory=dict)
 
     @property
     def has_device(self) -> bool:
@@ -182,4 +195,5 @@ class Profile:
             shapes_recorded=bool(data.get("shapes_recorded", False)),
             graph_kernels=data.get("graph_kernels", 0),
             graph_kernel_us=data.get("graph_kernel_us", 0.0),
+            stragglers=dict(data.get("stragglers") or {}),
         )

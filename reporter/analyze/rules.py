@@ -249,14 +249,40 @@ def sync_stall(profile: Profile, limits: dict[str, float]) -> Finding | None:
 # "internal::gemvx::kernel<int, int, float, ...>" (not "<int, int, __nv_bfloat16, ...>").
 _FP32_GEMM = re.compile(r"sgemm|gemv2?[NT]?_kernel\w*<[^,<>]*, ?[^,<>]*, ?float\b|"
                         r"gemvx::kernel<[^,<>]*, ?[^,<>]*, ?float\b|gemmSN_\w*kernel<float|"
-                        r"gemm(_indexed)?_f32f32_f32|Cijk_Ailk_Bljk_S|Cijk_Alik_Bljk_S")
+                        r"gemm(_indexed)?_f32f32_f32|Cijk_Ailk_Bljk_S|Cijk_Alik_Bljk_S|"
+                        # cuDNN's fp32 convolutions by their other names (below)
+                        r"_scudnn_(?!fp16)|cudnn::detail::\w*(dgrad|wgrad)\w*<float\b|"
+                        r"winograd\w*<float\b|fft2d_[rc]2[rc]_\w*<float\b|_gcgemm_|"
+                        # fp32 attention (below)
+                        r"fmha_cutlass[FB]_f32_|AttentionKernel<float\b|"
+                        r"AttentionBackwardKernel<cutlass::arch::Sm\d+, ?float\b")
 # Architectures whose GEMM kernels name themselves and that have tensor cores.
 _TC_ARCH = re.compile(r"^(volta|turing|ampere|sm[789]\d|hopper|ada|blackwell|sm1\d\d)_")
 _NO_TC_ARCH = re.compile(r"^(maxwell|kepler|pascal)_")
 # fp32 GEMM kernels that compute convolutions: cuDNN's implicit GEMMs (fprop, dgrad, wgrad:
 # "sm90_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_..."; with TF32 on they read
 # "..._f32f32_tf32f32_f32_..." and are not fp32 GEMMs) and implicit_convolve_sgemm.
-_CONV_KERNEL = re.compile(r"fprop|dgrad|wgrad|convolve", re.IGNORECASE)
+# cuDNN's older fp32 convolution kernels (a V100's, an A100's when cuDNN picks them) say
+# "scudnn" (single precision; "volta_scudnn_128x64_relu_interior_nn_v1",
+# "cudnn_ampere_scudnn_128x64_relu_xregs_large_nn_v1"; "s884cudnn" is the tensor cores',
+# "scudnn_fp16" fp16 data), or are engines templated on float ("cudnn::detail::
+# dgrad_engine<float, ...>", "wgrad_alg0_engine<float, ...>", "winograd3x3Kernel<float,
+# ...>"), or the FFT convolution's transforms and complex GEMM ("fft2d_r2c_32x32<float, ...>",
+# "ampere_gcgemm_64x64_nt"). Under autocast all of them give way to tensor-core implicit GEMMs.
+_CONV_KERNEL = re.compile(r"fprop|dgrad|wgrad|convolve|scudnn|winograd|fft2d_|gcgemm",
+                          re.IGNORECASE)
+# fp32 attention: PyTorch's memory-efficient kernels in fp32 ("fmha_cutlassF_f32_aligned_
+# 64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, cutlass::arch::Sm80, ...>
+# ::Params)", the backward "fmha_cutlassB_f32_..."; before torch 2.1 "attention_kernel_batched
+# <AttentionKernel<float, ...>>"), what scaled_dot_product_attention runs on fp32 inputs. The
+# flash and cuDNN kernels have no fp32 variant: fp32 attention is these or sgemm matmuls.
+# On sm80 and later the fp32 kernel emulates fp32 on the tensor cores (3xTF32), still
+# several times slower than the same kernel in bf16.
+# Kernels built for Volta or Turing by their suffix (fmha_cutlassF_f32_aligned_64x64_rf_sm70),
+# and those GPUs by name: tensor cores in fp16 only.
+_FP16_ONLY_SM = re.compile(r"_sm7[05]\b")
+_FP16_ONLY_GPU = re.compile(r"V100|Titan V|\bT4\b|RTX 20\d0|Quadro RTX|GTX 16\d0", re.IGNORECASE)
+_ATTENTION_KERNEL = re.compile(r"fmha_cutlass|AttentionKernel<|AttentionBackwardKernel<")
 
 
 # Runtime calls in which the host waits for a copy: from pageable memory, or behind the
@@ -287,7 +313,8 @@ def host_copy_blocked(profile: Profile, limits: dict[str, float]) -> Finding | N
 @rule("fp32-gemm", saving=savings.faster_dtype, explains=_runs_products,
       whatif=WhatIf("gemm-precision", of_recorded=True), share=0.50, high=0.70)
 def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
-    """fp32 matrix products without tensor cores hold most of the device time."""
+    """fp32 matrix work without tensor cores holds most of the device time: matrix
+    products, convolutions (cuDNN's fp32 kernels) and fused attention in fp32."""
     if not profile.has_device:
         return None
     kernels = [o for o in profile.ops if o.kind == "kernel"]
@@ -307,9 +334,13 @@ def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
                     "kernels": len(gemms), "arch": arch,
                     # what the kernels compute: convolutions, matrix products, or both
                     "convolutions": any(_CONV_KERNEL.search(o.name) for o in gemms),
-                    "products": any(not _CONV_KERNEL.search(o.name) for o in gemms),
+                    "attention": any(_ATTENTION_KERNEL.search(o.name) for o in gemms),
+                    "products": any(not _CONV_KERNEL.search(o.name)
+                                    and not _ATTENTION_KERNEL.search(o.name) for o in gemms),
                     # Volta (V100) and Turing (T4) tensor cores do fp16 only: no bf16, no TF32
-                    "fp16_only": arch in ("volta_", "turing_")},
+                    "fp16_only": arch in ("volta_", "turing_")
+                    or bool(_FP16_ONLY_SM.search(top.name))
+                    or bool(_FP16_ONLY_GPU.search(profile.device_name or ""))},
                    ops=[o.name for o in gemms])
 
 
@@ -364,11 +395,21 @@ def launch_overhead(profile: Profile, limits: dict[str, float]) -> Finding | Non
     mean_kernel_us = profile.self_device_us / calls
     if ratio < limits["ratio"] and mean_kernel_us >= limits["short_kernel_us"]:
         return None
+    # A trace says how the launches kept up (analyze.breakdown.launch_statistics): when
+    # the queue never ran dry in a step, the host stayed ahead of the device and the
+    # launches cost it no time, however many there were.
+    stats = profile.breakdown.launch if profile.breakdown is not None else {}
+    if stats and not stats.get("dry_steps"):
+        return None
     return Finding("launch-overhead", "high" if ratio >= 1 else "medium",
                    {"basis": "device", "share": ratio, "threshold": limits["ratio"],
                     "op": launches[0].name, "op_time_us": launch_us, "calls": calls,
                     "device_us": profile.self_device_us, "mean_kernel_us": mean_kernel_us,
-                    "short_kernel_us": limits["short_kernel_us"]},
+                    "short_kernel_us": limits["short_kernel_us"],
+                    **({"launches_per_step": stats["launches_per_step"],
+                        "delay_median_us": stats["delay_median_us"],
+                        "dry_steps": stats["dry_steps"], "steps": stats["steps"]}
+                       if stats else {})},
                    ops=[o.name for o in launches])
 
 
@@ -477,6 +518,71 @@ def single_tensor_optimizer(profile: Profile, limits: dict[str, float]) -> Findi
                     # <Class>.step) with the argument it has
                     "call": call, "fused": fused},
                    ops=[o.name for o in steps])
+
+
+@rule("straggler-rank", saving=savings.stated, share=0.05, high=0.20)
+def straggler_rank(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """One rank's step is longer than the others' by more than ``share``: in every
+    collective the others wait for it (analyze.stragglers)."""
+    s = profile.stragglers
+    if not s or s["extra_share"] <= limits["share"]:
+        return None
+    by = s["extra_by_cause_us"]
+    return Finding("straggler-rank", _severity(s["extra_share"], limits["high"]),
+                   {"basis": "step", "share": s["extra_share"], "threshold": limits["share"],
+                    "rank": str(s["slowest"]).replace("rank ", ""), "ranks": len(s["ranks"]),
+                    "cause": s["cause"], "op_time_us": s["extra_us"],
+                    "saving_us": s["extra_us"], "slowest_step_us": s["slowest_step_us"],
+                    "reference_step_us": s["reference_step_us"],
+                    **{f"{cause}_us": by[cause] for cause in by}, "calls": 0})
+
+
+def _copy_link_saving(w: Worth) -> Saving:
+    """The copies at their link's peak: their time less bytes over the peak (at most);
+    at least that part of the time the copies of this direction left the device idle
+    otherwise (the breakdown's copy time not hidden behind other device work)."""
+    ev = w.finding.evidence
+    accounted = ev.get("op_time_us")  # per step, from the breakdown's copies
+    if not accounted or not ev.get("peak_share"):
+        return w.unquantified()
+    slower = 1 - min(1.0, float(ev["peak_share"]))
+    b = w.profile.breakdown
+    exposed = (b.mean(b.device_us.get("copy_" + str(ev["direction"]), []))
+               if b is not None else 0.0)
+    high = accounted * slower
+    low = min(accounted, exposed) * slower
+    return Saving(accounted, high, low, high, w.step_us)
+
+
+# A copy between host and device far below its link: pinned copies reach 75-85% of the
+# PCIe link's peak on an idle link, pageable ones (staged by the driver through a pinned
+# buffer) about half; under ``ratio`` of it, something else holds the copies back (pageable
+# memory, many small copies, a shared or narrower link).
+@rule("slow-copies", saving=_copy_link_saving, ratio=0.50, share=0.05, small_b=1 << 20)
+def slow_copies(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """Copies between host and device run far below their link's peak and take a share
+    of the step (analyze.breakdown.copy_statistics)."""
+    b = profile.breakdown
+    if b is None or not b.copies or not b.steps_us:
+        return None
+    n, step = len(b.steps_us), b.mean(b.steps_us)
+    slow = [r for r in b.copies if r["direction"] in ("h2d", "d2h") and r.get("peak_share")
+            is not None and r["peak_share"] < limits["ratio"]
+            and step > 0 and r["time_us"] / n / step > limits["share"]]
+    if not slow:
+        return None
+    top = max(slow, key=lambda r: r["time_us"])
+    per_step = top["time_us"] / n
+    mean_b = top["bytes"] / top["copies"] if top["copies"] else 0.0
+    return Finding("slow-copies", "high" if per_step / step >= 2 * limits["share"] else "medium",
+                   {"basis": "step", "share": per_step / step, "threshold": limits["share"],
+                    "op": top["name"], "op_time_us": per_step, "calls": int(top["copies"]),
+                    "direction": top["direction"], "kind": top["kind"],
+                    "pageable": top["kind"] == "pageable",
+                    "small": mean_b < limits["small_b"], "mean_copy_b": mean_b,
+                    "achieved_gbps": float(top["gbps"]), "peak_gbps": float(top["peak_gbps"]),
+                    "peak_share": float(top["peak_share"]), "below_share": limits["ratio"],
+                    "link": top["link"]}, ops=[top["name"]])
 
 
 @rule("communication-bound", saving=savings.waited("communication"), share=0.10,

@@ -50,7 +50,7 @@ __all__ = ["MINOR_SHARE", "NOT_FASTER", "NOT_QUANTIFIABLE", "Saving", "Worth", "
            "work_removed"]
 
 # The device's idle time in the step breakdown, by what the host did meanwhile.
-IDLE = ("idle_data", "idle_sync", "idle_queued", "idle_host")
+IDLE = ("idle_data", "idle_sync", "idle_latency", "idle_queued", "idle_host")
 
 
 def _steps(profile: Profile) -> tuple[int, float]:

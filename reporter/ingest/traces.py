@@ -29,6 +29,7 @@ import msgspec
 
 from ..analyze.breakdown import overlap, step_breakdown, union
 from ..analyze.flops import FORMULAS, MATRIX, cost, modelled
+from ..analyze.stragglers import stragglers
 from ..analyze.profile import (
     KIND_ANNOTATION,
     KIND_DEVICE_ANNOTATION,
@@ -70,6 +71,7 @@ class _Args(msgspec.Struct, gc=False):
     nbytes: Any = msgspec.field(name="Bytes", default=None)  # [memory] events
     device_type: Any = msgspec.field(name="Device Type", default=None)
     seq: Any = msgspec.field(name="Sequence number", default=None)  # autograd's, fwd <-> bwd
+    copied: Any = msgspec.field(name="bytes", default=None)  # gpu_memcpy events: bytes copied
 
 
 class _ShapeArgs(_Args, gc=False):
@@ -196,7 +198,8 @@ def _coerce(events: list[Any]) -> list[_Event]:
                               ext_old=_id(args.get("external id")),
                               corr=_id(args.get("correlation")), nbytes=args.get("Bytes"),
                               device_type=args.get("Device Type"),
-                              seq=args.get("Sequence number"), dims=args.get("Input Dims"),
+                              seq=args.get("Sequence number"), copied=args.get("bytes"),
+                              dims=args.get("Input Dims"),
                               dims_old=args.get("Input dims"), types=args.get("Input type"),
                               concrete=args.get("Concrete Inputs"))
         else:
@@ -622,7 +625,9 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     launches = [(e.ts, rt[_EVENT].ts if rt is not None else never) for e in device
                 for rt in [correlation_rt.get(e.args.corr) if e.args is not None
                            and e.args.corr is not None else None]]
-    breakdown = step_breakdown(threads, step_ranges, device, scale, py_modules, launches)
+    breakdown = step_breakdown(threads, step_ranges, device, scale, py_modules, launches,
+                               device_name=_device_name(props),
+                               device_mem_b=_device_memory(props))
     return Profile(device_type="cuda" if device else None,
                    comm_us=comm[0] * scale if comm else None,
                    comm_overlap_us=comm[1] * scale if comm else None,
@@ -977,4 +982,6 @@ def read_trace_folder(folder: Path, costs: bool = True) -> list[Profile]:
     def order(p: Profile):
         label = p.label
         return (0, int(label.split()[1])) if label.startswith("rank ") else (1, label)
-    return sorted(profiles, key=order)
+    profiles = sorted(profiles, key=order)
+    profiles[0].stragglers = stragglers(profiles)
+    return profiles

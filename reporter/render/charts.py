@@ -113,7 +113,7 @@ _PHASE_COLOURS = {"data": "#c44e52", "input_copy": "#dd8452", "forward": "#4c72b
                   "communication": "#8172b3",
                   "copy_h2d": "#dd8452", "copy_d2h": "#937860", "copy_d2d": "#ccb974",
                   "memset": "#64b5cd", "idle_data": "#c44e52", "idle_sync": "#e8a0a0",
-                  "idle_queued": "#bbbbbb",
+                  "idle_latency": "#cccccc", "idle_queued": "#bbbbbb",
                   "idle_host": "#dddddd"}
 
 

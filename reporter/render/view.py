@@ -336,7 +336,8 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
                                "comm_hidden": None, "pageable": None, "gpu_bound": False}
     if b.device_us:
         idle = {k: b.mean(b.device_us.get(k, [])) for k in ("idle_data", "idle_sync",
-                                                            "idle_queued", "idle_host")}
+                                                            "idle_latency", "idle_queued",
+                                                            "idle_host")}
         total = sum(idle.values())
         reading.update(idle_share=fmt.pct(total / step) if step else "—",
                        idle_reason=(max(idle, key=lambda k: idle[k]) if total > 0.05 * step
@@ -368,9 +369,43 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
                     "backward": fmt.time(bwd.get(k)) if bwd.get(k) else "—",
                     "share": fmt.pct((fwd[k] + bwd.get(k, 0.0)) / step) if step else "—"}
                    for k in top]
+    streams = []
+    for key, split in b.stream_us.items():  # more than one stream computes
+        said = re.match(r"(?:device (\S+) )?stream (\S+)$", key)
+        busy = b.mean(split.get("busy", []))
+        streams.append({"device": said.group(1) if said else None,
+                        "stream": said.group(2) if said else key,
+                        "busy": fmt.time(busy), "busy_share": fmt.pct(busy / step) if step else "—",
+                        **{k: fmt.pct(b.mean(split.get(k, [])) / step) if step else "—"
+                           for k in ("idle_latency", "idle_queued", "idle_host")}})
+    ls = b.launch
+    launch = ({"per_step": fmt.num(ls["launches_per_step"]),
+               "median": fmt.time(ls["delay_median_us"]), "p90": fmt.time(ls["delay_p90_us"]),
+               "max": fmt.time(ls["delay_max_us"]), "kernels": int(ls["kernels"]),
+               "kernels_text": fmt.int(int(ls["kernels"])), "dry": int(ls["dry_steps"]),
+               "dry_text": fmt.int(int(ls["dry_steps"])), "steps": int(ls["steps"]),
+               "steps_text": fmt.int(int(ls["steps"]))} if ls else None)
+    n = len(b.steps_us)
+    copies = [{"direction": r["direction"], "kind": r["kind"], "copies": fmt.int(r["copies"]),
+               "mean": fmt.bytes(r["bytes"] / r["copies"]) if r["copies"] else "—",
+               "time": fmt.time(r["time_us"] / n), "achieved": fmt.si(r["gbps"] * 1e9, "B/s"),
+               "peak": fmt.si(r["peak_gbps"] * 1e9, "B/s") if r.get("peak_gbps") else "—",
+               "link": r["link"] if str(r.get("link")).startswith("PCIe") else None,
+               "peak_share": fmt.pct(r["peak_share"]) if r.get("peak_share") is not None
+               else "—"} for r in b.copies]
+    st = section.profile.stragglers
+    stragglers = ({"rows": [{"rank": str(r["rank"]).replace("rank ", ""),
+                             "step": fmt.time(r["step_us"]),
+                             **{k: fmt.time(r[k]) for k in ("compute", "communication", "host",
+                                                            "waiting")}} for r in st["ranks"]],
+                   "slowest": str(st["slowest"]).replace("rank ", ""),
+                   "extra": fmt.time(st["extra_us"]), "extra_share": fmt.pct(st["extra_share"]),
+                   "reference": fmt.time(st["reference_step_us"]), "cause": st["cause"]}
+                  if st else None)
     return {
         "breakdown": {
-            "modules": module_rows,
+            "modules": module_rows, "streams": streams, "launch": launch, "copies": copies,
+            "stragglers": stragglers,
             "host": host, "device": device, "step": fmt.time(step), "steps": len(b.steps_us),
             "marked": b.marked, "phases_found": b.phases_found, "long_steps": long_steps,
             **reading,
