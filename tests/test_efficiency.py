@@ -35,6 +35,11 @@ T = 1e12
     ("NVIDIA GeForce RTX 4090", 24, "GeForce RTX 4090"),
     ("NVIDIA B200", 180, "B200"),
     ("NVIDIA A10G", 24, None),  # not the A10: measured instead
+    # cuda review N11: a MIG slice has a fraction of the GPU's compute and bandwidth
+    ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", 10, None),
+    ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", 5, None),
+    ("NVIDIA GH200 480GB", 102, "GH200 96GB"),  # 4 TB/s, not H200's 4.8
+    ("NVIDIA GH200 144G HBM3e", 150, "GH200 144GB"),
     ("NVIDIA GeForce RTX 2070", 8, None),
     ("AMD Instinct MI250X", 64, None),
     (None, None, None),
