@@ -258,6 +258,14 @@ _NO_TC_ARCH = re.compile(r"^(maxwell|kepler|pascal)_")
 _CONV_KERNEL = re.compile(r"fprop|dgrad|wgrad|convolve", re.IGNORECASE)
 
 
+def fp32_convolution_share(profile: Profile) -> float:
+    """The share of the fp32 GEMM kernels' device time that computes convolutions."""
+    gemms = [o for o in profile.ops if o.kind == "kernel" and _FP32_GEMM.search(o.name)]
+    total = sum(o.self_device_us for o in gemms)
+    conv = sum(o.self_device_us for o in gemms if _CONV_KERNEL.search(o.name))
+    return conv / total if total > 0 else 0.0
+
+
 # Runtime calls in which the host waits for a copy: from pageable memory, or behind the
 # queue (a synchronous cudaMemcpy; an Async one from pageable memory is synchronous too).
 COPY_CALLS = ("cudaMemcpyAsync", "cudaMemcpy", "cudaMemcpy2DAsync", "cudaMemcpy2D",

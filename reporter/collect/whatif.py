@@ -325,6 +325,17 @@ def _broadcasts_to(shape: tuple[int, ...], dims: list[Any]) -> bool:
             and tuple(max(p, q) for p, q in zip(dims[0], dims[1])) == shape)
 
 
+def _operand_of(shapes: list[list[int]], dims: list[Any]) -> bool:
+    """Whether a recorded repeat's input is an operand of one of the pairwise ``shapes``:
+    of its rank, every dimension the shape's or 1 (it broadcasts to it). A repeat of
+    anything else (a GQA model's key and value heads) is not the pattern's."""
+    if not dims or not isinstance(dims[0], list):
+        return False
+    x = dims[0]
+    return any(len(x) == len(s) and x != list(s) and all(p in (1, q) for p, q in zip(x, s))
+               for s in shapes)
+
+
 def _sums(shape: tuple[int, ...], dims: list[Any]) -> bool:
     """Whether a recorded sum reduces a tensor of ``shape``."""
     return bool(dims) and tuple(dims[0]) == shape
@@ -372,11 +383,23 @@ def blowup_matmul(profile: Profile, device: str, steps: int) -> dict[str, Any] |
     if before_us <= 0:
         return None
     # the copies that materialise it: repeat, and expand(...).contiguous() of its shapes
-    before_us += recorded(MATERIALISERS, lambda d: True) + dense_copies(
+    before_us += recorded(MATERIALISERS, partial(_operand_of, shapes)) + dense_copies(
         profile, shapes, "device_total_us" if profile.has_device else "cpu_total_us")[0]
     per_step = 1e3 * max(steps, 1)
     return {"before_ms": before_us / per_step, "after_ms": after_us / per_step,
             "shapes": [list(s) for s in shapes]}
+
+
+# The fp32-gemm what-if times matrix products only: where convolutions hold more than
+# this share of the fp32 GEMM kernels' time, its measurement would stand for theirs too,
+# and the finding keeps its estimate instead.
+CONV_SHARE_MEASURED = 0.10
+
+
+def _products_drive(profile: Profile) -> bool:
+    from ..analyze.rules import fp32_convolution_share
+
+    return fp32_convolution_share(profile) <= CONV_SHARE_MEASURED
 
 
 Recipe = Callable[[Any, str, Any, int], "dict[str, Any] | None"]
@@ -389,7 +412,7 @@ RECIPES: dict[str, Recipe] = {
     "optimizer": lambda section, device, optimizer, steps: optimizer_foreach(
         optimizer, device) if optimizer is not None and section.label == "train" else None,
     "gemm-precision": lambda section, device, optimizer, steps: gemm_precision(
-        section.profile, device, steps),
+        section.profile, device, steps) if _products_drive(section.profile) else None,
     "blowup-matmul": lambda section, device, optimizer, steps: blowup_matmul(
         section.profile, device, steps),
 }
