@@ -232,3 +232,23 @@ def test_the_optimizer_advice_names_the_users_own_class(cls, call):
                                 "f": _finding_view(finding, fmt)},
                                template="findings/single-tensor-optimizer.md.j2")
         assert f"`{call}`" in text, (lang, text)
+
+
+def test_short_kernels_alone_are_no_launch_overhead_when_the_queue_kept_the_device_busy():
+    """cuda review 2026-11-22 #8 (partly fixed): the rule fired on a mean kernel under
+    10 us alone; with a device breakdown it asks whether the device waited for launches."""
+    from reporter.analyze.profile import Breakdown
+    from reporter.analyze.rules import launch_overhead
+
+    def profile(idle_host_us: float) -> Profile:
+        p = _gpu([Op("cudaLaunchKernel", calls=5000, self_cpu_us=5000, cpu_total_us=5000,
+                     kind="runtime"),
+                  Op("void vectorized_elementwise_kernel", calls=5000, self_device_us=20_000,
+                     kind="kernel")])
+        p.breakdown = Breakdown(steps_us=[25_000.0], host_us={}, device_us={
+            "compute": [20_000.0], "idle_host": [idle_host_us],
+            "idle_queued": [5000.0 - idle_host_us]})
+        return p
+    limits = {"ratio": 0.5, "short_kernel_us": 10.0, "min_launches": 100, "host_idle": 0.10}
+    assert launch_overhead(profile(0.0), limits) is None  # 4 us kernels, always queued
+    assert launch_overhead(profile(5000.0), limits) is not None  # 20% waiting for launches

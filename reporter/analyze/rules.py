@@ -382,10 +382,22 @@ _LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLau
              "hipLaunchKernel", "hipExtModuleLaunchKernel")
 
 
+def _host_idle_share(profile: Profile) -> float | None:
+    """The share of the steps the device sat idle because the host had not launched its
+    next work (the step breakdown's idle_host), or None without a device breakdown."""
+    b = profile.breakdown
+    if b is None or not b.steps_us or "idle_host" not in (b.device_us or {}):
+        return None
+    wall = sum(b.steps_us)
+    return sum(b.device_us["idle_host"]) / wall if wall > 0 else None
+
+
 @rule("launch-overhead", saving=savings.unquantified, ratio=0.5, short_kernel_us=10.0,
-      min_launches=100)
+      min_launches=100, host_idle=0.10)
 def launch_overhead(profile: Profile, limits: dict[str, float]) -> Finding | None:
-    """Many short kernels: launching them costs about as much as running them."""
+    """Many short kernels: launching them costs about as much as running them. Short
+    kernels alone are not enough where the step breakdown shows the queue kept the
+    device busy (the host was ahead: its launches cost nothing the device waited for)."""
     if not profile.has_device:
         return None
     launches = [o for o in profile.ops if o.name in _LAUNCHES]
@@ -395,8 +407,12 @@ def launch_overhead(profile: Profile, limits: dict[str, float]) -> Finding | Non
     launch_us = sum(o.self_cpu_us for o in launches)
     ratio = launch_us / profile.self_device_us
     mean_kernel_us = profile.self_device_us / calls
-    if ratio < limits["ratio"] and mean_kernel_us >= limits["short_kernel_us"]:
-        return None
+    if ratio < limits["ratio"]:
+        if mean_kernel_us >= limits["short_kernel_us"]:
+            return None
+        waited = _host_idle_share(profile)
+        if waited is not None and waited < limits["host_idle"]:
+            return None
     return Finding("launch-overhead", "high" if ratio >= 1 else "medium",
                    {"basis": "device", "share": ratio, "threshold": limits["ratio"],
                     "op": launches[0].name, "op_time_us": launch_us, "calls": calls,
