@@ -207,6 +207,11 @@ def test_fp32_convolutions_are_tensor_core_eligible_work_by_kernel_name():
         text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
                                 "f": _finding_view(f, fmt)}, template="findings/fp32-gemm.md.j2")
         assert opening[lang] in text and "cudnn.allow_tf32" in text, text
+        # cuda review N13: TF32 is advised through the API that sets torch's legacy flag and
+        # its new one alike, and cuDNN's TF32 (on by default) is not said to be "off here"
+        assert "matmul.allow_tf32" not in text and 'conv.fp32_precision = "tf32"' in text
+        assert not any(w in text for w in ("turned off here", "здесь это выключено",
+                                           "这里被关掉了")), text
     tensor_cores = _gpu([Op("aten::cudnn_convolution", calls=10, self_device_us=9000),
                          Op(tf32, calls=10, self_device_us=9000, kind="kernel")])
     assert "fp32-gemm" not in {f.rule for f in analyze(tensor_cores)}
