@@ -599,7 +599,8 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
             with _filtered_native_stderr():
                 timed = measure(section, rules, device, optimizer)
             disturbance = watch.stop()
-        except (RuntimeError, ValueError, TypeError) as exc:  # out of memory, say: the
+        except Exception as exc:  # out of memory, say, or a fault of reporter's own recipe:
+            # not the target's, which ran whole; the report keeps its estimates
             if device_broken(exc):  # not the replacement's failure: the context is gone
                 raise
             section.whatif = {}  # report keeps its estimates, and the run its profile
