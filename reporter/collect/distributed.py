@@ -58,6 +58,11 @@ def init(world: World, device: str, timeout_s: float) -> str:
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
         from . import device as devices
 
+        count = devices.device_count()
+        if world.local_rank >= count:  # torchrun started more ranks than this machine has GPUs
+            raise BadInput(f"rank {world.rank} is local rank {world.local_rank}, and this "
+                           f"machine has {count} GPU(s): start at most {count} processes per "
+                           "machine, or use --device cpu (gloo)", error_id="usage")
         devices.set_current(world.local_rank)
         device, backend = f"cuda:{world.local_rank}", "nccl"
     else:
@@ -190,9 +195,9 @@ def check_devices(nproc: int, device: str) -> None:
     if device == "auto" and count == 0:
         return
     if count < nproc:
+        fewer = f"use --nproc {count} or fewer, or " if count >= 2 else "use "
         raise BadInput(f"--nproc {nproc} needs {nproc} GPUs and this machine has {count}; "
-                       "use --nproc {0} or fewer, or --device cpu (gloo)".format(max(count, 1)),
-                       error_id="usage")
+                       f"{fewer}--device cpu (gloo)", error_id="usage")
 
 
 def free_port() -> int:
