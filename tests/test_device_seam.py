@@ -172,3 +172,21 @@ def test_a_sticky_cuda_error_through_the_seam_stops_the_suite(tmp_path: Path):
     assert "[cuda-broken]" in lines[-1] and "1 remaining target(s) were not run" in lines[-1]
     assert "illegal memory access" in result.err
     assert not list(runs.glob("*/run.json"))
+
+
+def test_ranks_are_aligned_before_the_recording_starts():
+    """cuda review N14: in a distributed run the ranks meet (a barrier through the store)
+    after the device is synchronised and before the prof.step() that starts the
+    recording, so the first recorded collective does not hold the peers' skew."""
+    from reporter.collect import runner
+
+    class Prof:
+        def step(self):
+            gpu.log.append("prof.step")
+
+    with fake_cuda() as gpu:
+        runner._profiled_steps(lambda: gpu.log.append("step"), "cuda", Prof(), 2, 2,
+                               align=lambda: gpu.log.append("align"))
+    first = gpu.log.index("align")
+    assert gpu.log[first - 1:first + 3] == ["sync", "align", "prof.step", "event.record"]
+    assert gpu.log.count("align") == 1

@@ -273,7 +273,7 @@ def _timed(step: Callable[[], None], device: str, steps: int) -> float:
 
 
 def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped: int,
-                    active: int) -> float:
+                    active: int, align: Callable[[], Any] | None = None) -> float:
     """Run the profiler's schedule; the seconds the ``active`` (recorded) steps took.
 
     On a GPU the recorded window is closed at both ends, so that it holds exactly the
@@ -292,6 +292,10 @@ def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped
         stepper()
         if on_gpu and i == skipped - 1:
             dev.synchronize()  # before the recording starts: not recorded
+            if align is not None:
+                # the ranks start recording together: the first step's collective
+                # otherwise holds the peers' skew, counted as communication
+                align()
         prof.step()
     if not on_gpu:
         total = 0.0
@@ -474,7 +478,8 @@ def _profiled_step_count(windows: list[float], batch: int, opts: RunOptions) -> 
 PROFILE_ATTEMPTS = 3
 
 
-def _profile_once(stepper: _Stepper, device: str, active: int, trace: Path) -> tuple[
+def _profile_once(stepper: _Stepper, device: str, active: int, trace: Path,
+                  align: Callable[[], Any] | None = None) -> tuple[
         Profile, float, Disturbance]:
     """Profile ``active`` steps into the Chrome trace ``trace`` and read it back: the
     profile, the seconds the recorded steps took, and the window's disturbance."""
@@ -484,7 +489,7 @@ def _profile_once(stepper: _Stepper, device: str, active: int, trace: Path) -> t
                    record_shapes=True, profile_memory=True)
     watch = machine.Watch(torch.get_num_threads())
     with _filtered_native_stderr(), _module_marks(stepper.target.model), prof:
-        active_s = _profiled_steps(stepper, device, prof, wait + warm, active)
+        active_s = _profiled_steps(stepper, device, prof, wait + warm, active, align)
     disturbance = watch.stop()
     # The profile is read back from the exported trace: the same numbers as
     # key_averages() (tests/test_traces.py), in a fraction of its time.
@@ -511,7 +516,8 @@ def _quietest_profile(stepper: _Stepper, device: str, opts: RunOptions, active: 
     for made in range(1, attempts + 1):
         progress(f"profiling {active} steps" + (f" (attempt {made})" if made > 1 else ""))
         candidate = trace.with_name(f"{trace.stem}.{made}{trace.suffix}")
-        got = _profile_once(stepper, device, active, candidate)
+        align = partial(opts.agree, 0) if opts.agree is not None else None  # a barrier
+        got = _profile_once(stepper, device, active, candidate, align)
         if best is None or (got[2].share or 0.0) < (best[2].share or 0.0):
             if best is not None:
                 trace.unlink(missing_ok=True)
