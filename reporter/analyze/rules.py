@@ -285,6 +285,18 @@ _NO_TC_ARCH = re.compile(r"^(maxwell|kepler|pascal)_")
 _CONV_KERNEL = re.compile(r"fprop|dgrad|wgrad|convolve", re.IGNORECASE)
 
 
+def _fp16_only(profile: Profile, arch: str | None) -> bool:
+    """Whether the GPU's tensor cores do fp16 only (Volta, Turing). Told by the device
+    where the datasheet table knows it: cuBLAS runs its "volta_sgemm" kernels on an A100
+    or H100 too, so the kernel's prefix says that only where the device is unknown."""
+    from .peaks import lookup
+
+    known = lookup(profile.device_name, profile.device_mem_capacity_b)
+    if known is not None:
+        return "bf16" not in known.flops and "tf32" not in known.flops
+    return arch in ("volta_", "turing_")
+
+
 def fp32_convolution_share(profile: Profile) -> float:
     """The share of the fp32 GEMM kernels' device time that computes convolutions."""
     gemms = [o for o in profile.ops if o.kind == "kernel" and _FP32_GEMM.search(o.name)]
@@ -343,7 +355,7 @@ def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
                     "convolutions": any(_CONV_KERNEL.search(o.name) for o in gemms),
                     "products": any(not _CONV_KERNEL.search(o.name) for o in gemms),
                     # Volta (V100) and Turing (T4) tensor cores do fp16 only: no bf16, no TF32
-                    "fp16_only": arch in ("volta_", "turing_")},
+                    "fp16_only": _fp16_only(profile, arch)},
                    ops=[o.name for o in gemms])
 
 
