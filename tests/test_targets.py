@@ -388,6 +388,31 @@ def test_cnn_fixed_prefetches_no_more_than_shared_memory_holds():
     assert _worker_settings(1 << 20, 8 << 30)["prefetch_factor"] == 4
 
 
+def test_cnn_fixed_loads_a_batch_in_one_indexing(monkeypatch):
+    """cuda review 2026-11-22 #11 (partly fixed): with Docker's 64 MB /dev/shm the fixed
+    twin has no workers, and the main thread indexed each sample and stacked them (tens of
+    ms a step at the large preset); the batch is now one indexing, the same batch."""
+    import torch
+    from torch.utils.data import default_collate
+
+    from reporter.collect.targets import cnn
+
+    monkeypatch.setattr(cnn, "_shared_memory_free", lambda: 64 << 20)
+    monkeypatch.setattr(cnn, "_worker_settings", lambda *a: {"num_workers": 0})
+    target = cnn.fixed("cpu", "tiny")
+    dataset = target.batches.dataset
+    asked = []
+    monkeypatch.setattr(type(dataset), "__getitem__",
+                        lambda self, i: asked.append(i) or pytest.fail("per sample"))
+    images, labels = next(iter(target.batches))
+    assert not asked and images.shape[0] == labels.shape[0] == target.batch_size
+    indices = [3, 0, 5]
+    monkeypatch.undo()
+    one = default_collate([dataset[i] for i in indices])
+    whole = dataset.__getitems__(indices)
+    assert torch.equal(one[0], whole[0]) and torch.equal(one[1], whole[1])
+
+
 STICKY_TARGET = '''
 import torch
 from reporter.collect.target import Target
