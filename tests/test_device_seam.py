@@ -212,3 +212,53 @@ def test_a_gpus_bandwidth_is_timed_over_copies_back_to_back(monkeypatch):
     syncs = gpu.log.count("sync")
     assert peaks.bandwidth > 0 and peaks.device == H100_ENV["device_name"]
     assert len(copies) >= calibrate.COPIES_PER_SAMPLE * (syncs - 1)
+
+
+def test_a_device_name_resolves_through_the_seam():
+    """cuda review §3, untested branch 1: a rank's own GPU and auto with a GPU present."""
+    from reporter.collect.runner import resolve_device
+
+    with fake_cuda():
+        assert resolve_device("cuda:1") == "cuda:1"
+        assert resolve_device("auto") == "cuda"
+        assert resolve_device("cpu") == "cpu"
+
+
+def test_the_gpu_side_benchmark_runs_on_the_device():
+    """cuda review §3, untested branch 8: a CUDA run times the side benchmark on the GPU
+    too (here the fake's tensors, on the CPU)."""
+    from reporter.collect.runner import _benchmark
+    from reporter.collect.target import Target
+
+    asked = []
+    target = Target(model=None, batches=[], batch_size=1,
+                    benchmark=lambda device: asked.append(device) or [("matmul", 1.0)])
+    with fake_cuda():
+        rows = _benchmark(target, "cuda", lambda msg: None)
+    assert asked == ["cpu", "cpu"] and rows == [{"op": "matmul", "cpu_ms": 1.0, "gpu_ms": 1.0}]
+
+
+def test_attention_is_timed_under_the_autocast_the_model_ran_under():
+    """cuda review N5: a model under bf16 autocast had its attention timed in fp32."""
+    from reporter.collect import whatif
+    from reporter.store import load
+
+    from conftest import FIXTURES
+
+    section = load(FIXTURES / "runs" / "cpu-transformer").sections[0]
+    section.precision = {"autocast": "bf16", "tf32": {}}
+    seen = []
+    real = torch.bmm
+
+    def bmm(a, b):
+        out = real(a, b)
+        seen.append(out.dtype)
+        return out
+    with fake_cuda() as gpu:
+        ctx = whatif._autocast(devices.get("cuda"), section)
+        assert isinstance(ctx, torch.autocast) and ctx.fast_dtype == torch.bfloat16
+        import unittest.mock as mock
+        with mock.patch.object(torch, "bmm", bmm):
+            got = whatif.attention(section.profile, "cuda", False, 3, section)
+    assert got is not None and got["before_ms"] > 0 and seen
+    assert set(seen) == {torch.bfloat16} and "event.record" in gpu.log
