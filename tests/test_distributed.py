@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cli
+from fake_cuda import fake_cuda
 
 
 def _run(tmp_path: Path, *argv: str, env: dict | None = None, timeout: float = 240):
@@ -156,16 +157,31 @@ def test_nproc_beyond_the_gpus_is_refused_before_starting(monkeypatch):
 
 
 def test_nccl_errors_raise_in_the_rank(monkeypatch):
-    import torch
     import torch.distributed as dist
 
     from reporter.collect import distributed
 
     monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
     seen = {}
-    monkeypatch.setattr(torch.cuda, "set_device", lambda *a: None)
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
     monkeypatch.setattr(dist, "init_process_group", lambda backend, **k: seen.update(
         backend=backend, handling=os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")))
-    device = distributed.init(distributed.World(1, 2, 1), "cuda", 30)
+    with fake_cuda(count=2):
+        device = distributed.init(distributed.World(1, 2, 1), "cuda", 30)
     assert device == "cuda:1" and seen == {"backend": "nccl", "handling": "2"}
+
+
+def test_a_rank_beyond_the_machines_gpus_is_a_usage_error(monkeypatch):
+    """cuda review N16: under torchrun with fewer GPUs than local ranks, set_device raised
+    outside any of reporter's errors; --nproc 2 on one GPU suggested --nproc 1."""
+    import torch.distributed as dist
+
+    from reporter.collect import distributed
+    from reporter.errors import BadInput
+
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: pytest.fail("joined"))
+    with fake_cuda(count=1), pytest.raises(BadInput, match="local rank 1.*1 GPU"):
+        distributed.init(distributed.World(1, 2, 1), "cuda", 30)
+    with fake_cuda(count=1), pytest.raises(BadInput) as refused:
+        distributed.check_devices(2, "cuda")
+    assert "--nproc 1" not in str(refused.value) and "--device cpu" in str(refused.value)

@@ -35,6 +35,11 @@ T = 1e12
     ("NVIDIA GeForce RTX 4090", 24, "GeForce RTX 4090"),
     ("NVIDIA B200", 180, "B200"),
     ("NVIDIA A10G", 24, None),  # not the A10: measured instead
+    # cuda review N11: a MIG slice has a fraction of the GPU's compute and bandwidth
+    ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", 10, None),
+    ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", 5, None),
+    ("NVIDIA GH200 480GB", 102, "GH200 96GB"),  # 4 TB/s, not H200's 4.8
+    ("NVIDIA GH200 144G HBM3e", 150, "GH200 144GB"),
     ("NVIDIA GeForce RTX 2070", 8, None),
     ("AMD Instinct MI250X", 64, None),
     (None, None, None),
@@ -120,6 +125,24 @@ def test_tf32_only_when_on_or_proven():
     assert unknown.tf32_inferred and unknown.ops[0].roofline_share <= 1
     slow = [_cost("aten::mm", 2e12, 1e6, 400_000, dtype="fp32")]  # 5 TFLOP/s: fp32 can
     assert not assess(_profile(slow), peaks, tf32=None).tf32_inferred
+
+
+def test_fp32_convolutions_are_held_to_tf32_when_cudnn_had_it_on():
+    """cuda review N3: cuDNN's TF32 is on by default where cuBLAS's is off (the H100 run
+    recorded matmul False, conv True); a convolution is held to its own flag, fused fp32
+    attention to the tensor cores' rate, a product to cuBLAS's flag."""
+    costs = [_cost("aten::convolution", 2e12, 1e6, 20_000, dtype="fp32"),
+             _cost("aten::mm", 2e11, 1e6, 20_000, dtype="fp32"),
+             _cost("aten::_scaled_dot_product_efficient_attention", 2e12, 1e6, 20_000,
+                   dtype="fp32")]
+    peaks = _peaks(fp32=20, tf32=150, bf16=300)
+    e = assess(_profile(costs), peaks, tf32=False, conv_tf32=True)
+    by = {o.name: o for o in e.ops}
+    assert by["aten::convolution"].roofline_share <= 1  # 100 TFLOP/s: under TF32's 150
+    assert by["aten::_scaled_dot_product_efficient_attention"].roofline_share <= 1
+    assert by["aten::mm"].roofline_share == pytest.approx(0.5)  # 10 of fp32's 20
+    off = assess(_profile(costs), peaks, tf32=False, conv_tf32=False)
+    assert {o.name: o for o in off.ops}["aten::convolution"].roofline_share > 1
 
 
 def test_measured_peaks_beaten_by_the_run_are_raised():

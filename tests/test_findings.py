@@ -271,6 +271,11 @@ def test_fp32_convolutions_are_tensor_core_eligible_work_by_kernel_name():
         text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
                                 "f": _finding_view(f, fmt)}, template="findings/fp32-gemm.md.j2")
         assert opening[lang] in text and "cudnn.allow_tf32" in text, text
+        # cuda review N13: TF32 is advised through the API that sets torch's legacy flag and
+        # its new one alike, and cuDNN's TF32 (on by default) is not said to be "off here"
+        assert "matmul.allow_tf32" not in text and 'conv.fp32_precision = "tf32"' in text
+        assert not any(w in text for w in ("turned off here", "здесь это выключено",
+                                           "这里被关掉了")), text
     tensor_cores = _gpu([Op("aten::cudnn_convolution", calls=10, self_device_us=9000),
                          Op(tf32, calls=10, self_device_us=9000, kind="kernel")])
     assert "fp32-gemm" not in {f.rule for f in analyze(tensor_cores)}
@@ -409,6 +414,8 @@ def test_a_compiled_model_is_not_told_to_compile(rule_id):
         assert words[lang] in texts[True], (lang, texts[True])
         assert "{{" not in texts[True] and "None" not in texts[True]
     finding.evidence.pop("compiled")
+
+
 def test_launch_overhead_reads_the_launch_statistics_of_a_trace():
     """With a trace's launch statistics, launch-overhead needs the queue to have run dry
     in some step (else the host stayed ahead and the launches cost nothing), and says the
@@ -469,3 +476,23 @@ def test_slow_copies_reads_the_copies_against_their_link_and_is_worth_the_gap():
                                    template="findings/slow-copies.md.j2")
             assert words in text and "PCIe 4.0 x16" in text and fmt.pct(0.5) in text, text
             assert "{{" not in text and "None" not in text, text
+
+
+def test_short_kernels_alone_are_no_launch_overhead_when_the_queue_kept_the_device_busy():
+    """cuda review 2026-11-22 #8 (partly fixed): the rule fired on a mean kernel under
+    10 us alone; with a device breakdown it asks whether the device waited for launches."""
+    from reporter.analyze.profile import Breakdown
+    from reporter.analyze.rules import launch_overhead
+
+    def profile(idle_host_us: float) -> Profile:
+        p = _gpu([Op("cudaLaunchKernel", calls=5000, self_cpu_us=5000, cpu_total_us=5000,
+                     kind="runtime"),
+                  Op("void vectorized_elementwise_kernel", calls=5000, self_device_us=20_000,
+                     kind="kernel")])
+        p.breakdown = Breakdown(steps_us=[25_000.0], host_us={}, device_us={
+            "compute": [20_000.0], "idle_host": [idle_host_us],
+            "idle_queued": [5000.0 - idle_host_us]})
+        return p
+    limits = {"ratio": 0.5, "short_kernel_us": 10.0, "min_launches": 100, "host_idle": 0.10}
+    assert launch_overhead(profile(0.0), limits) is None  # 4 us kernels, always queued
+    assert launch_overhead(profile(5000.0), limits) is not None  # 20% waiting for launches

@@ -126,3 +126,18 @@ def test_seed_headings_end_at_a_boundary():
     assert labels and all(label.endswith(("。", "…")) for label in labels), labels
     path = next(SEEDS.glob("000_*.txt"))
     assert not any(p.label.endswith(":") for p in parse_tables(path.read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("device,fp16_only", [
+    ("NVIDIA A100-SXM4-80GB", False),  # cuBLAS runs volta_sgemm on an A100 too
+    ("NVIDIA H100 80GB HBM3", False),
+    ("Tesla V100-SXM2-16GB", True),
+    ("Tesla T4", True),
+    (None, True),  # unknown device: the kernel's prefix decides
+])
+def test_fp16_only_advice_is_told_by_the_device_not_the_kernels_prefix(device, fp16_only):
+    """cuda review N7: 'volta_sgemm_128x64_nn' on an A100 got the V100's advice."""
+    profile = _gemm_profile("volta_sgemm_128x64_nn")
+    profile.device_name = device
+    [finding] = [f for f in analyze(profile) if f.rule == "fp32-gemm"]
+    assert finding.evidence["fp16_only"] is fp16_only

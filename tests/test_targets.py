@@ -114,10 +114,11 @@ def test_profiled_gpu_window_holds_exactly_the_recorded_steps_device_work(monkey
     first = log.index("recorded-step")
     # the device idles when the recording starts: synchronised, then the starting step()
     assert log[first - 3:first] == ["sync", "prof.step", "record"]
-    assert "sync" not in log[first:]
-    # the last recorded step waits for its kernels inside the mark, then the recording stops
     last = len(log) - 1 - log[::-1].index("recorded-step")
-    assert log[last + 1:] == ["record", "enter device_drain", "event-sync",
+    assert "sync" not in log[first:last]
+    # the last recorded step waits for the device's kernels, on every stream (cuda review
+    # N14: not the current stream's event alone), inside the mark; then the recording stops
+    assert log[last + 1:] == ["record", "enter device_drain", "sync",
                               "exit device_drain", "prof.step"]
 
 
@@ -131,17 +132,17 @@ def test_device_memory_uses_the_allocated_peak_after_emptying_the_cache(monkeypa
     monkeypatch.setattr(runner.gc, "collect", lambda: calls.append("gc"))
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty"))
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: calls.append("reset"))
-    runner._reset_device_memory()
+    runner._reset_device_memory("cuda")
     assert calls == ["gc", "empty", "reset"]
 
     class Props:
-        total_memory, name = 16 << 30, "Tesla V100-SXM2-16GB"
+        total_memory, name, major, minor = 16 << 30, "Tesla V100-SXM2-16GB", 7, 0
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 3 << 30)
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda *a: 15 << 30)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: Props())
     p = Profile(label="x")
-    memory = runner._device_memory(p)
+    memory = runner._device_memory(p, "cuda")
     assert memory == {"device_allocated_b": 3 << 30, "device_reserved_b": 15 << 30}
     assert p.peak_device_mem_b == 3 << 30  # memory-pressure reads the allocated peak
 
@@ -385,6 +386,31 @@ def test_cnn_fixed_prefetches_no_more_than_shared_memory_holds():
     s = _worker_settings(batch, 1 << 30)
     assert s["num_workers"] * s["prefetch_factor"] * batch <= (1 << 30) // 2
     assert _worker_settings(1 << 20, 8 << 30)["prefetch_factor"] == 4
+
+
+def test_cnn_fixed_loads_a_batch_in_one_indexing(monkeypatch):
+    """cuda review 2026-11-22 #11 (partly fixed): with Docker's 64 MB /dev/shm the fixed
+    twin has no workers, and the main thread indexed each sample and stacked them (tens of
+    ms a step at the large preset); the batch is now one indexing, the same batch."""
+    import torch
+    from torch.utils.data import default_collate
+
+    from reporter.collect.targets import cnn
+
+    monkeypatch.setattr(cnn, "_shared_memory_free", lambda: 64 << 20)
+    monkeypatch.setattr(cnn, "_worker_settings", lambda *a: {"num_workers": 0})
+    target = cnn.fixed("cpu", "tiny")
+    dataset = target.batches.dataset
+    asked = []
+    monkeypatch.setattr(type(dataset), "__getitem__",
+                        lambda self, i: asked.append(i) or pytest.fail("per sample"))
+    images, labels = next(iter(target.batches))
+    assert not asked and images.shape[0] == labels.shape[0] == target.batch_size
+    indices = [3, 0, 5]
+    monkeypatch.undo()
+    one = default_collate([dataset[i] for i in indices])
+    whole = dataset.__getitems__(indices)
+    assert torch.equal(one[0], whole[0]) and torch.equal(one[1], whole[1])
 
 
 STICKY_TARGET = '''

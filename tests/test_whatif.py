@@ -94,8 +94,12 @@ def test_a_replacement_that_fails_to_time_leaves_the_run_whole(tmp_path, monkeyp
     from reporter.collect.runner import RunOptions, profile_target
     from reporter.collect.target import resolve
 
+    errors = iter([RuntimeError("CUDA out of memory"),
+                   # cuda review N9: a fault of reporter's own recipe is not the target's
+                   AttributeError("'Profile' object has no attribute 'x'")])
+
     def fail(*args, **kwargs):
-        raise RuntimeError("CUDA out of memory")
+        raise next(errors)
     monkeypatch.setattr(reporter.collect.whatif, "measure", fail)
     # whether or not the tiny model's findings have a replacement, one is to be timed
     monkeypatch.setattr(reporter.collect.whatif, "timeable", lambda f: ["unfused-attention"])
@@ -106,6 +110,7 @@ def test_a_replacement_that_fails_to_time_leaves_the_run_whole(tmp_path, monkeyp
                          tmp_path, progress=said.append)
     assert all(s.whatif == {} and s.profile.ops for s in run.sections)
     assert any("could not be timed (CUDA out of memory)" in m for m in said), said
+    assert any("could not be timed ('Profile' object" in m for m in said), said
 
 
 def test_fp32_products_timed_against_bf16_and_tf32_at_the_recorded_shapes():
@@ -184,3 +189,37 @@ def test_the_gemm_what_if_works_when_tf32_was_set_through_the_new_api_only():
     finally:
         matmul.fp32_precision = saved
         torch.set_float32_matmul_precision("highest")
+
+
+def test_the_blowup_what_if_claims_only_the_repeats_of_its_operands():
+    """cuda review N6: a repeat of something else (a GQA model's key and value heads) is
+    not promised to the blow-up's fix."""
+    from reporter.analyze.profile import Op
+    from reporter.collect.whatif import blowup_matmul
+
+    section = load(FIXTURE.parent / "cpu-transformer-bloat").sections[0]
+    steps = len(section.profile.breakdown.steps_us)
+    before = blowup_matmul(section.profile, "cpu", steps)["before_ms"]
+    section.profile.ops_by_shape.append(Op(name="aten::repeat_interleave", calls=8,
+                                           cpu_total_us=50_000.0,
+                                           input_shapes="[[4, 2, 64, 16], []]"))
+    assert blowup_matmul(section.profile, "cpu", steps)["before_ms"] == pytest.approx(
+        before)
+
+
+def test_a_conv_driven_fp32_gemm_keeps_its_estimate():
+    """cuda review N4: the what-if times matrix products; where cuDNN's fp32 implicit
+    GEMMs hold the fp32 GEMM time, its measurement would stand for the convolutions'."""
+    from reporter.analyze.profile import Op
+    from reporter.collect.whatif import RECIPES
+
+    section = load(FIXTURE).sections[0]
+    kernels = [Op(name="sm80_xmma_fprop_implicit_gemm_indexed_f32f32_f32f32_f32_nhwckrsc_"
+                       "nhwc_tilesize128x128x8_stage3_warpsize2x2x1_g1_ffma_aligna4_alignc4",
+                  calls=10, self_device_us=8000.0, kind="kernel"),
+               Op(name="cutlass_80_simt_sgemm_128x64_8x5_nn_align1", calls=10,
+                  self_device_us=2000.0, kind="kernel")]
+    section.profile.ops.extend(kernels)
+    assert RECIPES["gemm-precision"](section, "cpu", None, 3) is None
+    section.profile.ops.remove(kernels[0])
+    assert RECIPES["gemm-precision"](section, "cpu", None, 3) is not None

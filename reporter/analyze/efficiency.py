@@ -113,17 +113,33 @@ class Efficiency:
         return min(1.0, self.modelled_us / self.total_us) if self.total_us > 0 else 0.0
 
 
-def _peak_key(dtype: str, matrix: bool, peaks: Peaks, tf32: Optional[bool]) -> str | None:
+def _tf32_for(name: str, tf32: Optional[bool], conv_tf32: Optional[bool]) -> Optional[bool]:
+    """Whether an fp32 matrix operator ran as TF32: a convolution by cuDNN's flag (on by
+    default, where cuBLAS's is off), fused attention always (the memory-efficient kernel
+    runs fp32 attention on the tensor cores, whatever the flags say), a product by
+    cuBLAS's flag. None: the run does not say."""
+    lowered = name.lower()
+    if "conv" in lowered:
+        return conv_tf32
+    if "attention" in lowered:
+        return True
+    return tf32
+
+
+def _peak_key(dtype: str, matrix: bool, peaks: Peaks, tf32: Optional[bool],
+              name: str = "", conv_tf32: Optional[bool] = None) -> str | None:
     """Which peak an operator's FLOPs are held to: its dtype's matrix rate for matrix
-    work (fp32 as TF32 when TF32 was on), the plain fp32 rate for the rest."""
+    work (fp32 as TF32 when TF32 was on for it: ``tf32`` for products, ``conv_tf32``
+    for convolutions), the plain fp32 rate for the rest."""
     if not matrix:
         return "fp32" if "fp32" in peaks.flops else None
-    if dtype == "fp32" and tf32 and "tf32" in peaks.flops:
+    if dtype == "fp32" and _tf32_for(name, tf32, conv_tf32) and "tf32" in peaks.flops:
         return "tf32"
     return dtype if dtype in peaks.flops else None
 
 
-def _seen(profile: Profile, peaks: Peaks, tf32: Optional[bool]) -> tuple[Peaks, list[str]]:
+def _seen(profile: Profile, peaks: Peaks, tf32: Optional[bool],
+          conv_tf32: Optional[bool]) -> tuple[Peaks, list[str]]:
     """Measured peaks that the run's own matrix operators exceeded (the calibration ran
     in a busy moment) are raised to the rate those operators reached: the machine did
     that. Datasheet peaks are never changed."""
@@ -131,7 +147,7 @@ def _seen(profile: Profile, peaks: Peaks, tf32: Optional[bool]) -> tuple[Peaks, 
         return peaks, []
     flops, raised = dict(peaks.flops), []
     for c in profile.costs:
-        key = _peak_key(c["dtype"], c["family"] == MATRIX, peaks, tf32)
+        key = _peak_key(c["dtype"], c["family"] == MATRIX, peaks, tf32, c["name"], conv_tf32)
         if key is None or c["family"] != MATRIX or c["time_us"] <= 0:
             continue
         rate = c["flops"] / (c["time_us"] * 1e-6)
@@ -153,17 +169,21 @@ def peaks_for(profile: Profile, stored: Any = None) -> Peaks | None:
 
 
 def assess(profile: Profile, peaks: Peaks | None, tf32: Optional[bool] = None,
-           step_us: float | None = None) -> Efficiency | str:
+           step_us: float | None = None, conv_tf32: Optional[bool] = None
+           ) -> Efficiency | str:
     """The efficiency of a profile's step, or why there is none (NO_SHAPES, NO_PEAKS,
     NOTHING_MODELLED). ``tf32``: whether TF32 was on for fp32 matrix work (None when the
     profile does not say: then TF32 is assumed only where the fp32 rate could not have
     done the work in the time measured). ``step_us``: the step time from un-profiled
-    timing, when there is one."""
+    timing, when there is one. ``conv_tf32``: cuDNN's TF32 flag, for convolutions (None:
+    as ``tf32``)."""
+    if conv_tf32 is None:
+        conv_tf32 = tf32
     if not profile.shapes_recorded or not profile.cost_basis:
         return NO_SHAPES
     if peaks is None or "fp32" not in peaks.flops or peaks.bandwidth <= 0:
         return NO_PEAKS
-    peaks, raised = _seen(profile, peaks, tf32)
+    peaks, raised = _seen(profile, peaks, tf32, conv_tf32)
     b = profile.breakdown
     steps = len(b.steps_us) if b is not None and b.steps_us else max(profile.steps, 1)
     rows: dict[str, dict[str, Any]] = {}
@@ -177,13 +197,14 @@ def assess(profile: Profile, peaks: Peaks | None, tf32: Optional[bool] = None,
     matrix_flops: dict[str, float] = {}
     for c in profile.costs:
         matrix = c["family"] == MATRIX
-        key = _peak_key(c["dtype"], matrix, peaks, tf32)
+        key = _peak_key(c["dtype"], matrix, peaks, tf32, c["name"], conv_tf32)
         if key is None:
             no_peak.add(c["dtype"])
             continue
         time_s = c["time_us"] * 1e-6
-        if (matrix and tf32 is None and key == "fp32" and "tf32" in peaks.flops
-                and time_s > 0 and c["flops"] / time_s > peaks.flops["fp32"]):
+        if (matrix and _tf32_for(c["name"], tf32, conv_tf32) is None and key == "fp32"
+                and "tf32" in peaks.flops and time_s > 0
+                and c["flops"] / time_s > peaks.flops["fp32"]):
             key, inferred = "tf32", True  # faster than fp32 can go: TF32 was on
         compute_s = c["flops"] / peaks.flops[key]
         memory_s = c["bytes"] / peaks.bandwidth
@@ -242,11 +263,13 @@ def of_section(section: Any, batch_size: int | None = None) -> Efficiency | str:
     p, t = section.profile, section.throughput
     step_us = (batch_size / t.median * 1e6 if batch_size and t is not None and t.windows
                and t.median > 0 else None)
-    tf32 = (section.precision.get("tf32") or {}).get("matmul") if p.device_type else False
+    state = (section.precision.get("tf32") or {}) if p.device_type else {}
+    tf32 = state.get("matmul") if p.device_type else False
+    conv_tf32 = state.get("conv", tf32) if p.device_type else False
     peaks = peaks_for(p, section.peaks)
     if getattr(section, "busy", False) or (peaks is not None and peaks.disturbed):
         return BUSY
-    result = assess(p, peaks, tf32, step_us)
+    result = assess(p, peaks, tf32, step_us, conv_tf32)
     if result in (NO_SHAPES, NO_PEAKS) and t is not None and section.peaks is None:
         return NOT_RECORDED
     if isinstance(result, Efficiency) and (

@@ -122,6 +122,17 @@ TABLE: tuple[_Entry, ...] = (
                                  "fp8": 1979}, 3350,
            "NVIDIA H100 datasheet (SXM): 67 FP32; TF32 989, BF16 1979, FP8 3958 sparse; "
            "3.35 TB/s"),
+    # NVIDIA GH200 Grace Hopper datasheet (the GPU): 67 FP32, TF32 989*, BF16 1979*, FP8
+    # 3958* (*sparse); 96 GB HBM3 at 4 TB/s, 144 GB HBM3e at 4.9 TB/s. Before H200, whose
+    # pattern its name also matches.
+    _Entry("GH200 96GB", r"GH200", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5,
+                                    "fp8": 1979}, 4000,
+           "NVIDIA GH200 datasheet (96 GB HBM3): 67 FP32; TF32 989, BF16 1979, FP8 3958 "
+           "sparse; 4 TB/s", max_mem_gb=120),
+    _Entry("GH200 144GB", r"GH200", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5,
+                                     "fp8": 1979}, 4900,
+           "NVIDIA GH200 datasheet (144 GB HBM3e): 67 FP32; TF32 989, BF16 1979, FP8 3958 "
+           "sparse; 4.9 TB/s", min_mem_gb=120),
     # NVIDIA H200 datasheet: SXM as H100 SXM's compute, 4.8 TB/s; NVL 60 FP32, TF32 835*,
     # BF16 1671*, FP8 3341* (*sparse), 4.8 TB/s.
     _Entry("H200 NVL", r"H200.*NVL", {"fp32": 60, "tf32": 417.5, "bf16": 835.5,
@@ -158,6 +169,8 @@ def lookup(name: str | None, memory_b: int | None = None) -> Peaks | None:
     upper = name.upper()
     if "NVIDIA" not in upper and "TESLA" not in upper and "GEFORCE" not in upper:
         return None
+    if "MIG" in upper.split():
+        return None  # a slice of the GPU ("... MIG 1g.10gb"): not the datasheet's, measured
     mem_gb = memory_b / 1e9 if memory_b else None
     for e in TABLE:
         if not re.search(e.pattern, upper):

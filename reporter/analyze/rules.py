@@ -5,6 +5,7 @@ when it is only a symptom, and the replacement the runner can time for it."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Callable
 
 from . import savings
@@ -107,7 +108,7 @@ def _idle_sync_part(of_copies: bool) -> Callable[[Profile], float]:
     its time in both."""
     def owned(profile: Profile) -> float:
         copies = sum(o.self_cpu_us for o in profile.ops if o.name in COPY_CALLS)
-        syncs = sum(o.self_cpu_us for o in profile.ops if o.name in SYNC_OPS)
+        syncs = sum(o.self_cpu_us for o in _sync_calls(profile)[0])
         if copies + syncs <= 0:
             return 1.0
         return (copies if of_copies else syncs) / (copies + syncs)
@@ -224,13 +225,39 @@ def _host_calls(profile: Profile, names: tuple[str, ...]) -> tuple[list[Op], flo
     return rows, sum(o.self_cpu_us for o in rows) / profile.self_cpu_us
 
 
+# The runner's own wait at the end of a profiled window (breakdown.DRAIN_MARK) is one of
+# these calls: cudaDeviceSynchronize (cudaEventSynchronize in runs before the drain waited
+# for every stream).
+_DRAIN_CALLS = ("cudaDeviceSynchronize", "cudaEventSynchronize")
+
+
+def _sync_calls(profile: Profile) -> tuple[list[Op], float]:
+    """_host_calls of SYNC_OPS less the runner's own drain: the host's time in the
+    ``drain`` phase of the step breakdown comes off the drain's call, so that a
+    synchronisation the model never made is not read as one."""
+    rows, _ = _host_calls(profile, SYNC_OPS)
+    b = profile.breakdown
+    left = sum(b.host_us.get("drain") or []) if b is not None and b.host_us else 0.0
+    out = []
+    for o in rows:
+        if left > 0 and o.name in _DRAIN_CALLS:
+            cut = min(left, o.self_cpu_us)
+            left -= cut
+            o = replace(o, self_cpu_us=o.self_cpu_us - cut, calls=max(o.calls - 1, 0))
+        if o.self_cpu_us > 0 and o.calls > 0:
+            out.append(o)
+    out.sort(key=lambda o: o.self_cpu_us, reverse=True)
+    cpu = profile.self_cpu_us
+    return out, (sum(o.self_cpu_us for o in out) / cpu if cpu > 0 else 0.0)
+
+
 @rule("sync-stall", saving=savings.waited("idle_sync", owned=_idle_sync_part(of_copies=False)),
       symptom=savings.device_kept_busy, share=0.10, high=0.30)
 def sync_stall(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """The host waits for the device: synchronisations hold a share of CPU time."""
     if profile.self_cpu_us <= 0:
         return None
-    rows, total = _host_calls(profile, SYNC_OPS)
+    rows, total = _sync_calls(profile)
     if not rows or total <= limits["share"]:
         return None
     top = rows[0]
@@ -283,6 +310,28 @@ _CONV_KERNEL = re.compile(r"fprop|dgrad|wgrad|convolve|scudnn|winograd|fft2d_|gc
 _FP16_ONLY_SM = re.compile(r"_sm7[05]\b")
 _FP16_ONLY_GPU = re.compile(r"V100|Titan V|\bT4\b|RTX 20\d0|Quadro RTX|GTX 16\d0", re.IGNORECASE)
 _ATTENTION_KERNEL = re.compile(r"fmha_cutlass|AttentionKernel<|AttentionBackwardKernel<")
+
+
+def _fp16_only(profile: Profile, arch: str | None, kernel: str = "") -> bool:
+    """Whether the GPU's tensor cores do fp16 only (Volta, Turing). Told by the device
+    where the datasheet table knows it: cuBLAS runs its "volta_sgemm" kernels on an A100
+    or H100 too, so the kernel's prefix says that only where the device is unknown; so do
+    a fused attention kernel built for sm70/sm75 and a device named like one of those."""
+    from .peaks import lookup
+
+    known = lookup(profile.device_name, profile.device_mem_capacity_b)
+    if known is not None:
+        return "bf16" not in known.flops and "tf32" not in known.flops
+    return (arch in ("volta_", "turing_") or bool(_FP16_ONLY_SM.search(kernel))
+            or bool(_FP16_ONLY_GPU.search(profile.device_name or "")))
+
+
+def fp32_convolution_share(profile: Profile) -> float:
+    """The share of the fp32 GEMM kernels' device time that computes convolutions."""
+    gemms = [o for o in profile.ops if o.kind == "kernel" and _FP32_GEMM.search(o.name)]
+    total = sum(o.self_device_us for o in gemms)
+    conv = sum(o.self_device_us for o in gemms if _CONV_KERNEL.search(o.name))
+    return conv / total if total > 0 else 0.0
 
 
 # Runtime calls in which the host waits for a copy: from pageable memory, or behind the
@@ -338,9 +387,7 @@ def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
                     "products": any(not _CONV_KERNEL.search(o.name)
                                     and not _ATTENTION_KERNEL.search(o.name) for o in gemms),
                     # Volta (V100) and Turing (T4) tensor cores do fp16 only: no bf16, no TF32
-                    "fp16_only": arch in ("volta_", "turing_")
-                    or bool(_FP16_ONLY_SM.search(top.name))
-                    or bool(_FP16_ONLY_GPU.search(profile.device_name or ""))},
+                    "fp16_only": _fp16_only(profile, arch, top.name)},
                    ops=[o.name for o in gemms])
 
 
@@ -380,10 +427,22 @@ _LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLau
              "hipLaunchKernel", "hipExtModuleLaunchKernel", *GRAPH_LAUNCHES)
 
 
+def _host_idle_share(profile: Profile) -> float | None:
+    """The share of the steps the device sat idle because the host had not launched its
+    next work (the step breakdown's idle_host), or None without a device breakdown."""
+    b = profile.breakdown
+    if b is None or not b.steps_us or "idle_host" not in (b.device_us or {}):
+        return None
+    wall = sum(b.steps_us)
+    return sum(b.device_us["idle_host"]) / wall if wall > 0 else None
+
+
 @rule("launch-overhead", saving=savings.unquantified, ratio=0.5, short_kernel_us=10.0,
-      min_launches=100)
+      min_launches=100, host_idle=0.10)
 def launch_overhead(profile: Profile, limits: dict[str, float]) -> Finding | None:
-    """Many short kernels: launching them costs about as much as running them."""
+    """Many short kernels: launching them costs about as much as running them. Short
+    kernels alone are not enough where the step breakdown shows the queue kept the
+    device busy (the host was ahead: its launches cost nothing the device waited for)."""
     if not profile.has_device:
         return None
     launches = [o for o in profile.ops if o.name in _LAUNCHES]
@@ -393,8 +452,12 @@ def launch_overhead(profile: Profile, limits: dict[str, float]) -> Finding | Non
     launch_us = sum(o.self_cpu_us for o in launches)
     ratio = launch_us / profile.self_device_us
     mean_kernel_us = profile.self_device_us / calls
-    if ratio < limits["ratio"] and mean_kernel_us >= limits["short_kernel_us"]:
-        return None
+    if ratio < limits["ratio"]:
+        if mean_kernel_us >= limits["short_kernel_us"]:
+            return None
+        waited = _host_idle_share(profile)
+        if waited is not None and waited < limits["host_idle"]:
+            return None
     # A trace says how the launches kept up (analyze.breakdown.launch_statistics): when
     # the queue never ran dry in a step, the host stayed ahead of the device and the
     # launches cost it no time, however many there were.

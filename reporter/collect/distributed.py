@@ -50,14 +50,20 @@ def world_from_env() -> World | None:
 
 def init(world: World, device: str, timeout_s: float) -> str:
     """Join the process group (NCCL on GPUs, gloo on the CPU); the rank's device."""
-    import torch
     import torch.distributed as dist
 
     if device.startswith("cuda"):
         # A failed or hung collective raises in this rank (so that it is reported as
         # failed) instead of the NCCL watchdog tearing the whole process down.
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
-        torch.cuda.set_device(world.local_rank)
+        from . import device as devices
+
+        count = devices.device_count()
+        if world.local_rank >= count:  # torchrun started more ranks than this machine has GPUs
+            raise BadInput(f"rank {world.rank} is local rank {world.local_rank}, and this "
+                           f"machine has {count} GPU(s): start at most {count} processes per "
+                           "machine, or use --device cpu (gloo)", error_id="usage")
+        devices.set_current(world.local_rank)
         device, backend = f"cuda:{world.local_rank}", "nccl"
     else:
         backend = "gloo"
@@ -183,15 +189,15 @@ def check_devices(nproc: int, device: str) -> None:
     """Refuse --nproc N on a GPU machine with fewer than N GPUs, before starting anything."""
     if device == "cpu":
         return
-    import torch
+    from . import device as devices
 
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    count = devices.device_count()
     if device == "auto" and count == 0:
         return
     if count < nproc:
+        fewer = f"use --nproc {count} or fewer, or " if count >= 2 else "use "
         raise BadInput(f"--nproc {nproc} needs {nproc} GPUs and this machine has {count}; "
-                       "use --nproc {0} or fewer, or --device cpu (gloo)".format(max(count, 1)),
-                       error_id="usage")
+                       f"{fewer}--device cpu (gloo)", error_id="usage")
 
 
 def free_port() -> int:

@@ -19,10 +19,10 @@ import sys
 import warnings
 from typing import Callable
 
-import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import profile
 
 from ..run import TensorMemory
+from . import device as devices
 
 # torch.profiler._memory_profiler.Category names -> ours; None is memory the
 # profiler saw allocated but could not attribute to a tensor.
@@ -34,9 +34,12 @@ MAX_POINTS = 200  # of the memory-over-time chart
 
 
 def _device_key(device: str) -> str:
-    if device.startswith("cuda") and ":" not in device:
-        return f"cuda:{torch.cuda.current_device()}"
-    return device
+    """The memory profile's name of the device the step's tensors are on: "cuda:N"."""
+    dev = devices.get(device)
+    key = dev.tensor_device
+    if key.startswith("cuda") and ":" not in key:
+        return f"cuda:{dev.index()}"
+    return key
 
 
 def tensor_memory(step: Callable[[], None], device: str) -> TensorMemory | str:
@@ -46,14 +49,12 @@ def tensor_memory(step: Callable[[], None], device: str) -> TensorMemory | str:
         from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX, MemoryProfileTimeline
     except ImportError:
         return "torch-version"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
-                                           if device.startswith("cuda") else [])
-    prof = profile(activities=activities, record_shapes=True, profile_memory=True,
+    dev = devices.get(device)
+    prof = profile(activities=dev.activities(), record_shapes=True, profile_memory=True,
                    with_stack=True)
     with prof:
         step()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+    dev.synchronize()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -13,7 +13,6 @@ import os
 import platform
 import resource
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from torch.profiler import ProfilerActivity, profile, record_function, schedule
+from torch.profiler import profile, record_function, schedule
 
 from ..analyze import peaks as peaks_module
 from ..analyze.breakdown import DRAIN_MARK, MODULE_MARK
@@ -36,6 +35,7 @@ from ..errors import BadInput, WorkFailed, user_code
 from ..ingest.traces import read_trace
 from ..run import Run, Section, Throughput
 from . import calibrate, machine
+from . import device as devices
 from .isa import guard as guard_isa
 from .memprof import tensor_memory
 from .target import BUILTINS, Target, build
@@ -79,17 +79,17 @@ def default_preset(device: str, preset: str | None, memory_b: int | None = None)
     if not device.startswith("cuda"):
         return "default"
     if memory_b is None:
-        memory_b = int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+        memory_b = devices.get(device).properties().total_memory
     return "large" if memory_b >= LARGE_PRESET_MEMORY_B else "default"
 
 
 def resolve_device(requested: str) -> str:
-    if requested.startswith("cuda:") and torch.cuda.is_available():
+    if requested.startswith("cuda:") and devices.cuda_available():
         return requested  # a rank's own GPU in a distributed run
     if requested not in ("auto", "cuda", "cpu"):
         raise BadInput(f"unknown device {requested!r}; use auto, cuda or cpu",
                        error_id="bad-device")
-    has_cuda = torch.cuda.is_available()
+    has_cuda = devices.cuda_available()
     if requested == "cuda" and not has_cuda:
         raise BadInput("--device cuda: no CUDA device is available to torch "
                        f"{torch.__version__} (use --device cpu or auto)", error_id="no-cuda")
@@ -112,22 +112,13 @@ def environment(device: str) -> dict[str, Any]:
         "device_name": "CPU",
         "device_memory_b": None,
     }
-    if device.startswith("cuda"):
-        props = torch.cuda.get_device_properties(torch.device(device))
-        env.update(device_name=props.name, device_memory_b=int(props.total_memory),
-                   cudnn=torch.backends.cudnn.version(), driver=_driver_version(),
+    dev = devices.get(device)
+    props = dev.properties()
+    if props is not None:
+        env.update(device_name=props.name, device_memory_b=props.total_memory,
+                   cudnn=dev.cudnn_version(), driver=dev.driver(),
                    capability=f"{props.major}.{props.minor}")
     return env
-
-
-def _driver_version() -> str | None:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
-                              "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=10, check=True).stdout
-        return out.strip().splitlines()[0] or None
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return None
 
 
 def _reset_host_peak() -> None:
@@ -179,10 +170,11 @@ class _Stepper:
 
     def __init__(self, target: Target, mode: str, device: str):
         self.target, self.mode, self.device = target, mode, device
+        self._tensors = devices.get(device).tensor_device  # where the inputs go
         self._it = iter(target.batches)
         self._forward = target.forward or (lambda model, batch: model(batch[0]))
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(target.autocast or "")
-        device_type = device.split(":")[0]
+        device_type = self._tensors.split(":")[0]
         self._autocast = (lambda: torch.autocast(device_type, dtype=dtype)) if dtype \
             else contextlib.nullcontext
         if hasattr(target.model, "train"):
@@ -205,7 +197,7 @@ class _Stepper:
             batch = self._next_batch()
         if self._copies:
             with record_function("input_copy"):
-                batch = _to_device(batch, self.device, self.target.non_blocking)
+                batch = _to_device(batch, self._tensors, self.target.non_blocking)
         return batch
 
     def run(self, batch: Any) -> None:
@@ -268,8 +260,7 @@ def _filtered_native_stderr():
 
 
 def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+    devices.get(device).synchronize()
 
 
 def _timed(step: Callable[[], None], device: str, steps: int) -> float:
@@ -282,7 +273,7 @@ def _timed(step: Callable[[], None], device: str, steps: int) -> float:
 
 
 def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped: int,
-                    active: int) -> float:
+                    active: int, align: Callable[[], Any] | None = None) -> float:
     """Run the profiler's schedule; the seconds the ``active`` (recorded) steps took.
 
     On a GPU the recorded window is closed at both ends, so that it holds exactly the
@@ -295,11 +286,16 @@ def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped
     hold less host time than the device work they queued. The recorded steps are
     timed with CUDA events on the stream.
     """
-    on_gpu = device.startswith("cuda")
+    dev = devices.get(device)
+    on_gpu = dev.is_gpu
     for i in range(skipped):
         stepper()
         if on_gpu and i == skipped - 1:
-            torch.cuda.synchronize()  # before the recording starts: not recorded
+            dev.synchronize()  # before the recording starts: not recorded
+            if align is not None:
+                # the ranks start recording together: the first step's collective
+                # otherwise holds the peers' skew, counted as communication
+                align()
         prof.step()
     if not on_gpu:
         total = 0.0
@@ -309,14 +305,16 @@ def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped
             total += time.perf_counter() - start
             prof.step()  # not timed: the last one stops the recording
         return total
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin, end = dev.event(), dev.event()
     begin.record()
     for i in range(active):
         stepper()
         if i == active - 1:
             end.record()
             with record_function(DRAIN_MARK):
-                end.synchronize()
+                # the whole device, not the current stream alone: work a target queued
+                # on its own streams ends inside the recording too
+                dev.synchronize()
         prof.step()  # after the last active step the recording stops
     return begin.elapsed_time(end) / 1e3
 
@@ -348,22 +346,20 @@ def _check_kernels(profile_obj: Profile) -> None:
               "CPU times only", file=sys.stderr, flush=True)
 
 
-def _reset_device_memory() -> None:
+def _reset_device_memory(device: str) -> None:
     """Start the device's peaks from what this target holds, not from what the targets
     and modes before it left in the caching allocator."""
-    gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
+    devices.get(device).reset_peaks()
 
 
-def _device_memory(profile_obj: Profile) -> dict[str, int]:
+def _device_memory(profile_obj: Profile, device: str) -> dict[str, int]:
     """Peak device memory since _reset_device_memory, onto the profile too. Memory
     pressure is judged on the allocated peak: the reserved one includes the cache."""
-    allocated = int(torch.cuda.max_memory_allocated())
-    reserved = int(torch.cuda.max_memory_reserved())
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    dev = devices.get(device)
+    allocated, reserved = dev.memory_peaks()
+    props = dev.properties()
     profile_obj.peak_device_mem_b = allocated
-    profile_obj.device_mem_capacity_b = int(props.total_memory)
+    profile_obj.device_mem_capacity_b = props.total_memory
     profile_obj.device_name = props.name
     return {"device_allocated_b": allocated, "device_reserved_b": reserved}
 
@@ -497,19 +493,18 @@ def _profiled_step_count(windows: list[float], batch: int, opts: RunOptions) -> 
 PROFILE_ATTEMPTS = 3
 
 
-def _profile_once(stepper: _Stepper, device: str, active: int, trace: Path) -> tuple[
+def _profile_once(stepper: _Stepper, device: str, active: int, trace: Path,
+                  align: Callable[[], Any] | None = None) -> tuple[
         Profile, float, Disturbance]:
     """Profile ``active`` steps into the Chrome trace ``trace`` and read it back: the
     profile, the seconds the recorded steps took, and the window's disturbance."""
-    on_gpu = device.startswith("cuda")
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     wait, warm = 1, 1
-    prof = profile(activities=activities,
+    prof = profile(activities=devices.get(device).activities(),
                    schedule=schedule(wait=wait, warmup=warm, active=active, repeat=1),
                    record_shapes=True, profile_memory=True)
     watch = machine.Watch(torch.get_num_threads())
     with _filtered_native_stderr(), _module_marks(stepper.target.model), prof:
-        active_s = _profiled_steps(stepper, device, prof, wait + warm, active)
+        active_s = _profiled_steps(stepper, device, prof, wait + warm, active, align)
     disturbance = watch.stop()
     # The profile is read back from the exported trace: the same numbers as
     # key_averages() (tests/test_traces.py), in a fraction of its time.
@@ -536,7 +531,8 @@ def _quietest_profile(stepper: _Stepper, device: str, opts: RunOptions, active: 
     for made in range(1, attempts + 1):
         progress(f"profiling {active} steps" + (f" (attempt {made})" if made > 1 else ""))
         candidate = trace.with_name(f"{trace.stem}.{made}{trace.suffix}")
-        got = _profile_once(stepper, device, active, candidate)
+        align = partial(opts.agree, 0) if opts.agree is not None else None  # a barrier
+        got = _profile_once(stepper, device, active, candidate, align)
         if best is None or (got[2].share or 0.0) < (best[2].share or 0.0):
             if best is not None:
                 trace.unlink(missing_ok=True)
@@ -556,18 +552,20 @@ def _quietest_profile(stepper: _Stepper, device: str, opts: RunOptions, active: 
 def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOptions,
                      scratch: Path, progress: Callable[[str], None],
                      budget_s: float) -> Section:
-    on_gpu = device.startswith("cuda")
+    on_gpu = devices.get(device).is_gpu
     gc.collect()
     _reset_host_peak()
     held = _host_rss_b()  # what the process held before: earlier targets, torch itself
+    if on_gpu:
+        # before the warm-up, which then pays the allocator's cudaMallocs that emptying
+        # its cache brings back (in the first timed window they made it an outlier)
+        _reset_device_memory(device)
     progress(f"warm-up ({opts.warmup_steps} steps)")
     for _ in range(opts.warmup_steps):
         stepper()
     steps = window_steps(stepper, device, opts)
     if opts.agree is not None:
         steps = opts.agree(steps)
-    if on_gpu:
-        _reset_device_memory()
     batch = stepper.target.batch_size
     windows, disturbance = _timed_windows(
         lambda: steps * batch / _timed(stepper, device, steps), opts, budget_s, progress,
@@ -587,8 +585,9 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
               "device_allocated_b": None, "device_reserved_b": None}
     precision: dict[str, Any] = {}
     if on_gpu:
-        memory.update(_device_memory(profile_obj))
-        precision = {"tf32": tf32_state(), "autocast": stepper.target.autocast}
+        memory.update(_device_memory(profile_obj, device))
+        precision = {"tf32": devices.get(device).tf32_state(),
+                     "autocast": stepper.target.autocast}
     profiled = active * batch / active_s if active_s > 0 else 0.0
     progress("memory profile (1 step)")
     loaded = stepper.load()  # outside the memory profile: the model's step is what counts
@@ -621,7 +620,8 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
             with _filtered_native_stderr():
                 timed = measure(section, rules, device, optimizer)
             disturbance = watch.stop()
-        except (RuntimeError, ValueError, TypeError) as exc:  # out of memory, say: the
+        except Exception as exc:  # out of memory, say, or a fault of reporter's own recipe:
+            # not the target's, which ran whole; the report keeps its estimates
             if device_broken(exc):  # not the replacement's failure: the context is gone
                 raise
             section.whatif = {}  # report keeps its estimates, and the run its profile
@@ -644,11 +644,10 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
 def _peaks(device: str, progress: Progress) -> Peaks:
     """The datasheet's peaks of a GPU the table knows; else measured here, once per
     process (the default suite calibrates once), while the target's TF32 setting holds."""
-    name = memory = None
-    if device.startswith("cuda"):
-        props = torch.cuda.get_device_properties(torch.device(device))
-        name, memory = props.name, int(props.total_memory)
-    tf32 = bool(tf32_state().get("matmul")) if device.startswith("cuda") else False
+    dev = devices.get(device)
+    props = dev.properties()
+    name, memory = (props.name, props.total_memory) if props is not None else (None, None)
+    tf32 = bool(dev.tf32_state().get("matmul"))
     if peaks_module.lookup(name, memory) is None:
         progress("measuring the machine's peaks")
 
@@ -671,70 +670,16 @@ def _benchmark(target: Target, device: str, progress) -> list[dict[str, Any]] | 
     progress("side benchmark on the CPU")
     cpu = dict(target.benchmark("cpu"))
     gpu: dict[str, float] = {}
-    if device.startswith("cuda"):  # a CPU run on a machine with a GPU times the CPU only
+    dev = devices.get(device)
+    if dev.is_gpu:  # a CPU run on a machine with a GPU times the CPU only
         progress("side benchmark on the GPU")
-        gpu = dict(target.benchmark(device))
+        gpu = dict(target.benchmark(dev.tensor_device))
     return [{"op": op, "cpu_ms": ms, "gpu_ms": gpu.get(op)} for op, ms in cpu.items()]
 
 
-def _new_tf32_api() -> bool:
-    """torch >= 2.9 sets TF32 with fp32_precision; reading the legacy allow_tf32 flags
-    then raises once anything used the new API."""
-    return hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(
-        torch.backends.cudnn, "conv")
-
-
-@contextlib.contextmanager
-def _tf32(enabled: bool):
-    """TF32 matmuls and convolutions while a target that asks for them runs; the flags
-    are not touched (not even read) for the others.
-
-    Matmuls go through ``torch.set_float32_matmul_precision("high")``, which sets the
-    legacy flag and the new API alike: setting only the new ``fp32_precision`` (torch >=
-    2.9) leaves the two disagreeing, and then torch's legacy getters raise for the whole
-    target, in the target's own code (torch.compile, Lightning) as in ours."""
-    if not enabled:
-        yield
-        return
-    saved_matmul = torch.get_float32_matmul_precision()
-    new_api = _new_tf32_api()
-    saved_conv = (torch.backends.cudnn.conv.fp32_precision if new_api
-                  else torch.backends.cudnn.allow_tf32)
-    torch.set_float32_matmul_precision("high")
-    if new_api:
-        torch.backends.cudnn.conv.fp32_precision = "tf32"
-    else:
-        torch.backends.cudnn.allow_tf32 = True
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(saved_matmul)
-        if new_api:
-            torch.backends.cudnn.conv.fp32_precision = saved_conv
-        else:
-            torch.backends.cudnn.allow_tf32 = saved_conv
-
-
-def tf32_state() -> dict[str, Any]:
-    """Whether fp32 matmuls and convolutions run as TF32 now (None: cannot tell), and
-    whether the environment forces it (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, set by some
-    containers, makes even an "fp32" baseline's GEMMs TF32)."""
-    override = os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1"
-
-    def read(new: Any, legacy: Callable[[], bool]) -> bool | None:
-        value = getattr(new, "fp32_precision", "none") if new is not None else "none"
-        if value in ("tf32", "ieee"):
-            return value == "tf32"
-        try:
-            return bool(legacy())
-        except RuntimeError:  # the legacy flag after the new API was used
-            return None
-
-    matmul = read(torch.backends.cuda.matmul if _new_tf32_api() else None,
-                  lambda: torch.backends.cuda.matmul.allow_tf32)
-    conv = read(torch.backends.cudnn.conv if _new_tf32_api() else None,
-                lambda: torch.backends.cudnn.allow_tf32)
-    return {"matmul": True if override else matmul, "conv": conv, "override": override}
+# TF32 lives with the device (reporter.collect.device): one helper, torch's two APIs.
+_tf32 = devices.tf32
+tf32_state = devices.tf32_state
 
 
 def new_run_id(name: str, device: str, now: datetime) -> str:
@@ -782,12 +727,12 @@ def _profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
                     now: datetime) -> Run:
     progress("building")
     with user_code(f"target {spec} failed while building"):
-        target = build(spec, builder, device, opts.preset)
+        target = build(spec, builder, devices.get(device).tensor_device, opts.preset)
     sections = []
     batch_size = target.batch_size
     try:
         with user_code(f"target {spec} raised while profiled"), \
-                _tf32(target.tf32 and device.startswith("cuda")):
+                devices.get(device).tf32(bool(target.tf32)):
             peaks = _peaks(device, progress)
             for mode in target.modes:
                 step = _Stepper(target, mode, device)

@@ -70,46 +70,92 @@ def attention_shapes(profile: Profile) -> dict[str, Any] | None:
     return None
 
 
-def _sync_for(device: str) -> Callable[[], None]:
-    """What waits for the device's queued work: a CUDA synchronisation, or nothing."""
-    if device.startswith("cuda"):
-        import torch
-
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
+GPU_SAMPLE_S = 1e-3  # on a GPU each sample runs back to back calls for about this long
 
 
-def _median_s(fn: Callable[[], Any], sync: Callable[[], None], budget_s: float = BUDGET_S
-              ) -> float:
+def _median_s(fn: Callable[[], Any], dev: Any, budget_s: float = BUDGET_S,
+              host: bool = False) -> float:
+    """The median seconds of one call of ``fn``. On a GPU, the device's time: calls run
+    back to back between two events, so that a microsecond kernel is not timed as the
+    launch and synchronisation latency around it; ``host`` times each call from the host,
+    synchronised (the optimizer's step, where the launches are the point)."""
     for _ in range(3):
         fn()
-    sync()
+    dev.synchronize()
+    if dev.is_gpu and not host:
+        return _device_median_s(fn, dev, budget_s)
     times: list[float] = []
     spent = 0.0
     while len(times) < 5 or (spent < budget_s and len(times) < 200):
         start = time.perf_counter()
         fn()
-        sync()
+        dev.synchronize()
         elapsed = time.perf_counter() - start
         times.append(elapsed)
         spent += elapsed
     return statistics.median(times)
 
 
-def attention(profile: Profile, device: str, train: bool, steps: int) -> dict[str, Any] | None:
-    """Unfused attention and scaled_dot_product_attention timed at the recorded shapes:
-    {"before_ms", "after_ms"} per step, or None when the shapes cannot be read."""
+def _device_median_s(fn: Callable[[], Any], dev: Any, budget_s: float) -> float:
+    def sample(calls: int) -> float:
+        begin, end = dev.event(), dev.event()
+        begin.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        return max(begin.elapsed_time(end) / 1e3, 0.0) / calls
+    one = sample(1)
+    calls = max(1, min(100, math.ceil(GPU_SAMPLE_S / max(one, 1e-7))))
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < 5 or (spent < budget_s and len(times) < 200):
+        t = sample(calls)
+        times.append(t)
+        spent += t * calls
+    return statistics.median(times)
+
+
+def _autocast(dev: Any, section: Any) -> Any:
+    """The autocast the section's model ran under, for timing its replacements alike."""
+    import contextlib
+
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(
+        (getattr(section, "precision", None) or {}).get("autocast") or "")
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(dev.tensor_device.split(":")[0], dtype=dtype)
+
+
+def _generator(dev: Any) -> Any:
+    """A seeded generator on the device the operands are drawn on (a CPU draw of a large
+    operand is serial: seconds)."""
+    import torch
+
+    return torch.Generator(device=dev.tensor_device).manual_seed(0)
+
+
+def attention(profile: Profile, device: str, train: bool, steps: int,
+              section: Any = None) -> dict[str, Any] | None:
+    """Unfused attention and scaled_dot_product_attention timed at the recorded shapes,
+    under the autocast the model ran under: {"before_ms", "after_ms"} per step, or None
+    when the shapes cannot be read."""
     import torch
     from torch.nn import functional as F
+
+    from . import device as devices
 
     shape = attention_shapes(profile)
     if shape is None:
         return None
-    sync = _sync_for(device)
-    gen = torch.Generator(device="cpu").manual_seed(0)
+    dev = devices.get(device)
+    gen = _generator(dev)
 
     def make(*size: int) -> Any:
-        return torch.randn(*size, generator=gen).to(device).requires_grad_(train)
+        return torch.randn(*size, generator=gen, device=dev.tensor_device
+                           ).requires_grad_(train)
     q = make(shape["n"], shape["l"], shape["e"])
     k = make(shape["n"], shape["s"], shape["e"])
     v = make(shape["n"], shape["s"], shape["ev"])
@@ -125,7 +171,8 @@ def attention(profile: Profile, device: str, train: bool, steps: int) -> dict[st
         if train:
             out.sum().backward()
     per_step = shape["calls"] / max(steps, 1)
-    before, after = _median_s(unfused, sync), _median_s(fused, sync)
+    with _autocast(dev, section):
+        before, after = _median_s(unfused, dev), _median_s(fused, dev)
     return {"before_ms": before * 1e3 * per_step, "after_ms": after * 1e3 * per_step,
             "shape": [shape["n"], shape["l"], shape["s"], shape["e"]],
             "calls_per_step": per_step}
@@ -148,7 +195,10 @@ def optimizer_foreach(optimizer: Any, device: str) -> dict[str, Any] | None:
     cls, defaults = type(optimizer), dict(optimizer.defaults)
     if "foreach" not in defaults:
         return None  # an optimizer without a foreach implementation
-    sync = _sync_for(device)
+    from . import device as devices
+
+    dev = devices.get(device)
+    timed = partial(_median_s, dev=dev, host=True)  # the launches are the point
 
     def copy(foreach: bool, fused: bool = False) -> Any:
         copies = []
@@ -165,13 +215,13 @@ def optimizer_foreach(optimizer: Any, device: str) -> dict[str, Any] | None:
         accepted = inspect.signature(cls.__init__).parameters
         return cls(copies, **{k: v for k, v in options.items() if k in accepted})
     try:
-        before = _median_s(copy(False).step, sync)
-        after = {"foreach": _median_s(copy(True).step, sync)}
+        before = timed(copy(False).step)
+        after = {"foreach": timed(copy(True).step)}
     except (RuntimeError, TypeError, ValueError):
         return None  # options this optimizer does not take that way
     if "fused" in defaults:
         try:
-            after["fused"] = _median_s(copy(False, fused=True).step, sync)
+            after["fused"] = timed(copy(False, fused=True).step)
         except (RuntimeError, TypeError, ValueError):
             pass  # no fused implementation for this device or these options
     variant = min(after, key=lambda k: after[k])
@@ -229,44 +279,32 @@ def gemm_precision(profile: Profile, device: str, steps: int) -> dict[str, Any] 
     and the share of the products' time they hold; None when no shape can be read."""
     import torch
 
+    from . import device as devices
+
     shapes, total_us = gemm_shapes(profile)
     if not shapes or total_us <= 0:
         return None
-    sync = _sync_for(device)
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    # TF32 through set_float32_matmul_precision, which sets torch's legacy flag and its new
-    # API alike; the legacy getters raise once a target set the new API alone (torch >=
-    # 2.9), so the state is read from the new API then, and put back as it was.
-    matmul = torch.backends.cuda.matmul
-    new_api = getattr(matmul, "fp32_precision", None)
-    try:
-        was: str | None = torch.get_float32_matmul_precision()
-    except RuntimeError:  # "a mix of the legacy and new APIs"
-        was = None
-    as_model = (was if was is not None else "high" if new_api == "tf32" else "highest")
-    as_model = "highest" if as_model == "highest" else "high"
+    dev = devices.get(device)
+    gen = _generator(dev)
+    # TF32 through the device's one helper (set_float32_matmul_precision: torch's legacy
+    # flag and its new API alike), put back as the model had it.
+    as_model = "highest" if devices.matmul_precision() in (None, "highest") else "high"
     timed_us = bf16_us = tf32_us = 0.0
-    try:
-        for row, a, b in shapes:
-            x = torch.randn(*a, generator=gen).to(device)
-            y = torch.randn(*b, generator=gen).to(device)
-            xb, yb = x.to(torch.bfloat16), y.to(torch.bfloat16)
-            seconds: dict[str, float] = {}
-            for key, precision, (p, q) in (("fp32", as_model, (x, y)),
-                                           ("bf16", as_model, (xb, yb)),
-                                           ("tf32", "high", (x, y))):
-                torch.set_float32_matmul_precision(precision)
-                seconds[key] = _median_s(partial(torch.matmul, p, q), sync, GEMM_BUDGET_S)
-            del x, y, xb, yb
-            recorded = _gemm_time_us(row)
-            timed_us += recorded
-            bf16_us += recorded * seconds["bf16"] / seconds["fp32"]
-            tf32_us += recorded * seconds["tf32"] / seconds["fp32"]
-    finally:
-        if was is not None:
-            torch.set_float32_matmul_precision(was)
-        if new_api is not None:
-            matmul.fp32_precision = new_api
+    for row, a, b in shapes:
+        x = torch.randn(*a, generator=gen, device=dev.tensor_device)
+        y = torch.randn(*b, generator=gen, device=dev.tensor_device)
+        xb, yb = x.to(torch.bfloat16), y.to(torch.bfloat16)
+        seconds: dict[str, float] = {}
+        for key, precision, (p, q) in (("fp32", as_model, (x, y)),
+                                       ("bf16", as_model, (xb, yb)),
+                                       ("tf32", "high", (x, y))):
+            with devices.tf32_matmul(precision):
+                seconds[key] = _median_s(partial(torch.matmul, p, q), dev, GEMM_BUDGET_S)
+        del x, y, xb, yb
+        recorded = _gemm_time_us(row)
+        timed_us += recorded
+        bf16_us += recorded * seconds["bf16"] / seconds["fp32"]
+        tf32_us += recorded * seconds["tf32"] / seconds["fp32"]
     per_step_ms = total_us / max(steps, 1) / 1e3
     return {"before_ms": per_step_ms, "after_ms": per_step_ms * bf16_us / timed_us,
             "tf32_ms": per_step_ms * tf32_us / timed_us, "shapes": len(shapes),
@@ -287,6 +325,17 @@ def _broadcasts_to(shape: tuple[int, ...], dims: list[Any]) -> bool:
             and tuple(max(p, q) for p, q in zip(dims[0], dims[1])) == shape)
 
 
+def _operand_of(shapes: list[list[int]], dims: list[Any]) -> bool:
+    """Whether a recorded repeat's input is an operand of one of the pairwise ``shapes``:
+    of its rank, every dimension the shape's or 1 (it broadcasts to it). A repeat of
+    anything else (a GQA model's key and value heads) is not the pattern's."""
+    if not dims or not isinstance(dims[0], list):
+        return False
+    x = dims[0]
+    return any(len(x) == len(s) and x != list(s) and all(p in (1, q) for p, q in zip(x, s))
+               for s in shapes)
+
+
 def _sums(shape: tuple[int, ...], dims: list[Any]) -> bool:
     """Whether a recorded sum reduces a tensor of ``shape``."""
     return bool(dims) and tuple(dims[0]) == shape
@@ -301,11 +350,14 @@ def blowup_matmul(profile: Profile, device: str, steps: int) -> dict[str, Any] |
     operators and what the products would take; None without the pattern."""
     import torch
 
+    from . import device as devices
+
     shapes = blowup_shapes(profile)[:BLOWUP_SHAPES]
     if not shapes:
         return None
-    sync = _sync_for(device)
-    gen = torch.Generator(device="cpu").manual_seed(0)
+    dev = devices.get(device)
+    gen = _generator(dev)
+    on = dev.tensor_device
 
     def recorded(names: tuple[str, ...], match: Callable[[list[Any]], bool]) -> float:
         return sum(o.device_total_us or o.cpu_total_us for o in profile.ops_by_shape
@@ -316,12 +368,12 @@ def blowup_matmul(profile: Profile, device: str, steps: int) -> dict[str, Any] |
         n = math.prod(batch)
         if 2 * math.prod(shape) * 4 > MAX_OPERANDS_B:
             continue
-        a = torch.randn(n, x, y, z, generator=gen).to(device)
-        b = torch.randn(n, x, y, z, generator=gen).to(device)
-        a3 = torch.randn(n, x, z, generator=gen).to(device)
-        b3 = torch.randn(n, z, y, generator=gen).to(device)
-        pairwise = _median_s(partial(_pairwise, a, b), sync, GEMM_BUDGET_S)
-        product = _median_s(partial(torch.bmm, a3, b3), sync, GEMM_BUDGET_S)
+        a = torch.randn(n, x, y, z, generator=gen, device=on)
+        b = torch.randn(n, x, y, z, generator=gen, device=on)
+        a3 = torch.randn(n, x, z, generator=gen, device=on)
+        b3 = torch.randn(n, z, y, generator=gen, device=on)
+        pairwise = _median_s(partial(_pairwise, a, b), dev, GEMM_BUDGET_S)
+        product = _median_s(partial(torch.bmm, a3, b3), dev, GEMM_BUDGET_S)
         del a, b, a3, b3
         t = tuple(shape)
         pattern = (recorded(("aten::mul",), partial(_broadcasts_to, t))
@@ -331,11 +383,23 @@ def blowup_matmul(profile: Profile, device: str, steps: int) -> dict[str, Any] |
     if before_us <= 0:
         return None
     # the copies that materialise it: repeat, and expand(...).contiguous() of its shapes
-    before_us += recorded(MATERIALISERS, lambda d: True) + dense_copies(
+    before_us += recorded(MATERIALISERS, partial(_operand_of, shapes)) + dense_copies(
         profile, shapes, "device_total_us" if profile.has_device else "cpu_total_us")[0]
     per_step = 1e3 * max(steps, 1)
     return {"before_ms": before_us / per_step, "after_ms": after_us / per_step,
             "shapes": [list(s) for s in shapes]}
+
+
+# The fp32-gemm what-if times matrix products only: where convolutions hold more than
+# this share of the fp32 GEMM kernels' time, its measurement would stand for theirs too,
+# and the finding keeps its estimate instead.
+CONV_SHARE_MEASURED = 0.10
+
+
+def _products_drive(profile: Profile) -> bool:
+    from ..analyze.rules import fp32_convolution_share
+
+    return fp32_convolution_share(profile) <= CONV_SHARE_MEASURED
 
 
 Recipe = Callable[[Any, str, Any, int], "dict[str, Any] | None"]
@@ -344,11 +408,11 @@ Recipe = Callable[[Any, str, Any, int], "dict[str, Any] | None"]
 # each takes the section, the device, the target's optimizer and the profiled steps.
 RECIPES: dict[str, Recipe] = {
     "attention": lambda section, device, optimizer, steps: attention(
-        section.profile, device, section.label == "train", steps),
+        section.profile, device, section.label == "train", steps, section),
     "optimizer": lambda section, device, optimizer, steps: optimizer_foreach(
         optimizer, device) if optimizer is not None and section.label == "train" else None,
     "gemm-precision": lambda section, device, optimizer, steps: gemm_precision(
-        section.profile, device, steps),
+        section.profile, device, steps) if _products_drive(section.profile) else None,
     "blowup-matmul": lambda section, device, optimizer, steps: blowup_matmul(
         section.profile, device, steps),
 }

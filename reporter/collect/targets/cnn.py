@@ -70,13 +70,25 @@ class Precomputed(Dataset):
                                    for i in range(start, min(count, start + 64))])
                 chunks.append(augment(raw, blur, size))
         self.images = torch.cat(chunks)
-        self.labels = [i % 10 for i in range(count)]
+        self.labels = torch.arange(count) % 10
 
     def __len__(self) -> int:
         return len(self.images)
 
     def __getitem__(self, i):
-        return self.images[i], self.labels[i]
+        return self.images[i], int(self.labels[i])
+
+    def __getitems__(self, indices: list[int]) -> list[torch.Tensor]:
+        """A whole batch in one indexing (the DataLoader asks for it so), instead of one
+        per sample and a stack: without workers (a small /dev/shm) the main thread does
+        it between steps."""
+        index = torch.as_tensor(indices)
+        return [self.images[index], self.labels[index]]
+
+
+def batched(batch: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The collate of a batch that __getitems__ already made whole."""
+    return batch
 
 
 def make_model(channels: int, classes: int = 10) -> nn.Module:
@@ -126,7 +138,7 @@ def _build(device: str, preset: str, fixed: bool) -> Target:
     if fixed:
         batch_bytes = s["batch"] * 3 * s["image"] ** 2 * 4
         loader_args.update(_worker_settings(batch_bytes, _shared_memory_free()),
-                           pin_memory=device.startswith("cuda"))
+                           pin_memory=device.startswith("cuda"), collate_fn=batched)
     return Target(
         model=model, batches=DataLoader(dataset, **loader_args), batch_size=s["batch"],
         non_blocking=fixed,

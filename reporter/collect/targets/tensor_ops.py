@@ -18,6 +18,7 @@ import time
 import torch
 from torch import nn
 
+from .. import device as devices
 from ..target import Target
 from . import sizes
 
@@ -55,7 +56,8 @@ def _sample_ms(op, a, b, device: str) -> float:
         start = time.perf_counter()
         op(a, b)
         return (time.perf_counter() - start) * 1000.0
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    dev = devices.get(device)
+    begin, end = dev.event(), dev.event()
     begin.record()
     for _ in range(GPU_REPEATS):
         op(a, b)
@@ -71,8 +73,7 @@ def time_operations(device: str, batch: int, n: int, repeats: int) -> list[tuple
     for key, op in OPERATIONS.items():
         for _ in range(2):  # warm-up: kernels loaded, caches and allocator primed
             op(a, b)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize(device)
+        devices.get(device).synchronize()
         samples = [_sample_ms(op, a, b, device) for _ in range(repeats)]
         results.append((key, statistics.median(samples)))
     return results

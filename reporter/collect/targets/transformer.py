@@ -15,6 +15,7 @@ import math
 import torch
 from torch import nn
 
+from .. import device as devices
 from ..target import Target
 from . import sizes, synthetic_batches
 
@@ -96,7 +97,7 @@ def _build(device: str, preset: str, fixed: bool) -> Target:
         s["batches"])
     autocast = None
     if fixed and device.startswith("cuda"):
-        autocast = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        autocast = "bf16" if devices.get(device).bf16_supported() else "fp16"
     return Target(
         model=model, batches=batches, batch_size=s["batch"], modes=("train", "inference"),
         forward=lambda m, batch: m(batch[0], batch[1][:, :-1]),
