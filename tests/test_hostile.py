@@ -30,6 +30,19 @@ def reporter(*argv, cwd: Path, timeout: float = 60) -> subprocess.CompletedProce
                           capture_output=True, text=True, timeout=timeout)
 
 
+LIMITED = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({mem}, {mem}));"
+           " from reporter.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+def limited(*argv, cwd: Path, timeout: float = 20, memory: int = 2 << 30,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The real command in a child process under ``memory`` bytes of address space; fails
+    the test if it does not end within ``timeout`` seconds."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-c", LIMITED.format(mem=memory), *map(str, argv)],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def one_line(err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err and "internal error" not in err, err
@@ -512,3 +525,14 @@ def test_a_missing_template_of_a_language_is_named(tmp_path, monkeypatch):
     res = cli("targets", "--lang", "xx")
     line = one_line(res.err)
     assert res.code == 1 and "[template]" in line and "targets.j2" in line, line
+
+
+# Issue 35: bounded work on a stored run, no lost run, no internal error.
+
+def test_a_run_of_10000_windows_renders_in_seconds(tmp_path, stored):
+    _, folder = stored("cpu-transformer")
+    rng = __import__("random").Random(3)
+    _corrupt(folder, _set("run", "sections", 0, "throughput", "windows",
+                          [400 + rng.random() for _ in range(10_000)]))
+    res = limited("render", folder, cwd=tmp_path, timeout=30)
+    assert res.returncode == 0, res.stderr
