@@ -43,6 +43,21 @@ RUN_FILE = "run.json"
 MAX_RUN_FILE = 256 << 20  # bytes: a run.json holds numbers and a few tables
 STAGING_SUFFIX = ".partial"
 
+# Budgets of a stored run: a crafted run.json of a few hundred KB could otherwise keep
+# ``render`` busy for minutes or take gigabytes (a chart bar per step, a binomial per
+# window). A live run stays far below each: 2 sections, a few hundred windows, tens of
+# profiled steps, 200 memory points, thousands of operators. The key of a list (or of
+# the object holding lists) sets its limit; any other list or object holds at most
+# MAX_ITEMS, any string at most MAX_STRING characters (the longest name a reader takes).
+MAX_ITEMS = 200_000
+MAX_STRING = 65_536
+LIMITS = {"sections": 16, "ranks": 1_024, "windows": 10_000, "disturbance": 10_000,
+          "steps_us": 10_000, "host_us": 10_000, "device_us": 10_000,
+          "device_notes_us": 10_000, "timeline_ms": 10_000, "timeline_b": 10_000,
+          "at_peak_b": 64, "flops": 64, "whatif": 1_000, "benchmark": 10_000,
+          "precision": 64}
+_UNREAD = {"tables"}  # fields of old runs that nothing reads: not walked
+
 
 def write_atomic(path: Path, data: bytes | str) -> Path:
     """Write a file so that it is either whole or absent: temp file, then rename."""
@@ -197,6 +212,11 @@ def load(folder: Path) -> Run:
                        f"upgrade reporter (written by reporter {meta.get('reporter')})",
                        error_id="newer-format")
     try:
+        _check_budget(doc.get("run"))
+    except ValueError as exc:
+        raise BadInput(f"{path} is over a budget of a stored run: {exc}; the run is corrupted "
+                       "or crafted", error_id="bad-input") from exc
+    try:
         run = Run.from_dict(doc["run"])
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BadInput(f"{path} is corrupted: missing or malformed field {exc}",
@@ -206,6 +226,45 @@ def load(folder: Path) -> Run:
     except ValueError as exc:
         raise BadInput(f"{path} is corrupted: {exc}", error_id="bad-run") from exc
     return run
+
+
+def _check_budget(data: Any) -> None:
+    """Raise ValueError naming the first list, object or string of a run document over its
+    limit (LIMITS, MAX_ITEMS, MAX_STRING); linear in the document, before any other work."""
+    # Entries: (node, its limit, the entry of its parent, its key there); the path is only
+    # spelled out for the error.
+    stack: list[tuple[Any, int, Any, Any]] = [(data, MAX_ITEMS, None, "run")]
+    while stack:
+        entry = stack.pop()
+        node, limit = entry[0], entry[1]
+        if isinstance(node, str):
+            if len(node) > MAX_STRING:
+                raise ValueError(f"{_path(entry)} is a string of {len(node):,} characters, "
+                                 f"over the limit of {MAX_STRING:,}")
+            continue
+        if len(node) > limit:
+            raise ValueError(f"{_path(entry)} holds {len(node):,} items, over the limit of "
+                             f"{limit:,}")
+        if isinstance(node, list):  # a list's items start again from the default
+            stack.extend((item, MAX_ITEMS, entry, i) for i, item in enumerate(node)
+                         if isinstance(item, (str, list, dict)))
+            continue
+        for key, item in node.items():
+            if len(key) > MAX_STRING:
+                raise ValueError(f"{_path(entry)} has a key of {len(key):,} characters, over "
+                                 f"the limit of {MAX_STRING:,}")
+            if key not in _UNREAD and isinstance(item, (str, list, dict)):
+                # The lists in a limited object keep its limit (host_us.forward).
+                stack.append((item, LIMITS.get(key, limit), entry, key))
+
+
+def _path(entry: Any) -> str:
+    parts = []
+    while entry is not None:
+        key = entry[3]
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key[:40]}")
+        entry = entry[2]
+    return "".join(reversed(parts)).lstrip(".")
 
 
 def _no_constant(name: str) -> None:

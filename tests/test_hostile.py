@@ -536,3 +536,44 @@ def test_a_run_of_10000_windows_renders_in_seconds(tmp_path, stored):
                           [400 + rng.random() for _ in range(10_000)]))
     res = limited("render", folder, cwd=tmp_path, timeout=30)
     assert res.returncode == 0, res.stderr
+
+
+def _steps(n: int):
+    def change(doc):
+        b = doc["run"]["sections"][0]["profile"]["breakdown"]
+        per = {k: v[0] for k, v in b["host_us"].items()}
+        b["steps_us"] = [b["steps_us"][0]] * n
+        b["host_us"] = {k: [v] * n for k, v in per.items()}
+        b["device_us"], b["device_notes_us"] = {}, {}
+    return change
+
+
+def test_a_run_of_10000_steps_renders_within_bounds_and_its_chart_is_bounded(tmp_path, stored):
+    _, folder = stored("cpu-transformer")
+    _corrupt(folder, _steps(10_000))
+    res = limited("render", folder, cwd=tmp_path, timeout=40)
+    assert res.returncode == 0, res.stderr
+    [chart] = folder.glob("report-chart-steps-*-train.en.svg")
+    assert chart.stat().st_size < 1_000_000 and "\u2013" in chart.read_text()
+
+
+@pytest.mark.parametrize("change,where", [
+    (_steps(10_001), "breakdown"),
+    (_set("run", "sections", 0, "throughput", "windows", [1.0] * 10_001), "windows"),
+    (_set("run", "sections", 0, "peaks", "flops", {f"d{i}": 1.0 for i in range(1_000)}),
+     "peaks.flops"),
+    (lambda doc: doc["run"].__setitem__("sections", doc["run"]["sections"] * 9), "sections"),
+    (_set("run", "sections", 0, "profile", "ops", 0, "name", "x" * 70_000), "name"),
+], ids=["steps", "windows", "flops", "sections", "string"])
+def test_a_run_over_a_budget_is_refused_in_one_line_before_any_work(tmp_path, stored, change,
+                                                                   where):
+    root, folder = stored("cpu-transformer")
+    _corrupt(folder, change)
+    start = time.monotonic()
+    res = limited("render", folder, cwd=tmp_path, timeout=20)
+    assert res.returncode == 2, res.stderr
+    line = one_line(res.stderr)
+    assert "[bad-input]" in line and where in line and "over the limit" in line, line
+    assert time.monotonic() - start < 10 and not list(folder.glob("report*"))
+    res = limited("list", "--runs", root, cwd=tmp_path)
+    assert res.returncode == 0 and "unreadable" in res.stdout

@@ -123,20 +123,20 @@ def breakdown_chart(breakdown: Any, names: dict[str, str], titles: dict[str, str
     parts: list[tuple[str, Any, tuple[str, ...]]] = [("host", breakdown.host_us, HOST_PHASES)]
     if breakdown.device_us:
         parts.append(("device", breakdown.device_us, DEVICE_ACTIVITIES))
-    n = len(breakdown.steps_us)
+    n, labels, groups = _step_groups(len(breakdown.steps_us), step_word)
     fig, axes = plt.subplots(len(parts), 1, figsize=(7.0, 1.2 + len(parts) * (0.3 * n + 1.0)),
                              squeeze=False)
     try:
         for ax, (which, values, order) in zip(axes[:, 0], parts):
             left = [0.0] * n
             for key in order:
-                row = [v / 1e3 for v in values.get(key, [0.0] * n)]
+                row = [_mean(values.get(key) or [], g) / 1e3 for g in groups]
                 if not any(row):
                     continue
                 ax.barh(range(n), row, left=left, color=_PHASE_COLOURS.get(key, "#999"),
                         label=names.get(key, key), height=0.7)
                 left = [a + b for a, b in zip(left, row)]
-            ax.set_yticks(range(n), [f"{step_word} {i + 1}" for i in range(n)], fontsize=8)
+            ax.set_yticks(range(n), labels, fontsize=8)
             ax.invert_yaxis()
             ax.set_xlabel("ms", fontsize=8)
             ax.tick_params(axis="x", labelsize=7)
@@ -147,6 +147,26 @@ def breakdown_chart(breakdown: Any, names: dict[str, str], titles: dict[str, str
         return _svg_text(fig)
     finally:
         plt.close(fig)
+
+
+# A chart of more steps than this draws the mean of consecutive steps per bar: a bar per
+# step made the figure (and its memory) grow with the steps of a crafted run.
+MAX_STEP_BARS = 40
+
+
+def _step_groups(steps: int, step_word: str) -> tuple[int, list[str], list[range]]:
+    """The bars of a chart of ``steps`` steps: how many, their labels, the steps of each."""
+    if steps <= MAX_STEP_BARS:
+        return steps, [f"{step_word} {i + 1}" for i in range(steps)], [range(i, i + 1)
+                                                                       for i in range(steps)]
+    bounds = [steps * k // MAX_STEP_BARS for k in range(MAX_STEP_BARS + 1)]
+    groups = [range(a, b) for a, b in zip(bounds, bounds[1:])]
+    return len(groups), [f"{step_word} {g.start + 1}\u2013{g.stop}" for g in groups], groups
+
+
+def _mean(values: list[float], steps: range) -> float:
+    picked = [values[i] for i in steps if i < len(values)]
+    return sum(picked) / len(steps) if picked else 0.0
 
 
 def roofline_chart(eff: Any, title: str, axes: dict[str, str]) -> str:
