@@ -325,6 +325,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f": {exc.filename}" if exc.filename else ""
         print(f"reporter: error [io]: {exc.strerror or exc}{where}", file=sys.stderr)
         return 1
+    except MemoryError:
+        if debug:
+            raise
+        print("reporter: error [memory]: ran out of memory (the input is too large for this "
+              "machine's memory or its limits)", file=sys.stderr)
+        return 1
     except Exception as exc:  # a bug: still one line, unless --debug
         if debug:
             raise

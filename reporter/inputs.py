@@ -59,7 +59,7 @@ def _trace_or_table(path: Path) -> list[Profile]:
     try:
         return [read_trace(path, costs=costs_wanted())]
     except BadInput as as_trace:
-        if is_gzip(path):
+        if is_gzip(path) or as_trace.error_id == "too-big":
             raise
         try:
             return parse_tables(read_text(path), source=str(path))

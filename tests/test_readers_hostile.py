@@ -27,11 +27,13 @@ LIMITED = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 3
            " from reporter.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
-def run_limited(*argv) -> subprocess.CompletedProcess:
-    """``reporter ARGV`` in a child process under 2 GiB of memory; 10 s or the test fails."""
+def run_limited(*argv, memory: int = 2 << 30, timeout: float = 10) -> subprocess.CompletedProcess:
+    """``reporter ARGV`` in a child process under 2 GiB of memory (or ``memory`` bytes);
+    10 s (or ``timeout``) or the test fails."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-c", LIMITED, *map(str, argv)], env=env,
-                          capture_output=True, text=True, timeout=10)
+    code = LIMITED.replace("2 << 30", str(memory))
+    return subprocess.run([sys.executable, "-c", code, *map(str, argv)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def ok_or_one_line(res) -> None:
@@ -92,6 +94,29 @@ def test_a_bomb(tmp_path):
     res = run_limited("analyze", path, "--json")  # under 2 GiB of memory
     ok_or_one_line(res)
     assert res.returncode == 2 and "decompression bomb" in res.stderr
+
+
+def _flat_trace(path: Path, size: int) -> Path:
+    """A trace of small nested events (about 95 bytes each), ``size`` bytes long."""
+    pair = ('{"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, '
+            '"ts": TS, "dur": 8, "args": {}}, {"ph": "X", "cat": "cpu_op", "name": '
+            '"aten::mm", "pid": 1, "tid": 1, "ts": TS, "dur": 5, "args": {}}')
+    block = ", ".join(pair.replace("TS", str(10 * i)) for i in range(5000)).encode()
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "wb") as f:
+        f.write(b'{"traceEvents": [')
+        for i in range(size // len(block) + 1):
+            f.write((b", " if i else b"") + block)
+        f.write(b"]}")
+    return path
+
+
+@pytest.mark.parametrize("name", ["flat.json", "flat.json.gz"])
+def test_a_trace_too_big_for_the_memory_is_refused_before_decoding(tmp_path, name):
+    path = _flat_trace(tmp_path / name, 128 << 20)  # about 1.4 M events: 1.4 GB decoded
+    res = run_limited("analyze", path, "--json", memory=1 << 30, timeout=20)
+    ok_or_one_line(res)
+    assert res.returncode == 2 and "[too-big]" in res.stderr and "events" in res.stderr
 
 
 def test_a_fifo_is_refused_without_waiting(tmp_path):
