@@ -12,7 +12,9 @@ import gzip
 import json
 import os
 import shutil
+import socket
 import tempfile
+import time
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -100,26 +102,102 @@ def run_to_json(run: Run) -> str:
 
 @contextmanager
 def staging(root: Path) -> Iterator[Path]:
-    """A hidden folder to assemble a run in; removed if the block fails."""
+    """A hidden folder to assemble a run in, with an owner file (OWNER_FILE) that tells
+    which process on which machine assembles it; removed if the block fails."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     path = Path(tempfile.mkdtemp(prefix=f".{os.getpid()}-", suffix=STAGING_SUFFIX, dir=root))
-    os.chmod(path, 0o777 & ~_umask())  # mkdtemp makes 0700
     try:
+        os.chmod(path, 0o777 & ~_umask())  # mkdtemp makes 0700
+        (path / OWNER_FILE).write_text(json.dumps(owner_record()), encoding="utf-8")
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
 
 
+# A staging folder's owner: the host, its boot, the pid namespace and the process (with
+# its start time, against a reused pid). Another process removes the folder only when it
+# can prove the owner gone: same host and boot, same pid namespace, and no process with
+# that pid and start time; or the machine booted since. A folder of another host or
+# container (a runs folder on a shared volume), or without an owner file, is left alone
+# unless nothing in it changed for STALE_AFTER_S.
+OWNER_FILE = ".owner.json"
+STALE_AFTER_S = 7 * 24 * 3600
+
+
+def owner_record(pid: int | None = None) -> dict[str, Any]:
+    """Who owns a staging folder made now by ``pid`` (this process by default)."""
+    pid = os.getpid() if pid is None else pid
+    return {"host": socket.gethostname(), "boot": _boot_id(), "pid_ns": _pid_ns(), "pid": pid,
+            "start": _start_time(pid)}
+
+
+def _first_line(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.readline().strip() or None
+    except OSError:
+        return None
+
+
+def _boot_id() -> str | None:
+    return _first_line("/proc/sys/kernel/random/boot_id")
+
+
+def _pid_ns() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat, field 22)."""
+    line = _first_line(f"/proc/{pid}/stat")
+    if line is None or ")" not in line:
+        return None
+    fields = line.rsplit(")", 1)[1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _owner_gone(path: Path) -> bool:
+    """Can this process prove that the staging folder's owner is gone?"""
+    try:
+        owner = json.loads((path / OWNER_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        owner = None
+    if isinstance(owner, dict) and owner.get("host") == socket.gethostname():
+        here_boot = _boot_id()
+        if here_boot is not None and owner.get("boot") not in (None, here_boot):
+            return True  # the machine booted since: every process of then is gone
+        if (owner.get("boot") == here_boot and owner.get("pid_ns") == _pid_ns()
+                and owner.get("pid_ns") is not None and type(owner.get("pid")) is int):
+            pid = owner["pid"]
+            return not _alive(pid) or (owner.get("start") is not None
+                                       and _start_time(pid) not in (None, owner["start"]))
+    return _untouched_for(path, STALE_AFTER_S)  # another host or container, or no owner
+
+
+def _untouched_for(path: Path, seconds: float) -> bool:
+    newest = 0.0
+    try:
+        newest = path.stat().st_mtime
+        for entry in path.rglob("*"):
+            newest = max(newest, entry.lstat().st_mtime)
+    except OSError:
+        return False
+    return time.time() - newest > seconds
+
+
 def remove_stale(root: Path) -> int:
-    """Remove staging folders whose process is gone (killed with SIGKILL, say); how many."""
+    """Remove staging folders whose owner is provably gone (killed with SIGKILL, say): see
+    OWNER_FILE. Returns how many."""
     removed = 0
     root = Path(root)
     if not root.is_dir():
         return 0
     for path in root.glob(f".*{STAGING_SUFFIX}"):
-        pid = path.name[1:].split("-", 1)[0]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not path.is_dir() or path.is_symlink() or not _owner_gone(path):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed += not path.exists()
@@ -131,7 +209,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OverflowError):
+    except (PermissionError, OverflowError, ValueError):
         return pid < 1 << 22  # another user's process (or a number no process has)
     return True
 
@@ -150,6 +228,8 @@ def commit(run: Run, stage: Path, root: Path) -> Path:
             else:
                 section.trace = None
     (stage / RUN_FILE).write_text(run_to_json(run), encoding="utf-8")
+    with _ignore_missing():
+        (stage / OWNER_FILE).unlink()  # a stored run has no owner file
     final = Path(root) / run.id
     os.rename(stage, final)  # staging()'s cleanup then finds nothing to remove
     return final

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from reporter.render.keytable import format_table
+from reporter.store import OWNER_FILE, owner_record
 from reporter.analyze.profile import Op, Profile
 from conftest import ROOT, cli
 
@@ -344,6 +345,7 @@ def test_partial_folders_of_dead_processes_are_removed(tmp_path, stored):
     stale = root / f".{dead.pid}-abc.partial"
     stale.mkdir()
     (stale / "trace-train.json").write_text("{}")
+    (stale / OWNER_FILE).write_text(json.dumps(owner_record(dead.pid)))
     mine = root / f".{os.getpid()}-abc.partial"
     mine.mkdir()
     res = cli("list", "--runs", root)
@@ -577,3 +579,74 @@ def test_a_run_over_a_budget_is_refused_in_one_line_before_any_work(tmp_path, st
     assert time.monotonic() - start < 10 and not list(folder.glob("report*"))
     res = limited("list", "--runs", root, cwd=tmp_path)
     assert res.returncode == 0 and "unreadable" in res.stdout
+
+
+def _staging_of(root: Path, owner: dict, age_s: float = 0) -> Path:
+    folder = root / f".{owner['pid']}-x{len(list(root.glob('.*')))}.partial"
+    folder.mkdir(parents=True)
+    (folder / "trace-train.json").write_text("{}")
+    (folder / OWNER_FILE).write_text(json.dumps(owner))
+    if age_s:
+        for path in (folder / "trace-train.json", folder / OWNER_FILE, folder):
+            os.utime(path, (time.time() - age_s,) * 2)
+    return folder
+
+
+def test_staging_folders_of_other_hosts_and_containers_are_never_removed(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    mine = owner_record(dead.pid)
+    other_ns = _staging_of(tmp_path, {**mine, "pid_ns": "pid:[1]"})
+    other_host = _staging_of(tmp_path, {**mine, "host": mine["host"] + "-other"})
+    no_owner = tmp_path / f".{dead.pid}-old.partial"
+    no_owner.mkdir()
+    reused = _staging_of(tmp_path, {**owner_record(os.getpid()), "start": "1"})
+    alive = _staging_of(tmp_path, owner_record(os.getpid()))
+    abandoned = _staging_of(tmp_path, {**mine, "pid_ns": "pid:[1]"}, age_s=8 * 24 * 3600)
+    res = cli("list", "--runs", tmp_path)
+    assert res.code == 0 and "removed 2 unfinished" in res.err, res.err
+    assert other_ns.exists() and other_host.exists() and no_owner.exists() and alive.exists()
+    assert not reused.exists() and not abandoned.exists()  # a reused pid; untouched for 8 days
+
+
+def _pid_namespaces() -> bool:
+    try:
+        return subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"],
+                              capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _pid_namespaces(), reason="no pid namespaces here (unshare needs "
+                    "privileges)")
+def test_a_live_run_in_another_pid_namespace_is_not_removed(tmp_path):
+    """Two processes share a runs folder through different pid namespaces (containers on
+    one volume): neither removes the other's staging folder."""
+    code = ("import sys, time; from pathlib import Path; from reporter.store import staging\n"
+            "with staging(Path(sys.argv[1])) as s:\n"
+            "    (s / 'trace-train.json').write_text('{}'); print(s.name, flush=True)\n"
+            "    time.sleep(30)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # 300 short processes first, so that the run's pid there is one no process has here
+    inner = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh",
+                              "-c", 'for i in $(seq 300); do /bin/true; done; "$@"', "sh",
+                              sys.executable, "-c", code, str(tmp_path)],
+                             env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        name = inner.stdout.readline().strip()
+        folder = tmp_path / name
+        pid = int(name[1:].split("-")[0])
+        assert folder.is_dir() and pid > 300
+        if os.path.exists(f"/proc/{pid}"):
+            pytest.skip(f"pid {pid} is taken in this namespace too")
+        outer = _staging_of(tmp_path, owner_record(os.getpid()))
+        res = cli("list", "--runs", tmp_path)  # from this namespace: that pid is not running
+        assert res.code == 0 and "removed" not in res.err and folder.is_dir()
+        res = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m",
+                              "reporter", "list", "--runs", str(tmp_path)], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0 and "removed" not in res.stderr, res.stderr
+        assert folder.is_dir() and outer.is_dir()
+    finally:
+        inner.kill()
+        inner.wait()
