@@ -32,7 +32,7 @@ from ..analyze.contention import MIN_CLEAN, Disturbance
 from ..analyze.peaks import Peaks
 from ..analyze.profile import Profile
 from ..analyze.stats import median_interval
-from ..errors import BadInput, WorkFailed, user_code
+from ..errors import BadInput, WorkFailed, signalled, user_code
 from ..ingest.traces import read_trace
 from ..run import Run, Section, Throughput
 from . import calibrate, machine
@@ -606,12 +606,17 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
             with _filtered_native_stderr():
                 timed = measure(section, rules, device, optimizer)
             disturbance = watch.stop()
-        except (RuntimeError, ValueError, TypeError) as exc:  # out of memory, say: the
-            if device_broken(exc):  # not the replacement's failure: the context is gone
-                raise
+        except BaseException as exc:  # out of memory, or the target's optimizer copy raised:
+            # the what-if is optional; the run keeps its profile and the report says why
+            if device_broken(exc) or (isinstance(exc, KeyboardInterrupt)
+                                      and signalled() is not None):
+                raise  # not the replacement's failure: the context is gone, or a real Ctrl-C
             section.whatif = {}  # report keeps its estimates, and the run its profile
+            why = (f"the target called sys.exit({exc.code!r})" if isinstance(exc, SystemExit)
+                   else f"{type(exc).__name__}: {exc}")
+            section.whatif_note = " ".join(why.split())[:200]
             progress(f"{section.label}: the replacements could not be timed "
-                     f"({str(exc)[:120]})")
+                     f"({section.whatif_note[:120]})")
             return
         if not timed:
             return  # nothing to time

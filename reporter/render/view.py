@@ -473,6 +473,7 @@ class SectionView:
     chart_rows: list[tuple[str, float, str]]
     chart_basis: str
     logs_cut: bool = False  # set when the logs were shortened to fit a character limit
+    whatif_failed: str | None = None  # why the replacements could not be timed
     breakdown_rows: Any = None  # analyze.profile.Breakdown, for the chart
     number: int = 1
     sub: markup.Md = markup.Md("##")  # the heading level of its parts
@@ -675,6 +676,7 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         chart_rows=chart_rows,
         chart_basis="device" if device else "cpu",
         logs_cut=False,  # set when the logs were shortened to fit --max-chars
+        whatif_failed=section.whatif_note,
     )
 
 
