@@ -41,7 +41,7 @@ def read_profiles(path: Path) -> list[Profile]:
     from .ingest.traces import is_trace, read_trace_folder
 
     if path.is_dir():
-        profiles = read_trace_folder(path, costs=costs_wanted())
+        profiles = read_trace_folder(path, costs=costs_wanted(), progress=_progress())
     elif is_trace(path):
         profiles = _trace_or_table(path)
     else:
@@ -66,6 +66,22 @@ def _trace_or_table(path: Path) -> list[Profile]:
         except BadInput:
             raise BadInput(f"{as_trace} (tried as a Chrome trace, then as a profiler table: "
                            "no table either)", error_id=as_trace.error_id) from as_trace
+
+
+def _progress():
+    """Progress lines on stderr, one every 2 seconds at most, with the time since the first."""
+    import sys
+    import time
+
+    start = last = time.monotonic()
+
+    def say(message: str) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= 2:
+            last = now
+            print(f"[{now - start:6.1f}s] {message}", file=sys.stderr, flush=True)
+    return say
 
 
 def costs_wanted() -> bool:

@@ -690,3 +690,37 @@ def test_a_what_if_that_fails_keeps_the_run_and_the_report_says_so(tmp_path, how
     for lang, words in (("en", "could not be timed"), ("zh", "未能在本机上实测")):
         assert cli("render", run.parent, "--lang", lang).code == 0
         assert words in (run.parent / f"report.{lang}.md").read_text()
+
+
+def _rank_trace(rank: int) -> str:
+    events = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 10 + 100 * k,
+               "dur": dur + rank, "args": {}} for k, (name, dur) in
+              enumerate([("aten::mm", 50), ("aten::add", 20), ("aten::relu", 10)] * 3)]
+    return json.dumps({"traceEvents": events})  # no rank: a section each
+
+
+def test_an_interrupted_analyze_of_a_trace_folder_leaves_no_chart(tmp_path):
+    traces = tmp_path / "ranks"
+    traces.mkdir()
+    for rank in range(120):
+        (traces / f"rank{rank}.json").write_text(_rank_trace(rank))
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "reporter", "analyze", str(traces), "--out",
+                             str(out)], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(out.glob("*chart*"))) < 3:
+        time.sleep(0.05)
+    assert list(out.glob("*chart*")), "no chart was drawn in time"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "reporter: interrupted; nothing half-written was kept"
+    assert list(out.iterdir()) == []
+
+
+def test_a_folder_of_too_many_traces_is_refused_before_reading(tmp_path):
+    for rank in range(300):
+        (tmp_path / f"rank{rank}.json").write_text(_rank_trace(rank))
+    res = limited("analyze", tmp_path, "--json", cwd=tmp_path, timeout=20)
+    assert res.returncode == 2 and "over the limit of 256" in one_line(res.stderr)

@@ -23,7 +23,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional, Union
 
 import msgspec
 
@@ -990,15 +990,29 @@ def _release(source: list) -> None:
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-def read_trace_folder(folder: Path, costs: bool = True) -> list[Profile]:
+# A folder of more traces than this is refused before any is read: each becomes a section
+# of the report (a rank each), and a report of hundreds of them is no use to read.
+MAX_TRACE_FILES = 256
+
+
+def read_trace_folder(folder: Path, costs: bool = True,
+                      progress: Callable[[str], None] | None = None) -> list[Profile]:
     """One profile per trace file in a folder (per-rank traces), ordered by rank or name;
-    ``costs`` as for read_trace."""
+    ``costs`` as for read_trace; ``progress`` hears of each file of a folder of many."""
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
                    and p.name != "run.json")
     if not files:
         raise BadInput(f"{folder}: no run.json and no Chrome traces (*.json, *.json.gz)",
                        error_id="bad-input")
-    profiles = [read_trace(p, costs=costs) for p in files]
+    if len(files) > MAX_TRACE_FILES:
+        raise BadInput(f"{folder} holds {len(files):,} traces, over the limit of "
+                       f"{MAX_TRACE_FILES}: analyze a folder of the ranks you want to see",
+                       error_id="bad-input")
+    profiles = []
+    for i, p in enumerate(files, 1):
+        if progress is not None and len(files) > 16:
+            progress(f"reading trace {i}/{len(files)}: {p.name}")
+        profiles.append(read_trace(p, costs=costs))
 
     def order(p: Profile):
         label = p.label

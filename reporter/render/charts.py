@@ -7,6 +7,7 @@ formatted by the view model (Babel).
 
 from __future__ import annotations
 
+import glob
 import io
 import math
 import textwrap
@@ -304,18 +305,34 @@ def draw(view: View, folder: Path, terms: Any, stem: str, mermaid: bool = False
 
 def _write_charts(view: View, folder: Path, terms: Any, stem: str
                   ) -> dict[tuple[int, str], str]:
+    """The charts of ``view``, written into ``folder``; when drawing one fails or is
+    interrupted, the ones it wrote are removed (those of an earlier report stay)."""
+    written: dict[tuple[int, str], str] = {}
+    before = ({p.name for p in folder.glob(f"{glob.escape(stem)}-chart-*")}
+              if folder.is_dir() else set())
+    try:
+        _draw_each(view, folder, terms, stem, written)
+    except BaseException:
+        for name in set(written.values()) - before:
+            (folder / name).unlink(missing_ok=True)
+        raise
+    return written
+
+
+def _draw_each(view: View, folder: Path, terms: Any, stem: str,
+               written: dict[tuple[int, str], str]) -> None:
     from ..store import write_atomic
 
-    written: dict[tuple[int, str], str] = {}
+    # Each name is noted before its file is written, so that an interrupt leaves none.
     if isinstance(view, CompareView):
         for i, m in enumerate(view.modes):
             if len(m.chart_rows) < 2:
                 continue
             name = f"{stem}-chart-{i + 1}.{view.lang}.svg"
+            written[(i, "share")] = name
             write_atomic(folder / name, throughput_chart(m.chart_rows,
                                                          terms.chart["throughput"]))
-            written[(i, "share")] = name
-        return written
+        return
     for i, s in enumerate(view.sections):
         rows = s.chart_rows
         if not rows:
@@ -323,32 +340,31 @@ def _write_charts(view: View, folder: Path, terms: Any, stem: str
         basis = "device" if s.has_device else "cpu"
         title = terms.chart["share"][basis]
         name = f"{stem}-chart-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
-        write_atomic(folder / name, share_chart(rows, title))
         written[(i, "share")] = name
+        write_atomic(folder / name, share_chart(rows, title))
     for i, s in enumerate(view.sections):
         if not s.breakdown_rows:
             continue
         name = f"{stem}-chart-steps-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
+        written[(i, "breakdown")] = name
         write_atomic(folder / name, breakdown_chart(
             s.breakdown_rows, {**terms.phase, **terms.activity}, terms.chart["steps"],
             terms.chart["step"]))
-        written[(i, "breakdown")] = name
     for i, s in enumerate(view.sections):
         if not s.memory_rows:
             continue
         name = f"{stem}-chart-memory-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
+        written[(i, "memory")] = name
         write_atomic(folder / name, memory_chart(s.memory_rows, terms.category,
                                                  terms.chart["memory"], terms.chart["mib"]))
-        written[(i, "memory")] = name
     for i, s in enumerate(view.sections):
         if not s.roofline_points:
             continue
         name = f"{stem}-chart-roofline-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
+        written[(i, "roofline")] = name
         write_atomic(folder / name, roofline_chart(s.roofline_points,
                                                    terms.chart["roofline"],
                                                    terms.chart["roofline_axes"]))
-        written[(i, "roofline")] = name
-    return written
 
 
 def _mermaid(view: View, terms: Any) -> dict[int, str]:
