@@ -17,6 +17,11 @@ from functools import lru_cache
 from typing import Any
 
 
+# No quantity in a run comes near this (1e30 FLOPs, bytes or microseconds); a number
+# beyond it is a corrupted or crafted run, refused rather than carried into every sum.
+MAX_NUMBER = 1e30
+
+
 def _hints(cls: type) -> dict[str, Any]:
     return _cached_hints(cls)
 
@@ -48,19 +53,23 @@ def check_value(value: Any, hint: Any, where: str) -> None:
                 check_value(value, option, where)
                 return
             except ValueError as exc:
-                errors.append(exc)
-        raise errors[-1]
+                if option is not type(None):  # "expected null" says nothing of a value
+                    errors.append(exc)
+        raise errors[-1] if errors else ValueError(f"{where}: expected null")
     if hint is type(None):
         if value is not None:
             raise ValueError(f"{where}: expected null, got {_describe(value)}")
         return
     if hint is float:
-        if type(value) not in (int, float) or not math.isfinite(value):
-            raise ValueError(f"{where}: expected a finite number, got {_describe(value)}")
+        if (type(value) not in (int, float) or not math.isfinite(value)
+                or abs(value) > MAX_NUMBER):
+            raise ValueError(f"{where}: expected a finite number of at most {MAX_NUMBER:g}, "
+                             f"got {_describe(value)}")
         return
     if hint is int:
-        if type(value) is not int:
-            raise ValueError(f"{where}: expected an integer, got {_describe(value)}")
+        if type(value) is not int or abs(value) > MAX_NUMBER:
+            raise ValueError(f"{where}: expected an integer of at most {MAX_NUMBER:g}, got "
+                             f"{_describe(value)}")
         return
     if hint in (str, bool):
         if type(value) is not hint:

@@ -724,3 +724,36 @@ def test_a_folder_of_too_many_traces_is_refused_before_reading(tmp_path):
         (tmp_path / f"rank{rank}.json").write_text(_rank_trace(rank))
     res = limited("analyze", tmp_path, "--json", cwd=tmp_path, timeout=20)
     assert res.returncode == 2 and "over the limit of 256" in one_line(res.stderr)
+
+
+@pytest.mark.parametrize("dur", ["1e40", "1e300", "99999999999999999999999999999999999999999"])
+def test_a_huge_time_in_a_trace_is_printed_not_an_internal_error(tmp_path, dur):
+    (tmp_path / "t.json").write_text('{"traceEvents": [' + _events(dur) + ", " + _events()
+                                     + "]}")
+    for lang in ("en", "ru", "zh"):
+        res = limited("analyze", "t.json", "--lang", lang, "--format", "md", cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+    assert "e+" in (tmp_path / "t.report.zh.md").read_text()
+    res = limited("analyze", "t.json", "--json", cwd=tmp_path)
+    assert res.returncode == 0 and json.loads(res.stdout)["profiles"], res.stderr
+
+
+def test_a_huge_time_in_a_table_is_printed_not_an_internal_error(tmp_path):
+    table = _table(["aten::mm", "aten::add"]).replace("Self CPU time total: ",
+                                                      "Self CPU time total: 99999999999999")
+    (tmp_path / "t.txt").write_text(re.sub(r"\b\d+\.\d+ms\b", "999999999999999999999999s",
+                                           table, count=1))
+    res = limited("analyze", "t.txt", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize("change", [
+    _set("run", "sections", 0, "profile", "self_cpu_us", 1e300),
+    _set("run", "sections", 0, "throughput", "windows", [1e308] * 3),
+    _set("run", "target", "batch_size", 10 ** 40),
+], ids=["self-cpu", "windows", "batch-size"])
+def test_a_run_with_a_number_beyond_the_bound_is_bad_input(tmp_path, stored, change):
+    _, folder = stored("cpu-tensor-ops")
+    _corrupt(folder, change)
+    res = cli("render", folder)
+    assert res.code == 2 and "[bad-run]" in one_line(res.err) and "at most 1e+30" in res.err

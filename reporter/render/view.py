@@ -9,6 +9,7 @@ through Babel, in the locale of the language's folder (render/languages.py).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -56,6 +57,8 @@ class Fmt:
     def num(self, value: float | None, digits: int | None = None) -> str:
         if value is None:
             return "—"
+        if (beyond := _beyond(value)) is not None:
+            return beyond
         if digits is None:
             a = abs(value)
             digits = 0 if a >= 100 else 1 if a >= 10 else 2 if a >= 0.1 else 3
@@ -64,11 +67,17 @@ class Fmt:
                                           locale=self.locale))
 
     def int(self, value: int | None) -> str:
-        return "—" if value is None else self._minus(format_decimal(int(value), locale=self.locale))
+        if value is None:
+            return "—"
+        if (beyond := _beyond(value)) is not None:
+            return beyond
+        return self._minus(format_decimal(int(value), locale=self.locale))
 
     def pct(self, share: float | None) -> str:
         if share is None:
             return "—"
+        if (beyond := _beyond(share * 100)) is not None:
+            return beyond + "%"
         # The locale's own pattern (ru puts a space before %), with one decimal.
         return self._minus(format_percent(_no_negative_zero(share, 3),
                                           format=_one_decimal(self.locale), locale=self.locale))
@@ -118,6 +127,8 @@ class Fmt:
         the language's own word for it (language.json: units); a no-break space between them;
         the language's minus sign."""
         lang = self.language
+        if (beyond := _beyond(value)) is not None:  # not a number Babel can round
+            return beyond + "\u00a0" + (lang.units.get(unit) or _SYMBOLS.get(unit, unit))
         if unit in lang.units:
             text = (format_decimal(value, format=pattern, locale=self.locale) + " "
                     + lang.units[unit])
@@ -139,6 +150,30 @@ class Fmt:
         """The word for n in this language: forms named by CLDR category (one, few, many, other)."""
         category = self.locale.plural_form(n)
         return forms.get(category) or forms.get("other") or next(iter(forms.values()))
+
+
+# Babel rounds with the decimal module's 28 digits: beyond them quantizing fails
+# (InvalidOperation). A number this large in a profile is a corrupted or crafted input,
+# printed as it is, in scientific notation.
+MAX_FORMATTED = 1e18
+
+
+_SYMBOLS = {"duration-second": "s", "duration-millisecond": "ms", "duration-microsecond": "µs",
+            "digital-gigabyte": "GB", "digital-megabyte": "MB", "digital-kilobyte": "kB"}
+
+
+def _beyond(value: float) -> str | None:
+    """How to print a number that Babel cannot (not finite, or over MAX_FORMATTED), or
+    None for any other."""
+    try:
+        f = float(value)
+    except OverflowError:  # an integer beyond the floats
+        return ">1e308" if value > 0 else "<-1e308"
+    if math.isnan(f):
+        return "—"
+    if math.isinf(f) or abs(f) >= MAX_FORMATTED:
+        return f"{f:.3g}"
+    return None
 
 
 def _one_decimal(loc: Locale) -> str:
