@@ -272,9 +272,11 @@ def cmd_list(args) -> int:
               file=sys.stderr)
         return 0
     print(f"{'RUN':<52} {'TARGET':<24} {'DEVICE':<6} {'SAMPLES/S':>10}  REPORTS")
+    from .validate import well_formed
+
     for folder, info in rows:
         if "error" in info:
-            print(f"{folder.name:<52} (unreadable: {info['error']})")
+            print(f"{well_formed(folder.name):<52} (unreadable: {well_formed(info['error'])})")
             continue
         speed = ("~" + fmt.num(info["samples_per_s"]) + " (busy)" if info["busy"]
                  else fmt.num(info["samples_per_s"]))

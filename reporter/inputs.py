@@ -47,7 +47,9 @@ def read_profiles(path: Path) -> list[Profile]:
     else:
         profiles = parse_tables(read_text(path), source=str(path))
     check_names(profiles, str(path))
-    return profiles
+    from .validate import scrub
+
+    return scrub(profiles)  # lone surrogates (a JSON "\ud800", a file name) become U+FFFD
 
 
 def _trace_or_table(path: Path) -> list[Profile]:

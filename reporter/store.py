@@ -321,6 +321,8 @@ def _check_budget(data: Any) -> None:
             if len(node) > MAX_STRING:
                 raise ValueError(f"{_path(entry)} is a string of {len(node):,} characters, "
                                  f"over the limit of {MAX_STRING:,}")
+            if not node.isascii() and entry[2] is not None:  # lone surrogates: U+FFFD
+                entry[2][0][entry[3]] = validate.well_formed(node)
             continue
         if len(node) > limit:
             raise ValueError(f"{_path(entry)} holds {len(node):,} items, over the limit of "
@@ -329,6 +331,8 @@ def _check_budget(data: Any) -> None:
             stack.extend((item, MAX_ITEMS, entry, i) for i, item in enumerate(node)
                          if isinstance(item, (str, list, dict)))
             continue
+        for key in [k for k in node if not k.isascii() and validate.well_formed(k) != k]:
+            node[validate.well_formed(key)] = node.pop(key)
         for key, item in node.items():
             if len(key) > MAX_STRING:
                 raise ValueError(f"{_path(entry)} has a key of {len(key):,} characters, over "

@@ -22,6 +22,45 @@ from typing import Any
 MAX_NUMBER = 1e30
 
 
+def well_formed(text: str) -> str:
+    """``text`` with every lone surrogate (a JSON "\\ud800", a file name that is not UTF-8)
+    replaced by U+FFFD: such a string cannot be written as UTF-8, so it would fail every
+    report, ``--json`` and ``reporter list`` partway through."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def scrub(obj: Any) -> Any:
+    """Replace lone surrogates in every string of a tree of dataclasses, lists and dicts,
+    in place where it can (returns the object, or the fixed string)."""
+    if isinstance(obj, str):
+        return well_formed(obj)
+    if isinstance(obj, list):
+        for i, item in enumerate(obj):
+            if isinstance(item, (str, list, dict)) or dataclasses.is_dataclass(item):
+                obj[i] = scrub(item)
+    elif isinstance(obj, dict):
+        for key in list(obj):
+            item = obj[key]
+            fixed_key = well_formed(key) if isinstance(key, str) else key
+            if fixed_key is not key:
+                del obj[key]
+            if isinstance(item, (str, list, dict)) or dataclasses.is_dataclass(item):
+                item = scrub(item)
+            obj[fixed_key] = item
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            item = getattr(obj, f.name)
+            if isinstance(item, (str, list, dict)) or dataclasses.is_dataclass(item):
+                setattr(obj, f.name, scrub(item))
+    return obj
+
+
 def _hints(cls: type) -> dict[str, Any]:
     return _cached_hints(cls)
 

@@ -757,3 +757,29 @@ def test_a_run_with_a_number_beyond_the_bound_is_bad_input(tmp_path, stored, cha
     _corrupt(folder, change)
     res = cli("render", folder)
     assert res.code == 2 and "[bad-run]" in one_line(res.err) and "at most 1e+30" in res.err
+
+
+def test_a_lone_surrogate_in_a_trace_becomes_a_replacement_character(tmp_path):
+    (tmp_path / "s.json").write_text('{"traceEvents": [' + _events().replace(
+        "aten::mm", "a\\ud800b") + ", " + _events().replace('"ts": 10', '"ts": 900') + "]}")
+    res = limited("analyze", "s.json", "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "a\ufffdb" in [op["name"] for op in json.loads(res.stdout)["profiles"][0]["ops"]]
+    for lang in ("en", "zh"):
+        res = limited("analyze", "s.json", "--lang", lang, "--format", "md,pdf", cwd=tmp_path,
+                      timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert "a\ufffdb" in (tmp_path / f"s.report.{lang}.md").read_text()
+
+
+def test_a_lone_surrogate_in_a_stored_run_neither_fails_it_nor_stops_list(tmp_path, stored):
+    root, folder = stored("cpu-tensor-ops")
+    _, after = stored("cpu-transformer")
+    path = folder / "run.json"
+    path.write_text(path.read_text().replace('"name": "', '"name": "\\ud800', 1))
+    for argv in (("render", folder), ("compare", folder, after, "--json"),
+                 ("analyze", folder, "--json"), ("list", "--runs", root)):
+        res = limited(*argv, cwd=tmp_path)
+        assert res.returncode == 0 and "Traceback" not in res.stderr, (argv, res.stderr)
+    assert "\ufffd" in (folder / "report.en.md").read_text()
+    assert len([line for line in res.stdout.splitlines()[1:] if line.strip()]) == 2
