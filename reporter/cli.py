@@ -16,11 +16,16 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from . import __version__, pipeline
+from . import __version__
 from .errors import BadInput, ReporterError, Terminated, WorkFailed, install_signal_handlers
-from .pipeline import Output
+
+if TYPE_CHECKING:
+    from .pipeline import Output
+
+# reporter.pipeline (and the renderers, Babel, matplotlib behind it) is imported in each
+# command, once main() handles interrupts: a Ctrl-C while they load is one line too.
 
 DEFAULT_RUNS = Path(os.environ.get("REPORTER_RUNS", "runs"))
 
@@ -147,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _output(args) -> Output:
     """The report options of a command, checked."""
+    from .pipeline import Output
     from .render.languages import default_language
 
     return Output.parse(args.lang or default_language(), args.format, args.max_chars,
@@ -173,6 +179,7 @@ def _lang(args) -> str:
 
 
 def cmd_run(args) -> int:
+    from . import pipeline
     from .collect import distributed
     from .collect.target import DEFAULT_SUITE
 
@@ -205,6 +212,7 @@ def _without_nproc(argv: list[str]) -> list[str]:
 
 
 def cmd_compare(args) -> int:
+    from . import pipeline
     from .compare import busy, compare_json, regression
 
     output = _output(args)
@@ -230,11 +238,13 @@ def cmd_compare(args) -> int:
 
 
 def cmd_render(args) -> int:
+    from . import pipeline
     pipeline.render_run(args.run, args.runs, _output(args))
     return 0
 
 
 def cmd_analyze(args) -> int:
+    from . import pipeline
     output = _output(args)
     if args.json:
         _print_json(pipeline.analysis_json(args.path, args.runs))
@@ -261,6 +271,7 @@ def _finite(data: Any) -> Any:
 
 
 def cmd_list(args) -> int:
+    from . import pipeline
     from .render.view import Fmt
     from .store import list_runs
 
@@ -286,6 +297,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_targets(args) -> int:
+    from . import pipeline
     rows = pipeline.target_summaries(_lang(args))
     width = max(len(name) for name, _, _ in rows)
     for name, seed, summary in rows:
@@ -298,8 +310,9 @@ def cmd_targets(args) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    restore_signals = install_signal_handlers()
+    restore_signals: Callable[[], None] = lambda: None
     try:
+        restore_signals = install_signal_handlers()
         parser = build_parser()
         args = parser.parse_args(argv)
         args.argv = argv

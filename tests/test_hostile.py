@@ -432,6 +432,30 @@ def test_a_language_folder_without_its_report_is_an_installation_error(tmp_path,
     assert not list(tmp_path.glob("t.report*"))
 
 
+@pytest.mark.parametrize("after_s", [0.0, 0.05, 0.1, 0.2])
+def test_ctrl_c_while_reporter_loads_is_one_line(tmp_path, after_s):
+    """SIGINT once reporter's own code runs (its first module imported; -X importtime says
+    when), while the renderers and Babel load: one line, exit 130. (Earlier, in Python's
+    own start-up, the interpreter prints "Fatal Python error": no program can catch it.)"""
+    (tmp_path / "t.txt").write_text(_table(["aten::mm", "aten::add"]))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "reporter", "analyze",
+                             "t.txt"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.rstrip().endswith("| reporter.cli"):
+            break
+    time.sleep(after_s)
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    proc.wait(timeout=30)
+    said = [x for x in rest.splitlines() if x.strip() and not x.startswith("import time:")]
+    assert proc.returncode in (130, 0), rest[-3000:]
+    assert said == ["reporter: interrupted; nothing half-written was kept"] or (
+        proc.returncode == 0 and said == []), rest[-3000:]
+
+
 @pytest.mark.parametrize("config,why", [
     ("{", "cannot read"),
     ('["en"]', "JSON object"),
@@ -440,15 +464,31 @@ def test_a_language_folder_without_its_report_is_an_installation_error(tmp_path,
      '"font_package": "p"}', "unknown locale"),
     ('{"name": "X", "locale": "en", "fonts": ["A\\"; } body { x: \\""], '
      '"fontconfig": "en", "font_package": "p"}', "font family names"),
-])
+    ('{"name": "X", "locale": "en", "fonts": "DejaVu Sans", "fontconfig": "en", '
+     '"font_package": "p"}', "not str"),
+    ('{"name": "X", "locale": "en", "fonts": ["A"], "fontconfig": "en", "font_package": "p", '
+     '"units": [1, 2]}', "install"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    (b"\xff\x00\x01binary", "cannot read"),
+], ids=["not-json", "a-list", "no-locale", "bad-locale", "css-font", "fonts-string",
+        "units-list", "deep", "binary"])
 def test_a_broken_language_json_is_one_clear_line(tmp_path, monkeypatch, config, why):
+    """Only a report in the broken language fails, naming the file; every other command
+    and language works, --help and --version included (the languages are read when
+    reporter is imported: in a child process, as a user runs it)."""
     (tmp_path / "xx").mkdir()
-    (tmp_path / "xx" / "language.json").write_text(config)
-    monkeypatch.setenv("REPORTER_TEMPLATES", str(tmp_path))
+    config = config if isinstance(config, bytes) else config.encode()
+    (tmp_path / "xx" / "language.json").write_bytes(config)
+    env = {"REPORTER_TEMPLATES": str(tmp_path)}
     (tmp_path / "t.txt").write_text(_table(["aten::mm"]))
-    res = cli("analyze", tmp_path / "t.txt", "--lang", "en", "--out", tmp_path)
-    line = one_line(res.err)
-    assert res.code == 1 and "[install]" in line and why in line, line
+    res = limited("analyze", "t.txt", "--lang", "xx", cwd=tmp_path, env=env)
+    line = one_line(res.stderr)
+    assert res.returncode == 1 and "[install]" in line and why in line, line
+    assert "xx/language.json" in line
+    for argv in (("analyze", "t.txt", "--lang", "en"), ("analyze", "t.txt", "--lang", "zh"),
+                 ("--help",), ("--version",), ("list",), ("targets", "--lang", "ru")):
+        res = limited(*argv, cwd=tmp_path, env=env)
+        assert res.returncode == 0 and "Traceback" not in res.stderr, (argv, res.stderr)
 
 
 def test_a_double_quote_in_a_record_function_name_fails_the_target_clearly(tmp_path):

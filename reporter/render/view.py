@@ -27,13 +27,21 @@ from ..analyze.contention import mean_share
 from ..analyze.efficiency import of_section
 from ..analyze.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from ..analyze.savings import Saving
+from ..errors import WorkFailed
 from ..run import MEMORY_CATEGORIES, Run, Section
 from . import markup
 from .keytable import LOG_ROWS, log_tables
 from .languages import Language, codes, language
 
 SMALL_KERNEL_US = 10.0  # a GPU profile whose kernels average less is launch-bound
-LANGUAGES = codes()  # the languages found when reporter was imported (see languages.py)
+def _codes_at_import() -> tuple[str, ...]:
+    try:
+        return codes()
+    except WorkFailed:  # no usable language: each command says so in one line
+        return ()
+
+
+LANGUAGES = _codes_at_import()  # the languages found when reporter was imported
 
 
 def check_language(lang: str) -> str:
