@@ -48,6 +48,22 @@ class Progress:
             print(f"[{elapsed:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
+MAX_RANK_TIMEOUT_S = 86_400.0
+
+
+def _rank_timeout(text: str) -> float:
+    """--rank-timeout: seconds, more than 0 and at most a day (torch takes milliseconds as
+    an integer: nan, inf and negative numbers fail deep in its sockets)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_RANK_TIMEOUT_S:  # false for nan
+        raise argparse.ArgumentTypeError(f"takes seconds, more than 0 and at most "
+                                         f"{MAX_RANK_TIMEOUT_S:,.0f}, not {text[:20]!r}")
+    return value
+
+
 def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:
     from .render.languages import codes, default_language
     from .render.report import GITHUB_COMMENT_LIMIT
@@ -99,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="run N ranks on this machine (torch.distributed: gloo on the CPU, NCCL "
                         "on GPUs); rank 0 writes one run with every rank in it")
-    p.add_argument("--rank-timeout", type=float, default=300.0, metavar="S",
+    p.add_argument("--rank-timeout", type=_rank_timeout, default=300.0, metavar="S",
                    help="how long rank 0 waits for the other ranks, and the collectives' "
                         "timeout (default: 300)")
     p.add_argument("--compare", action="store_true",

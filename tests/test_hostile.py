@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from reporter.render.keytable import format_table
+from reporter.errors import BadInput
 from reporter.store import OWNER_FILE, owner_record
 from reporter.analyze.profile import Op, Profile
 from conftest import ROOT, cli
@@ -823,3 +824,16 @@ def test_a_lone_surrogate_in_a_stored_run_neither_fails_it_nor_stops_list(tmp_pa
         assert res.returncode == 0 and "Traceback" not in res.stderr, (argv, res.stderr)
     assert "\ufffd" in (folder / "report.en.md").read_text()
     assert len([line for line in res.stdout.splitlines()[1:] if line.strip()]) == 2
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "1e308", "x"])
+def test_a_rank_timeout_out_of_range_is_a_usage_error_before_any_work(tmp_path, value):
+    res = limited("run", "--nproc", "2", "--target", "cnn", "--device", "cpu",
+                  f"--rank-timeout={value}", "--out", "runs", cwd=tmp_path)
+    line = one_line(res.stderr)
+    assert res.returncode == 2 and "[usage]" in line and "--rank-timeout" in line
+    assert not (tmp_path / "runs").exists()
+    from reporter.pipeline import RunRequest, check_run_request
+
+    with pytest.raises(BadInput):
+        check_run_request(RunRequest(("cnn",), rank_timeout_s=float(value.replace("x", "nan"))))
