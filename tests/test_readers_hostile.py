@@ -206,3 +206,38 @@ def test_random_mutations_of_corpus_tables(data):
             assert isinstance(op.name, str) and op.name.strip()
             assert all(math.isfinite(v) for v in (op.self_cpu_us, op.cpu_total_us,
                                                    op.self_device_us, op.device_total_us))
+
+
+def _key_table(names: list[str]) -> str:
+    from reporter.analyze.profile import Op, Profile
+    from reporter.render.keytable import format_table
+
+    ops = [Op(name=n, calls=3, self_cpu_us=1000.0 * (len(names) - i),
+              cpu_total_us=1000.0 * (len(names) - i)) for i, n in enumerate(names)]
+    return format_table(Profile(label="x", ops=ops, self_cpu_us=sum(o.self_cpu_us for o in ops)),
+                        name_width=60)
+
+
+@pytest.mark.parametrize("names", [
+    ["aten::mm", "<lambda>", "aten::add"],
+    ["<lambda>", "aten::mm", "aten::add"],
+    ["aten::mm", "# 3", "aten::add"],
+    ["aten::mm", "```x", "aten::add"],
+    ["aten::mm", "a\x0bb", "a\x0cc", "a\u2028d", "aten::add"],
+], ids=["lambda", "lambda-first", "hash", "fence", "line-breaks"])
+def test_every_row_of_a_table_is_read_whatever_its_name_starts_with(tmp_path, names):
+    path = _write(tmp_path, "t.txt", _key_table(names).encode())
+    res = run_limited("analyze", path, "--json")
+    assert res.returncode == 0, res.stderr
+    ops = [op["name"] for op in json.loads(res.stdout)["profiles"][0]["ops"]]
+    assert sorted(ops) == sorted(names)
+
+
+def test_a_fence_after_a_table_without_its_closing_line_still_ends_it(tmp_path):
+    table = _key_table(["aten::mm", "aten::add"]).splitlines()
+    text = "```\n" + "\n".join(table[:-2]) + "\n```\n\n## Next\n<details>\n"
+    path = _write(tmp_path, "t.md", text.encode())
+    res = run_limited("analyze", path, "--json")
+    assert res.returncode == 0, res.stderr
+    assert [op["name"] for op in json.loads(res.stdout)["profiles"][0]["ops"]] == [
+        "aten::mm", "aten::add"]
