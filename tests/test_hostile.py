@@ -837,3 +837,27 @@ def test_a_rank_timeout_out_of_range_is_a_usage_error_before_any_work(tmp_path, 
 
     with pytest.raises(BadInput):
         check_run_request(RunRequest(("cnn",), rank_timeout_s=float(value.replace("x", "nan"))))
+
+
+def test_the_attention_what_if_at_huge_recorded_shapes_is_skipped_with_a_reason(tmp_path,
+                                                                                stored):
+    """Scores of 8,192 x 8,192 for 4,096 heads would be 1 TB: not allocated, and why is
+    said (W5). In a child process under 2 GiB, so that an allocation would fail loudly."""
+    _, folder = stored("cpu-transformer")
+
+    def huge(doc):
+        for op in doc["run"]["sections"][0]["profile"]["ops_by_shape"]:
+            op["input_shapes"] = (op["input_shapes"] or "").replace("[8, 4, 96", "[1024, 4, 8192") \
+                .replace(", 96, 96]", ", 8192, 8192]").replace("[32, 96", "[4096, 8192") \
+                .replace("[32, 16, 96]", "[4096, 16, 8192]").replace("[32,", "[4096,")
+    _corrupt(folder, huge)
+    code = ("import resource, sys, json; resource.setrlimit(resource.RLIMIT_AS, (2 << 30,) * 2)\n"
+            "from reporter.store import load\nfrom reporter.collect.whatif import measure\n"
+            "skipped = {}\nsection = load(sys.argv[1]).sections[0]\n"
+            "timed = measure(section, {'unfused-attention'}, 'cpu', None, skipped)\n"
+            "print(json.dumps([timed, skipped]))")
+    res = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    timed, skipped = json.loads(res.stdout)
+    assert timed == {} and "over the cap" in skipped["unfused-attention"]

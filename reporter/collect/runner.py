@@ -603,9 +603,13 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
     for attempt in range(1, PROFILE_ATTEMPTS + 1):
         try:
             watch = machine.Watch(torch.get_num_threads())
+            skipped: dict[str, str] = {}
             with _filtered_native_stderr():
-                timed = measure(section, rules, device, optimizer)
+                timed = measure(section, rules, device, optimizer, skipped)
             disturbance = watch.stop()
+            if skipped:  # operands too large to allocate: the report says so
+                section.whatif_note = "; ".join(skipped.values())[:200]
+                progress(f"{section.label}: not timed: {section.whatif_note}")
         except BaseException as exc:  # out of memory, or the target's optimizer copy raised:
             # the what-if is optional; the run keeps its profile and the report says why
             if device_broken(exc) or (isinstance(exc, KeyboardInterrupt)
