@@ -365,8 +365,11 @@ def _check_run(run: Run) -> None:
         "torch", "cuda", "driver", "device_name", "cpu", "python")}
         | {"device_memory_b": int | None, "cpu_count": int | None, "threads": int | None},
         "run.env")
+    if not run.sections:
+        raise ValueError("run.sections: no section")
     for i, section in enumerate(run.sections):
         _check_efficiency(section, f"run.sections[{i}]")
+        _check_consistent(section, f"run.sections[{i}]")
     try:
         datetime.fromisoformat(run.created)
     except ValueError:
@@ -376,9 +379,13 @@ def _check_run(run: Run) -> None:
                               f"run.ranks[{i}]")
         if rank.get("status") not in ("ok", "failed", "missing") or "rank" not in rank:
             raise ValueError(f"run.ranks[{i}]: no rank number or an unknown status")
+    if run.ranks and sum(bool(rank.get("main")) for rank in run.ranks) != 1:
+        raise ValueError("run.ranks: not exactly one main rank (the one whose sections the "
+                         "run's are)")
         for j, section in enumerate(rank.get("sections") or []):
             validate.check(section, f"run.ranks[{i}].sections[{j}]")
             _check_efficiency(section, f"run.ranks[{i}].sections[{j}]")
+            _check_consistent(section, f"run.ranks[{i}].sections[{j}]")
 
 
 _COST_FIELDS = {"name": str, "dtype": str, "family": str, "phase": str, "calls": int,
@@ -386,6 +393,36 @@ _COST_FIELDS = {"name": str, "dtype": str, "family": str, "phase": str, "calls":
 _PEAK_FIELDS = {"source": str, "device": str, "flops": dict[str, float], "bandwidth": float,
                 "reference": str, "seconds": float | None, "threads": int | None,
                 "disturbed": bool}
+
+
+_BENCH_FIELDS = {"op": str, "cpu_ms": float, "gpu_ms": float | None}
+_TF32_FIELDS = {"matmul": bool | None, "conv": bool | None, "override": bool | None}
+
+
+def _check_consistent(section: Any, where: str) -> None:
+    """What the type check cannot see: rows of the side benchmark, the precision, and lists
+    that go together (a value per step, a value per memory-timeline point)."""
+    for k, row in enumerate(section.benchmark or []):
+        validate.check_fields(row, _BENCH_FIELDS, f"{where}.benchmark[{k}]")
+        if not {"op", "cpu_ms"} <= set(row):
+            raise ValueError(f"{where}.benchmark[{k}]: no op and cpu_ms")
+    validate.check_fields(section.precision, {"tf32": dict[str, Any], "autocast": str | None},
+                          f"{where}.precision")
+    if "tf32" in section.precision:
+        validate.check_fields(section.precision["tf32"], _TF32_FIELDS, f"{where}.precision.tf32")
+    b = section.profile.breakdown
+    if b is not None:
+        for name in ("host_us", "device_us", "device_notes_us"):
+            for key, values in getattr(b, name).items():
+                if len(values) != len(b.steps_us):
+                    raise ValueError(f"{where}.profile.breakdown.{name}.{key[:40]}: "
+                                     f"{len(values)} values for {len(b.steps_us)} steps")
+    tm = section.tensor_memory
+    if tm is not None:
+        for key, values in tm.timeline_b.items():
+            if len(values) != len(tm.timeline_ms):
+                raise ValueError(f"{where}.tensor_memory.timeline_b.{key[:40]}: {len(values)} "
+                                 f"values for {len(tm.timeline_ms)} points")
 
 
 def _check_efficiency(section: Any, where: str) -> None:

@@ -22,7 +22,7 @@ from reporter.render.keytable import format_table
 from reporter.errors import BadInput
 from reporter.store import OWNER_FILE, owner_record
 from reporter.analyze.profile import Op, Profile
-from conftest import ROOT, cli
+from conftest import FIXTURES, ROOT, cli
 
 
 def reporter(*argv, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -861,3 +861,42 @@ def test_the_attention_what_if_at_huge_recorded_shapes_is_skipped_with_a_reason(
     assert res.returncode == 0, res.stderr[-2000:]
     timed, skipped = json.loads(res.stdout)
     assert timed == {} and "over the cap" in skipped["unfused-attention"]
+
+
+def _section0(key, value):
+    return lambda doc: doc["run"]["sections"][0].__setitem__(key, value)
+
+
+TAMPERED = {
+    "bench-cpu-x": _section0("benchmark", [{"op": "matmul", "cpu_ms": "x", "gpu_ms": None}]),
+    "bench-empty-row": _section0("benchmark", [{}]),
+    "bench-op-int": _section0("benchmark", [{"op": 5, "cpu_ms": 1.0, "gpu_ms": None}]),
+    "ranks-no-main": lambda doc: doc["run"].__setitem__(
+        "ranks", [{"rank": 0, "status": "ok", "error": None}]),
+    "no-sections": lambda doc: doc["run"].__setitem__("sections", []),
+    "steps-unequal": lambda doc: doc["run"]["sections"][0]["profile"]["breakdown"][
+        "host_us"].__setitem__("forward", [1.0]),
+    "tf32-not-an-object": _section0("precision", {"tf32": "x"}),
+    "timeline-unequal": lambda doc: doc["run"]["sections"][0]["tensor_memory"][
+        "timeline_b"].__setitem__("activations", [1, 2]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TAMPERED))
+def test_a_tampered_run_is_bad_run_never_an_internal_or_template_error(tmp_path, stored, name):
+    root, folder = stored("cpu-transformer")
+    _corrupt(folder, TAMPERED[name])
+    for argv in (("render", folder), ("analyze", folder, "--json"),
+                 ("compare", FIXTURES / "runs" / "cpu-transformer", folder, "--json")):
+        res = cli(*argv)
+        assert res.code == 2 and "[bad-run]" in one_line(res.err), (argv, res.err)
+    assert cli("list", "--runs", root).code == 0
+
+
+def test_a_benchmark_operation_no_language_names_is_printed_as_it_is(tmp_path, stored):
+    _, folder = stored("cpu-transformer")
+    _corrupt(folder, _section0("benchmark", [{"op": "my <op>", "cpu_ms": 1.0, "gpu_ms": None}]))
+    for lang in ("en", "ru", "zh"):
+        res = cli("render", folder, "--lang", lang)
+        assert res.code == 0, res.err
+        assert "| `my <op>` |" in (folder / f"report.{lang}.md").read_text()

@@ -650,7 +650,7 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
                   for o in (device_rows if device else cpu_rows)[:8]] if share_total else []
     bench = None
     if section.benchmark:
-        bench = [{"op": r["op"], "cpu": fmt.num(r["cpu_ms"], 3),
+        bench = [{"op": r["op"], "name": md_name(r["op"]), "cpu": fmt.num(r["cpu_ms"], 3),
                   "gpu": fmt.num(r["gpu_ms"], 3) if r.get("gpu_ms") is not None else "—",
                   "speedup": (fmt.num(r["cpu_ms"] / r["gpu_ms"], 1) + "x"
                               if r.get("gpu_ms") else "—")}
