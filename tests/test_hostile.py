@@ -900,3 +900,51 @@ def test_a_benchmark_operation_no_language_names_is_printed_as_it_is(tmp_path, s
         res = cli("render", folder, "--lang", lang)
         assert res.code == 0, res.err
         assert "| `my <op>` |" in (folder / f"report.{lang}.md").read_text()
+
+
+def _mount_namespaces() -> bool:
+    try:
+        return subprocess.run(["unshare", "--mount", "true"], capture_output=True,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+FULL_DISK = """
+import os, subprocess, sys
+from pathlib import Path
+from reporter.collect.runner import _unreadable_trace
+from reporter.errors import BadInput
+disk = Path(sys.argv[1])
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1M", "tmpfs", str(disk)], check=True)
+stage = disk / ".1-x.partial"
+stage.mkdir()
+(stage / "trace-train.json").write_bytes(b'{"traceEvents": [')  # then the disk filled up
+try:
+    with open(disk / "filler", "wb") as f:
+        f.write(b"x" * (2 << 20))
+except OSError:
+    pass
+print(_unreadable_trace(stage / "trace-train.json", BadInput("cut off")).one_line())
+"""
+
+
+@pytest.mark.skipif(not _mount_namespaces(), reason="no mount namespace (needs privileges)")
+def test_a_full_disk_is_named_not_blamed_on_a_double_quote(tmp_path):
+    """D1: a trace cut off by a full disk (a real 1 MiB tmpfs, in a mount namespace of its
+    own) says so; a folder removed under the run says that; only a whole disk with an
+    unreadable trace still points at the double quote."""
+    from reporter.collect.runner import _unreadable_trace
+
+    (tmp_path / "disk").mkdir()
+    res = subprocess.run(["unshare", "--mount", sys.executable, "-c", FULL_DISK,
+                          str(tmp_path / "disk")], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "[io]" in res.stdout and "no space left" in res.stdout
+    assert "double quote" not in res.stdout
+    gone = _unreadable_trace(tmp_path / "gone" / "trace-train.json", BadInput("x")).one_line()
+    assert "[io]" in gone and "another process removed it" in gone
+    (tmp_path / "t.json").write_text('{"traceEvents": [{"name": "a"b"}]}')
+    quote = _unreadable_trace(tmp_path / "t.json", BadInput("x")).one_line()
+    assert "double quote" in quote

@@ -502,10 +502,33 @@ def _profile_once(stepper: _Stepper, device: str, active: int, trace: Path) -> t
     try:
         profile_obj = read_trace(trace, shapes=True)
     except BadInput as exc:  # torch wrote it: not the user's input
-        raise WorkFailed(f"torch wrote a Chrome trace that cannot be read ({exc}); torch does "
-                         'not escape a double quote (") in a record_function name',
-                         error_id="bad-trace") from exc
+        raise _unreadable_trace(trace, exc) from exc
     return profile_obj, active_s, disturbance
+
+
+# Less free space than this where the trace is written: a cut-off trace is the full disk's.
+_LOW_DISK_B = 64 << 20
+
+
+def _unreadable_trace(trace: Path, exc: BadInput) -> WorkFailed:
+    """Why torch's trace cannot be read, told apart: its folder was removed, the disk is
+    full, or (the only other cause seen) a double quote in a record_function name."""
+    if not trace.parent.is_dir():
+        return WorkFailed(f"the folder torch wrote its trace into is gone ({trace.parent}): "
+                          "another process removed it", error_id="io")
+    try:
+        fs = os.statvfs(trace.parent)
+        free = fs.f_bavail * fs.f_frsize
+    except OSError:
+        free = None
+    if free is not None and free < _LOW_DISK_B:
+        return WorkFailed(f"no space left on the disk of {trace.parent} ({free:,} bytes free): "
+                          "torch could not write its whole trace", error_id="io")
+    if not trace.is_file():
+        return WorkFailed(f"torch wrote no trace at {trace}", error_id="bad-trace")
+    return WorkFailed(f"torch wrote a Chrome trace that cannot be read ({exc}); torch does "
+                      'not escape a double quote (") in a record_function name',
+                      error_id="bad-trace")
 
 
 def _quietest_profile(stepper: _Stepper, device: str, opts: RunOptions, active: int,
