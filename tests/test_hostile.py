@@ -948,3 +948,24 @@ def test_a_full_disk_is_named_not_blamed_on_a_double_quote(tmp_path):
     (tmp_path / "t.json").write_text('{"traceEvents": [{"name": "a"b"}]}')
     quote = _unreadable_trace(tmp_path / "t.json", BadInput("x")).one_line()
     assert "double quote" in quote
+
+
+@pytest.mark.parametrize("file,change,words", [
+    ("report.md.j2", lambda t: t.replace("{% block summary %}", "{% block summary %}{{ 1 // 0 }}"),
+     "ZeroDivisionError"),
+    ("report.md.j2", lambda t: t.replace(
+        "{% block summary %}", "{% block summary %}{% macro r() %}{{ r() }}{% endmacro %}"
+                               "{{ r() }}"), "RecursionError"),
+    ("terms.j2", lambda t: t.encode("utf-8") + b"\xff\xfe", "not UTF-8"),
+], ids=["division", "recursion", "not-utf8"])
+def test_a_template_that_fails_at_run_time_is_a_template_error(tmp_path, monkeypatch, stored,
+                                                              file, change, words):
+    folder = _language_from_en(tmp_path, monkeypatch)
+    changed = change((folder / file).read_text(encoding="utf-8"))
+    (folder / file).write_bytes(changed if isinstance(changed, bytes) else changed.encode())
+    _, run = stored("cpu-transformer-bloat")
+    res = limited("render", run, "--lang", "xx", cwd=tmp_path,  # a process of its own
+                  env={"REPORTER_TEMPLATES": str(folder.parent)})
+    line = one_line(res.stderr)
+    assert res.returncode == 1 and "[template]" in line and words in line, line
+    assert not list(run.glob("*.xx.*"))
