@@ -969,3 +969,17 @@ def test_a_template_that_fails_at_run_time_is_a_template_error(tmp_path, monkeyp
     line = one_line(res.stderr)
     assert res.returncode == 1 and "[template]" in line and words in line, line
     assert not list(run.glob("*.xx.*"))
+
+
+def test_charts_print_no_matplotlib_warning(tmp_path, stored):
+    """O4: an all-zero step breakdown (nothing to put in the legend) and 40 steps (a tall
+    chart): the chart is drawn, and stderr stays empty."""
+    _, folder = stored("cpu-transformer")
+
+    def zero(doc):
+        _steps(40)(doc)
+        b = doc["run"]["sections"][0]["profile"]["breakdown"]
+        b["host_us"] = {k: [0.0] * 40 for k in b["host_us"]}
+    _corrupt(folder, zero)
+    res = limited("render", folder, cwd=tmp_path, timeout=60)
+    assert res.returncode == 0 and res.stderr == "", res.stderr

@@ -12,6 +12,7 @@ import io
 import math
 import textwrap
 import unicodedata
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -298,7 +299,10 @@ def draw(view: View, folder: Path, terms: Any, stem: str, mermaid: bool = False
     installed = {f.name for f in font_manager.fontManager.ttflist}
     # The language's fonts first, then the other languages' (a name may be in any script).
     families = [f for f in all_fonts(view.lang) if f in installed] or ["DejaVu Sans"]
-    with plt.rc_context({"font.family": families}):
+    # matplotlib's warnings (an empty legend, a layout it could not fit) are about a chart
+    # that is still drawn; on stderr they would print reporter's own source paths.
+    with plt.rc_context({"font.family": families}), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
         files = _write_charts(view, Path(folder), terms, stem)
     return Charts(Path(folder), files, _mermaid(view, terms) if mermaid else {})
 
