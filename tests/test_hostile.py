@@ -983,3 +983,24 @@ def test_charts_print_no_matplotlib_warning(tmp_path, stored):
     _corrupt(folder, zero)
     res = limited("render", folder, cwd=tmp_path, timeout=60)
     assert res.returncode == 0 and res.stderr == "", res.stderr
+
+
+@pytest.mark.parametrize("sig,code,word", [(signal.SIGTERM, 143, "terminated"),
+                                           (signal.SIGINT, 130, "interrupted")])
+def test_an_interrupted_nproc_run_says_one_line(tmp_path, sig, code, word):
+    """I11: the ranks' dying words (their own line, the collectives' C++ stack dumps) are
+    not printed once the launcher is interrupted: its one line is."""
+    (tmp_path / "slow.py").write_text(SLOW_TARGET)
+    mark = f"reporter-test-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "REPORTER_TEST_MARK": mark}
+    launcher = subprocess.Popen([sys.executable, "-m", "reporter", "run", "--nproc", "2",
+                                 "--target", "slow.py:build", "--out", "runs", "--quiet"],
+                                cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not list((tmp_path / "runs").glob(".*.partial")):
+        time.sleep(0.2)
+    time.sleep(2.0)
+    launcher.send_signal(sig)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == code, err[-3000:]
+    assert err.strip().splitlines() == [f"reporter: {word}; nothing half-written was kept"], err
