@@ -16,11 +16,16 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from . import __version__, pipeline
+from . import __version__
 from .errors import BadInput, ReporterError, Terminated, WorkFailed, install_signal_handlers
-from .pipeline import Output
+
+if TYPE_CHECKING:
+    from .pipeline import Output
+
+# reporter.pipeline (and the renderers, Babel, matplotlib behind it) is imported in each
+# command, once main() handles interrupts: a Ctrl-C while they load is one line too.
 
 DEFAULT_RUNS = Path(os.environ.get("REPORTER_RUNS", "runs"))
 
@@ -41,6 +46,22 @@ class Progress:
         if not self.quiet:
             elapsed = time.perf_counter() - self.start
             print(f"[{elapsed:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+MAX_RANK_TIMEOUT_S = 86_400.0
+
+
+def _rank_timeout(text: str) -> float:
+    """--rank-timeout: seconds, more than 0 and at most a day (torch takes milliseconds as
+    an integer: nan, inf and negative numbers fail deep in its sockets)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_RANK_TIMEOUT_S:  # false for nan
+        raise argparse.ArgumentTypeError(f"takes seconds, more than 0 and at most "
+                                         f"{MAX_RANK_TIMEOUT_S:,.0f}, not {text[:20]!r}")
+    return value
 
 
 def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:
@@ -94,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="run N ranks on this machine (torch.distributed: gloo on the CPU, NCCL "
                         "on GPUs); rank 0 writes one run with every rank in it")
-    p.add_argument("--rank-timeout", type=float, default=300.0, metavar="S",
+    p.add_argument("--rank-timeout", type=_rank_timeout, default=300.0, metavar="S",
                    help="how long rank 0 waits for the other ranks, and the collectives' "
                         "timeout (default: 300)")
     p.add_argument("--compare", action="store_true",
@@ -147,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _output(args) -> Output:
     """The report options of a command, checked."""
+    from .pipeline import Output
     from .render.languages import default_language
 
     return Output.parse(args.lang or default_language(), args.format, args.max_chars,
@@ -173,6 +195,7 @@ def _lang(args) -> str:
 
 
 def cmd_run(args) -> int:
+    from . import pipeline
     from .collect import distributed
     from .collect.target import DEFAULT_SUITE
 
@@ -205,6 +228,7 @@ def _without_nproc(argv: list[str]) -> list[str]:
 
 
 def cmd_compare(args) -> int:
+    from . import pipeline
     from .compare import busy, compare_json, regression
 
     output = _output(args)
@@ -230,11 +254,13 @@ def cmd_compare(args) -> int:
 
 
 def cmd_render(args) -> int:
+    from . import pipeline
     pipeline.render_run(args.run, args.runs, _output(args))
     return 0
 
 
 def cmd_analyze(args) -> int:
+    from . import pipeline
     output = _output(args)
     if args.json:
         _print_json(pipeline.analysis_json(args.path, args.runs))
@@ -261,6 +287,7 @@ def _finite(data: Any) -> Any:
 
 
 def cmd_list(args) -> int:
+    from . import pipeline
     from .render.view import Fmt
     from .store import list_runs
 
@@ -272,9 +299,11 @@ def cmd_list(args) -> int:
               file=sys.stderr)
         return 0
     print(f"{'RUN':<52} {'TARGET':<24} {'DEVICE':<6} {'SAMPLES/S':>10}  REPORTS")
+    from .validate import well_formed
+
     for folder, info in rows:
         if "error" in info:
-            print(f"{folder.name:<52} (unreadable: {info['error']})")
+            print(f"{well_formed(folder.name):<52} (unreadable: {well_formed(info['error'])})")
             continue
         speed = ("~" + fmt.num(info["samples_per_s"]) + " (busy)" if info["busy"]
                  else fmt.num(info["samples_per_s"]))
@@ -284,6 +313,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_targets(args) -> int:
+    from . import pipeline
     rows = pipeline.target_summaries(_lang(args))
     width = max(len(name) for name, _, _ in rows)
     for name, seed, summary in rows:
@@ -296,8 +326,9 @@ def cmd_targets(args) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    restore_signals = install_signal_handlers()
+    restore_signals: Callable[[], None] = lambda: None
     try:
+        restore_signals = install_signal_handlers()
         parser = build_parser()
         args = parser.parse_args(argv)
         args.argv = argv
@@ -324,6 +355,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         where = f": {exc.filename}" if exc.filename else ""
         print(f"reporter: error [io]: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        if debug:
+            raise
+        print("reporter: error [memory]: ran out of memory (the input is too large for this "
+              "machine's memory or its limits)", file=sys.stderr)
         return 1
     except Exception as exc:  # a bug: still one line, unless --debug
         if debug:

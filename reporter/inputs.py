@@ -41,13 +41,15 @@ def read_profiles(path: Path) -> list[Profile]:
     from .ingest.traces import is_trace, read_trace_folder
 
     if path.is_dir():
-        profiles = read_trace_folder(path, costs=costs_wanted())
+        profiles = read_trace_folder(path, costs=costs_wanted(), progress=_progress())
     elif is_trace(path):
         profiles = _trace_or_table(path)
     else:
         profiles = parse_tables(read_text(path), source=str(path))
     check_names(profiles, str(path))
-    return profiles
+    from .validate import scrub
+
+    return scrub(profiles)  # lone surrogates (a JSON "\ud800", a file name) become U+FFFD
 
 
 def _trace_or_table(path: Path) -> list[Profile]:
@@ -59,13 +61,29 @@ def _trace_or_table(path: Path) -> list[Profile]:
     try:
         return [read_trace(path, costs=costs_wanted())]
     except BadInput as as_trace:
-        if is_gzip(path):
+        if is_gzip(path) or as_trace.error_id == "too-big":
             raise
         try:
             return parse_tables(read_text(path), source=str(path))
         except BadInput:
             raise BadInput(f"{as_trace} (tried as a Chrome trace, then as a profiler table: "
                            "no table either)", error_id=as_trace.error_id) from as_trace
+
+
+def _progress():
+    """Progress lines on stderr, one every 2 seconds at most, with the time since the first."""
+    import sys
+    import time
+
+    start = last = time.monotonic()
+
+    def say(message: str) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= 2:
+            last = now
+            print(f"[{now - start:6.1f}s] {message}", file=sys.stderr, flush=True)
+    return say
 
 
 def costs_wanted() -> bool:

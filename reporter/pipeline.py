@@ -82,6 +82,9 @@ def check_run_request(request: RunRequest) -> list[tuple[str, Callable[..., Any]
     if not 0 < request.time_budget_s <= 3600:
         raise BadInput("--time-budget takes seconds, more than 0 and at most 3600",
                        error_id="usage")
+    if not 0 < request.rank_timeout_s <= 86_400:  # false for nan
+        raise BadInput("--rank-timeout takes seconds, more than 0 and at most 86,400",
+                       error_id="usage")
     if request.threads is not None and not 1 <= request.threads <= 1024:
         raise BadInput("--threads takes a number of threads from 1 to 1024", error_id="usage")
     return builders

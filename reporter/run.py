@@ -138,6 +138,8 @@ class Section:
     # attempt was disturbed (then ``whatif`` is empty: the estimates stand); None when
     # nothing was timed.
     whatif_disturbance: Disturbance | None = None
+    # Why the replacements could not be timed (the error they raised), or None.
+    whatif_note: str | None = None
 
     @property
     def busy(self) -> bool:
@@ -194,6 +196,7 @@ class Section:
             whatif_disturbance=(Disturbance(**data["whatif_disturbance"])
                                 if isinstance(data.get("whatif_disturbance"), dict)
                                 else None),
+            whatif_note=data.get("whatif_note"),
         )
 
 

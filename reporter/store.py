@@ -12,7 +12,9 @@ import gzip
 import json
 import os
 import shutil
+import socket
 import tempfile
+import time
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -42,6 +44,21 @@ FORMAT = 2
 RUN_FILE = "run.json"
 MAX_RUN_FILE = 256 << 20  # bytes: a run.json holds numbers and a few tables
 STAGING_SUFFIX = ".partial"
+
+# Budgets of a stored run: a crafted run.json of a few hundred KB could otherwise keep
+# ``render`` busy for minutes or take gigabytes (a chart bar per step, a binomial per
+# window). A live run stays far below each: 2 sections, a few hundred windows, tens of
+# profiled steps, 200 memory points, thousands of operators. The key of a list (or of
+# the object holding lists) sets its limit; any other list or object holds at most
+# MAX_ITEMS, any string at most MAX_STRING characters (the longest name a reader takes).
+MAX_ITEMS = 200_000
+MAX_STRING = 65_536
+LIMITS = {"sections": 16, "ranks": 1_024, "windows": 10_000, "disturbance": 10_000,
+          "steps_us": 10_000, "host_us": 10_000, "device_us": 10_000,
+          "device_notes_us": 10_000, "timeline_ms": 10_000, "timeline_b": 10_000,
+          "at_peak_b": 64, "flops": 64, "whatif": 1_000, "benchmark": 10_000,
+          "precision": 64}
+_UNREAD = {"tables"}  # fields of old runs that nothing reads: not walked
 
 
 def write_atomic(path: Path, data: bytes | str) -> Path:
@@ -85,26 +102,102 @@ def run_to_json(run: Run) -> str:
 
 @contextmanager
 def staging(root: Path) -> Iterator[Path]:
-    """A hidden folder to assemble a run in; removed if the block fails."""
+    """A hidden folder to assemble a run in, with an owner file (OWNER_FILE) that tells
+    which process on which machine assembles it; removed if the block fails."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     path = Path(tempfile.mkdtemp(prefix=f".{os.getpid()}-", suffix=STAGING_SUFFIX, dir=root))
-    os.chmod(path, 0o777 & ~_umask())  # mkdtemp makes 0700
     try:
+        os.chmod(path, 0o777 & ~_umask())  # mkdtemp makes 0700
+        (path / OWNER_FILE).write_text(json.dumps(owner_record()), encoding="utf-8")
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
 
 
+# A staging folder's owner: the host, its boot, the pid namespace and the process (with
+# its start time, against a reused pid). Another process removes the folder only when it
+# can prove the owner gone: same host and boot, same pid namespace, and no process with
+# that pid and start time; or the machine booted since. A folder of another host or
+# container (a runs folder on a shared volume), or without an owner file, is left alone
+# unless nothing in it changed for STALE_AFTER_S.
+OWNER_FILE = ".owner.json"
+STALE_AFTER_S = 7 * 24 * 3600
+
+
+def owner_record(pid: int | None = None) -> dict[str, Any]:
+    """Who owns a staging folder made now by ``pid`` (this process by default)."""
+    pid = os.getpid() if pid is None else pid
+    return {"host": socket.gethostname(), "boot": _boot_id(), "pid_ns": _pid_ns(), "pid": pid,
+            "start": _start_time(pid)}
+
+
+def _first_line(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.readline().strip() or None
+    except OSError:
+        return None
+
+
+def _boot_id() -> str | None:
+    return _first_line("/proc/sys/kernel/random/boot_id")
+
+
+def _pid_ns() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat, field 22)."""
+    line = _first_line(f"/proc/{pid}/stat")
+    if line is None or ")" not in line:
+        return None
+    fields = line.rsplit(")", 1)[1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _owner_gone(path: Path) -> bool:
+    """Can this process prove that the staging folder's owner is gone?"""
+    try:
+        owner = json.loads((path / OWNER_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        owner = None
+    if isinstance(owner, dict) and owner.get("host") == socket.gethostname():
+        here_boot = _boot_id()
+        if here_boot is not None and owner.get("boot") not in (None, here_boot):
+            return True  # the machine booted since: every process of then is gone
+        if (owner.get("boot") == here_boot and owner.get("pid_ns") == _pid_ns()
+                and owner.get("pid_ns") is not None and type(owner.get("pid")) is int):
+            pid = owner["pid"]
+            return not _alive(pid) or (owner.get("start") is not None
+                                       and _start_time(pid) not in (None, owner["start"]))
+    return _untouched_for(path, STALE_AFTER_S)  # another host or container, or no owner
+
+
+def _untouched_for(path: Path, seconds: float) -> bool:
+    newest = 0.0
+    try:
+        newest = path.stat().st_mtime
+        for entry in path.rglob("*"):
+            newest = max(newest, entry.lstat().st_mtime)
+    except OSError:
+        return False
+    return time.time() - newest > seconds
+
+
 def remove_stale(root: Path) -> int:
-    """Remove staging folders whose process is gone (killed with SIGKILL, say); how many."""
+    """Remove staging folders whose owner is provably gone (killed with SIGKILL, say): see
+    OWNER_FILE. Returns how many."""
     removed = 0
     root = Path(root)
     if not root.is_dir():
         return 0
     for path in root.glob(f".*{STAGING_SUFFIX}"):
-        pid = path.name[1:].split("-", 1)[0]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not path.is_dir() or path.is_symlink() or not _owner_gone(path):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed += not path.exists()
@@ -116,7 +209,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OverflowError):
+    except (PermissionError, OverflowError, ValueError):
         return pid < 1 << 22  # another user's process (or a number no process has)
     return True
 
@@ -135,6 +228,8 @@ def commit(run: Run, stage: Path, root: Path) -> Path:
             else:
                 section.trace = None
     (stage / RUN_FILE).write_text(run_to_json(run), encoding="utf-8")
+    with _ignore_missing():
+        (stage / OWNER_FILE).unlink()  # a stored run has no owner file
     final = Path(root) / run.id
     os.rename(stage, final)  # staging()'s cleanup then finds nothing to remove
     return final
@@ -197,6 +292,11 @@ def load(folder: Path) -> Run:
                        f"upgrade reporter (written by reporter {meta.get('reporter')})",
                        error_id="newer-format")
     try:
+        _check_budget(doc.get("run"))
+    except ValueError as exc:
+        raise BadInput(f"{path} is over a budget of a stored run: {exc}; the run is corrupted "
+                       "or crafted", error_id="bad-input") from exc
+    try:
         run = Run.from_dict(doc["run"])
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BadInput(f"{path} is corrupted: missing or malformed field {exc}",
@@ -206,6 +306,49 @@ def load(folder: Path) -> Run:
     except ValueError as exc:
         raise BadInput(f"{path} is corrupted: {exc}", error_id="bad-run") from exc
     return run
+
+
+def _check_budget(data: Any) -> None:
+    """Raise ValueError naming the first list, object or string of a run document over its
+    limit (LIMITS, MAX_ITEMS, MAX_STRING); linear in the document, before any other work."""
+    # Entries: (node, its limit, the entry of its parent, its key there); the path is only
+    # spelled out for the error.
+    stack: list[tuple[Any, int, Any, Any]] = [(data, MAX_ITEMS, None, "run")]
+    while stack:
+        entry = stack.pop()
+        node, limit = entry[0], entry[1]
+        if isinstance(node, str):
+            if len(node) > MAX_STRING:
+                raise ValueError(f"{_path(entry)} is a string of {len(node):,} characters, "
+                                 f"over the limit of {MAX_STRING:,}")
+            if not node.isascii() and entry[2] is not None:  # lone surrogates: U+FFFD
+                entry[2][0][entry[3]] = validate.well_formed(node)
+            continue
+        if len(node) > limit:
+            raise ValueError(f"{_path(entry)} holds {len(node):,} items, over the limit of "
+                             f"{limit:,}")
+        if isinstance(node, list):  # a list's items start again from the default
+            stack.extend((item, MAX_ITEMS, entry, i) for i, item in enumerate(node)
+                         if isinstance(item, (str, list, dict)))
+            continue
+        for key in [k for k in node if not k.isascii() and validate.well_formed(k) != k]:
+            node[validate.well_formed(key)] = node.pop(key)
+        for key, item in node.items():
+            if len(key) > MAX_STRING:
+                raise ValueError(f"{_path(entry)} has a key of {len(key):,} characters, over "
+                                 f"the limit of {MAX_STRING:,}")
+            if key not in _UNREAD and isinstance(item, (str, list, dict)):
+                # The lists in a limited object keep its limit (host_us.forward).
+                stack.append((item, LIMITS.get(key, limit), entry, key))
+
+
+def _path(entry: Any) -> str:
+    parts = []
+    while entry is not None:
+        key = entry[3]
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key[:40]}")
+        entry = entry[2]
+    return "".join(reversed(parts)).lstrip(".")
 
 
 def _no_constant(name: str) -> None:
@@ -222,8 +365,11 @@ def _check_run(run: Run) -> None:
         "torch", "cuda", "driver", "device_name", "cpu", "python")}
         | {"device_memory_b": int | None, "cpu_count": int | None, "threads": int | None},
         "run.env")
+    if not run.sections:
+        raise ValueError("run.sections: no section")
     for i, section in enumerate(run.sections):
         _check_efficiency(section, f"run.sections[{i}]")
+        _check_consistent(section, f"run.sections[{i}]")
     try:
         datetime.fromisoformat(run.created)
     except ValueError:
@@ -233,9 +379,13 @@ def _check_run(run: Run) -> None:
                               f"run.ranks[{i}]")
         if rank.get("status") not in ("ok", "failed", "missing") or "rank" not in rank:
             raise ValueError(f"run.ranks[{i}]: no rank number or an unknown status")
+    if run.ranks and sum(bool(rank.get("main")) for rank in run.ranks) != 1:
+        raise ValueError("run.ranks: not exactly one main rank (the one whose sections the "
+                         "run's are)")
         for j, section in enumerate(rank.get("sections") or []):
             validate.check(section, f"run.ranks[{i}].sections[{j}]")
             _check_efficiency(section, f"run.ranks[{i}].sections[{j}]")
+            _check_consistent(section, f"run.ranks[{i}].sections[{j}]")
 
 
 _COST_FIELDS = {"name": str, "dtype": str, "family": str, "phase": str, "calls": int,
@@ -243,6 +393,36 @@ _COST_FIELDS = {"name": str, "dtype": str, "family": str, "phase": str, "calls":
 _PEAK_FIELDS = {"source": str, "device": str, "flops": dict[str, float], "bandwidth": float,
                 "reference": str, "seconds": float | None, "threads": int | None,
                 "disturbed": bool}
+
+
+_BENCH_FIELDS = {"op": str, "cpu_ms": float, "gpu_ms": float | None}
+_TF32_FIELDS = {"matmul": bool | None, "conv": bool | None, "override": bool | None}
+
+
+def _check_consistent(section: Any, where: str) -> None:
+    """What the type check cannot see: rows of the side benchmark, the precision, and lists
+    that go together (a value per step, a value per memory-timeline point)."""
+    for k, row in enumerate(section.benchmark or []):
+        validate.check_fields(row, _BENCH_FIELDS, f"{where}.benchmark[{k}]")
+        if not {"op", "cpu_ms"} <= set(row):
+            raise ValueError(f"{where}.benchmark[{k}]: no op and cpu_ms")
+    validate.check_fields(section.precision, {"tf32": dict[str, Any], "autocast": str | None},
+                          f"{where}.precision")
+    if "tf32" in section.precision:
+        validate.check_fields(section.precision["tf32"], _TF32_FIELDS, f"{where}.precision.tf32")
+    b = section.profile.breakdown
+    if b is not None:
+        for name in ("host_us", "device_us", "device_notes_us"):
+            for key, values in getattr(b, name).items():
+                if len(values) != len(b.steps_us):
+                    raise ValueError(f"{where}.profile.breakdown.{name}.{key[:40]}: "
+                                     f"{len(values)} values for {len(b.steps_us)} steps")
+    tm = section.tensor_memory
+    if tm is not None:
+        for key, values in tm.timeline_b.items():
+            if len(values) != len(tm.timeline_ms):
+                raise ValueError(f"{where}.tensor_memory.timeline_b.{key[:40]}: {len(values)} "
+                                 f"values for {len(tm.timeline_ms)} points")
 
 
 def _check_efficiency(section: Any, where: str) -> None:

@@ -17,6 +17,50 @@ from functools import lru_cache
 from typing import Any
 
 
+# No quantity in a run comes near this (1e30 FLOPs, bytes or microseconds); a number
+# beyond it is a corrupted or crafted run, refused rather than carried into every sum.
+MAX_NUMBER = 1e30
+
+
+def well_formed(text: str) -> str:
+    """``text`` with every lone surrogate (a JSON "\\ud800", a file name that is not UTF-8)
+    replaced by U+FFFD: such a string cannot be written as UTF-8, so it would fail every
+    report, ``--json`` and ``reporter list`` partway through."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def scrub(obj: Any) -> Any:
+    """Replace lone surrogates in every string of a tree of dataclasses, lists and dicts,
+    in place where it can (returns the object, or the fixed string)."""
+    if isinstance(obj, str):
+        return well_formed(obj)
+    if isinstance(obj, list):
+        for i, item in enumerate(obj):
+            if isinstance(item, (str, list, dict)) or dataclasses.is_dataclass(item):
+                obj[i] = scrub(item)
+    elif isinstance(obj, dict):
+        for key in list(obj):
+            item = obj[key]
+            fixed_key = well_formed(key) if isinstance(key, str) else key
+            if fixed_key is not key:
+                del obj[key]
+            if isinstance(item, (str, list, dict)) or dataclasses.is_dataclass(item):
+                item = scrub(item)
+            obj[fixed_key] = item
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            item = getattr(obj, f.name)
+            if isinstance(item, (str, list, dict)) or dataclasses.is_dataclass(item):
+                setattr(obj, f.name, scrub(item))
+    return obj
+
+
 def _hints(cls: type) -> dict[str, Any]:
     return _cached_hints(cls)
 
@@ -48,19 +92,23 @@ def check_value(value: Any, hint: Any, where: str) -> None:
                 check_value(value, option, where)
                 return
             except ValueError as exc:
-                errors.append(exc)
-        raise errors[-1]
+                if option is not type(None):  # "expected null" says nothing of a value
+                    errors.append(exc)
+        raise errors[-1] if errors else ValueError(f"{where}: expected null")
     if hint is type(None):
         if value is not None:
             raise ValueError(f"{where}: expected null, got {_describe(value)}")
         return
     if hint is float:
-        if type(value) not in (int, float) or not math.isfinite(value):
-            raise ValueError(f"{where}: expected a finite number, got {_describe(value)}")
+        if (type(value) not in (int, float) or not math.isfinite(value)
+                or abs(value) > MAX_NUMBER):
+            raise ValueError(f"{where}: expected a finite number of at most {MAX_NUMBER:g}, "
+                             f"got {_describe(value)}")
         return
     if hint is int:
-        if type(value) is not int:
-            raise ValueError(f"{where}: expected an integer, got {_describe(value)}")
+        if type(value) is not int or abs(value) > MAX_NUMBER:
+            raise ValueError(f"{where}: expected an integer of at most {MAX_NUMBER:g}, got "
+                             f"{_describe(value)}")
         return
     if hint in (str, bool):
         if type(value) is not hint:

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 
 from reporter.render.keytable import format_table
+from reporter.errors import BadInput
+from reporter.store import OWNER_FILE, owner_record
 from reporter.analyze.profile import Op, Profile
-from conftest import ROOT, cli
+from conftest import FIXTURES, ROOT, cli
 
 
 def reporter(*argv, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -28,6 +30,19 @@ def reporter(*argv, cwd: Path, timeout: float = 60) -> subprocess.CompletedProce
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "reporter", *map(str, argv)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+LIMITED = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({mem}, {mem}));"
+           " from reporter.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+def limited(*argv, cwd: Path, timeout: float = 20, memory: int = 2 << 30,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The real command in a child process under ``memory`` bytes of address space; fails
+    the test if it does not end within ``timeout`` seconds."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-c", LIMITED.format(mem=memory), *map(str, argv)],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def one_line(err: str) -> str:
@@ -331,6 +346,7 @@ def test_partial_folders_of_dead_processes_are_removed(tmp_path, stored):
     stale = root / f".{dead.pid}-abc.partial"
     stale.mkdir()
     (stale / "trace-train.json").write_text("{}")
+    (stale / OWNER_FILE).write_text(json.dumps(owner_record(dead.pid)))
     mine = root / f".{os.getpid()}-abc.partial"
     mine.mkdir()
     res = cli("list", "--runs", root)
@@ -417,6 +433,30 @@ def test_a_language_folder_without_its_report_is_an_installation_error(tmp_path,
     assert not list(tmp_path.glob("t.report*"))
 
 
+@pytest.mark.parametrize("after_s", [0.0, 0.05, 0.1, 0.2])
+def test_ctrl_c_while_reporter_loads_is_one_line(tmp_path, after_s):
+    """SIGINT once reporter's own code runs (its first module imported; -X importtime says
+    when), while the renderers and Babel load: one line, exit 130. (Earlier, in Python's
+    own start-up, the interpreter prints "Fatal Python error": no program can catch it.)"""
+    (tmp_path / "t.txt").write_text(_table(["aten::mm", "aten::add"]))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "reporter", "analyze",
+                             "t.txt"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.rstrip().endswith("| reporter.cli"):
+            break
+    time.sleep(after_s)
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    proc.wait(timeout=30)
+    said = [x for x in rest.splitlines() if x.strip() and not x.startswith("import time:")]
+    assert proc.returncode in (130, 0), rest[-3000:]
+    assert said == ["reporter: interrupted; nothing half-written was kept"] or (
+        proc.returncode == 0 and said == []), rest[-3000:]
+
+
 @pytest.mark.parametrize("config,why", [
     ("{", "cannot read"),
     ('["en"]', "JSON object"),
@@ -425,15 +465,31 @@ def test_a_language_folder_without_its_report_is_an_installation_error(tmp_path,
      '"font_package": "p"}', "unknown locale"),
     ('{"name": "X", "locale": "en", "fonts": ["A\\"; } body { x: \\""], '
      '"fontconfig": "en", "font_package": "p"}', "font family names"),
-])
+    ('{"name": "X", "locale": "en", "fonts": "DejaVu Sans", "fontconfig": "en", '
+     '"font_package": "p"}', "not str"),
+    ('{"name": "X", "locale": "en", "fonts": ["A"], "fontconfig": "en", "font_package": "p", '
+     '"units": [1, 2]}', "install"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    (b"\xff\x00\x01binary", "cannot read"),
+], ids=["not-json", "a-list", "no-locale", "bad-locale", "css-font", "fonts-string",
+        "units-list", "deep", "binary"])
 def test_a_broken_language_json_is_one_clear_line(tmp_path, monkeypatch, config, why):
+    """Only a report in the broken language fails, naming the file; every other command
+    and language works, --help and --version included (the languages are read when
+    reporter is imported: in a child process, as a user runs it)."""
     (tmp_path / "xx").mkdir()
-    (tmp_path / "xx" / "language.json").write_text(config)
-    monkeypatch.setenv("REPORTER_TEMPLATES", str(tmp_path))
+    config = config if isinstance(config, bytes) else config.encode()
+    (tmp_path / "xx" / "language.json").write_bytes(config)
+    env = {"REPORTER_TEMPLATES": str(tmp_path)}
     (tmp_path / "t.txt").write_text(_table(["aten::mm"]))
-    res = cli("analyze", tmp_path / "t.txt", "--lang", "en", "--out", tmp_path)
-    line = one_line(res.err)
-    assert res.code == 1 and "[install]" in line and why in line, line
+    res = limited("analyze", "t.txt", "--lang", "xx", cwd=tmp_path, env=env)
+    line = one_line(res.stderr)
+    assert res.returncode == 1 and "[install]" in line and why in line, line
+    assert "xx/language.json" in line
+    for argv in (("analyze", "t.txt", "--lang", "en"), ("analyze", "t.txt", "--lang", "zh"),
+                 ("--help",), ("--version",), ("list",), ("targets", "--lang", "ru")):
+        res = limited(*argv, cwd=tmp_path, env=env)
+        assert res.returncode == 0 and "Traceback" not in res.stderr, (argv, res.stderr)
 
 
 def test_a_double_quote_in_a_record_function_name_fails_the_target_clearly(tmp_path):
@@ -512,3 +568,439 @@ def test_a_missing_template_of_a_language_is_named(tmp_path, monkeypatch):
     res = cli("targets", "--lang", "xx")
     line = one_line(res.err)
     assert res.code == 1 and "[template]" in line and "targets.j2" in line, line
+
+
+# Issue 35: bounded work on a stored run, no lost run, no internal error.
+
+def test_a_run_of_10000_windows_renders_in_seconds(tmp_path, stored):
+    _, folder = stored("cpu-transformer")
+    rng = __import__("random").Random(3)
+    _corrupt(folder, _set("run", "sections", 0, "throughput", "windows",
+                          [400 + rng.random() for _ in range(10_000)]))
+    res = limited("render", folder, cwd=tmp_path, timeout=30)
+    assert res.returncode == 0, res.stderr
+
+
+def _steps(n: int):
+    def change(doc):
+        b = doc["run"]["sections"][0]["profile"]["breakdown"]
+        per = {k: v[0] for k, v in b["host_us"].items()}
+        b["steps_us"] = [b["steps_us"][0]] * n
+        b["host_us"] = {k: [v] * n for k, v in per.items()}
+        b["device_us"], b["device_notes_us"] = {}, {}
+    return change
+
+
+def test_a_run_of_10000_steps_renders_within_bounds_and_its_chart_is_bounded(tmp_path, stored):
+    _, folder = stored("cpu-transformer")
+    _corrupt(folder, _steps(10_000))
+    res = limited("render", folder, cwd=tmp_path, timeout=40)
+    assert res.returncode == 0, res.stderr
+    [chart] = folder.glob("report-chart-steps-*-train.en.svg")
+    assert chart.stat().st_size < 1_000_000 and "\u2013" in chart.read_text()
+
+
+@pytest.mark.parametrize("change,where", [
+    (_steps(10_001), "breakdown"),
+    (_set("run", "sections", 0, "throughput", "windows", [1.0] * 10_001), "windows"),
+    (_set("run", "sections", 0, "peaks", "flops", {f"d{i}": 1.0 for i in range(1_000)}),
+     "peaks.flops"),
+    (lambda doc: doc["run"].__setitem__("sections", doc["run"]["sections"] * 9), "sections"),
+    (_set("run", "sections", 0, "profile", "ops", 0, "name", "x" * 70_000), "name"),
+], ids=["steps", "windows", "flops", "sections", "string"])
+def test_a_run_over_a_budget_is_refused_in_one_line_before_any_work(tmp_path, stored, change,
+                                                                   where):
+    root, folder = stored("cpu-transformer")
+    _corrupt(folder, change)
+    start = time.monotonic()
+    res = limited("render", folder, cwd=tmp_path, timeout=20)
+    assert res.returncode == 2, res.stderr
+    line = one_line(res.stderr)
+    assert "[bad-input]" in line and where in line and "over the limit" in line, line
+    assert time.monotonic() - start < 10 and not list(folder.glob("report*"))
+    res = limited("list", "--runs", root, cwd=tmp_path)
+    assert res.returncode == 0 and "unreadable" in res.stdout
+
+
+def _staging_of(root: Path, owner: dict, age_s: float = 0) -> Path:
+    folder = root / f".{owner['pid']}-x{len(list(root.glob('.*')))}.partial"
+    folder.mkdir(parents=True)
+    (folder / "trace-train.json").write_text("{}")
+    (folder / OWNER_FILE).write_text(json.dumps(owner))
+    if age_s:
+        for path in (folder / "trace-train.json", folder / OWNER_FILE, folder):
+            os.utime(path, (time.time() - age_s,) * 2)
+    return folder
+
+
+def test_staging_folders_of_other_hosts_and_containers_are_never_removed(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    mine = owner_record(dead.pid)
+    other_ns = _staging_of(tmp_path, {**mine, "pid_ns": "pid:[1]"})
+    other_host = _staging_of(tmp_path, {**mine, "host": mine["host"] + "-other"})
+    no_owner = tmp_path / f".{dead.pid}-old.partial"
+    no_owner.mkdir()
+    reused = _staging_of(tmp_path, {**owner_record(os.getpid()), "start": "1"})
+    alive = _staging_of(tmp_path, owner_record(os.getpid()))
+    abandoned = _staging_of(tmp_path, {**mine, "pid_ns": "pid:[1]"}, age_s=8 * 24 * 3600)
+    res = cli("list", "--runs", tmp_path)
+    assert res.code == 0 and "removed 2 unfinished" in res.err, res.err
+    assert other_ns.exists() and other_host.exists() and no_owner.exists() and alive.exists()
+    assert not reused.exists() and not abandoned.exists()  # a reused pid; untouched for 8 days
+
+
+def _pid_namespaces() -> bool:
+    try:
+        return subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"],
+                              capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _pid_namespaces(), reason="no pid namespaces here (unshare needs "
+                    "privileges)")
+def test_a_live_run_in_another_pid_namespace_is_not_removed(tmp_path):
+    """Two processes share a runs folder through different pid namespaces (containers on
+    one volume): neither removes the other's staging folder."""
+    code = ("import sys, time; from pathlib import Path; from reporter.store import staging\n"
+            "with staging(Path(sys.argv[1])) as s:\n"
+            "    (s / 'trace-train.json').write_text('{}'); print(s.name, flush=True)\n"
+            "    time.sleep(30)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # 300 short processes first, so that the run's pid there is one no process has here
+    inner = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh",
+                              "-c", 'for i in $(seq 300); do /bin/true; done; "$@"', "sh",
+                              sys.executable, "-c", code, str(tmp_path)],
+                             env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        name = inner.stdout.readline().strip()
+        folder = tmp_path / name
+        pid = int(name[1:].split("-")[0])
+        assert folder.is_dir() and pid > 300
+        if os.path.exists(f"/proc/{pid}"):
+            pytest.skip(f"pid {pid} is taken in this namespace too")
+        outer = _staging_of(tmp_path, owner_record(os.getpid()))
+        res = cli("list", "--runs", tmp_path)  # from this namespace: that pid is not running
+        assert res.code == 0 and "removed" not in res.err and folder.is_dir()
+        res = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m",
+                              "reporter", "list", "--runs", str(tmp_path)], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0 and "removed" not in res.stderr, res.stderr
+        assert folder.is_dir() and outer.is_dir()
+    finally:
+        inner.kill()
+        inner.wait()
+
+
+OPT_RAISES = """
+import sys, torch
+from torch import nn
+from reporter import Target
+
+made = []
+
+class Picky(torch.optim.Adam):
+    def __init__(self, params, **kw):
+        made.append(1)
+        if len(made) > 1:  # only reporter's what-if makes a second one
+            {how}
+        super().__init__(params, **kw)
+
+def build(device="cpu", preset="default"):
+    made.clear()
+    model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(150)])  # 300 parameters
+    return Target(model=model, batches=[(torch.randn(2, 4), torch.randn(2, 4))], batch_size=2,
+                  loss=lambda out, batch: ((out - batch[1]) ** 2).mean(),
+                  optimizer=Picky(model.parameters(), foreach=False), modes=("train",))
+"""
+
+
+@pytest.mark.parametrize("how,why", [("sys.exit(0)", "sys.exit(0)")])  # KeyError, MemoryError:
+def test_a_what_if_that_fails_keeps_the_run_and_the_report_says_so(tmp_path, how, why):  # alike
+    (tmp_path / "opt.py").write_text(OPT_RAISES.format(how=how))
+    res = limited("run", "--target", "opt.py:build", "--out", "runs", "--quiet",
+                  "--time-budget", "0.3", "--lang", "ru", cwd=tmp_path, timeout=120,
+                  memory=4 << 30)
+    assert res.returncode == 0, res.stderr
+    [run] = (tmp_path / "runs").glob("*/run.json")
+    doc = json.loads(run.read_text())
+    assert why in doc["run"]["sections"][0]["whatif_note"]
+    report = (run.parent / "report.ru.md").read_text()
+    assert "Предложенные замены не удалось замерить" in report and why in report
+    for lang, words in (("en", "could not be timed"), ("zh", "未能在本机上实测")):
+        assert cli("render", run.parent, "--lang", lang).code == 0
+        assert words in (run.parent / f"report.{lang}.md").read_text()
+
+
+def _rank_trace(rank: int) -> str:
+    events = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 10 + 100 * k,
+               "dur": dur + rank, "args": {}} for k, (name, dur) in
+              enumerate([("aten::mm", 50), ("aten::add", 20), ("aten::relu", 10)] * 3)]
+    return json.dumps({"traceEvents": events})  # no rank: a section each
+
+
+def test_an_interrupted_analyze_of_a_trace_folder_leaves_no_chart(tmp_path):
+    traces = tmp_path / "ranks"
+    traces.mkdir()
+    for rank in range(120):
+        (traces / f"rank{rank}.json").write_text(_rank_trace(rank))
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "reporter", "analyze", str(traces), "--out",
+                             str(out)], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(out.glob("*chart*"))) < 3:
+        time.sleep(0.05)
+    assert list(out.glob("*chart*")), "no chart was drawn in time"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "reporter: interrupted; nothing half-written was kept"
+    assert list(out.iterdir()) == []
+
+
+def test_a_folder_of_too_many_traces_is_refused_before_reading(tmp_path):
+    for rank in range(300):
+        (tmp_path / f"rank{rank}.json").write_text(_rank_trace(rank))
+    res = limited("analyze", tmp_path, "--json", cwd=tmp_path, timeout=20)
+    assert res.returncode == 2 and "over the limit of 256" in one_line(res.stderr)
+
+
+@pytest.mark.parametrize("dur", ["1e40", "1e300", "99999999999999999999999999999999999999999"])
+def test_a_huge_time_in_a_trace_is_printed_not_an_internal_error(tmp_path, dur):
+    (tmp_path / "t.json").write_text('{"traceEvents": [' + _events(dur) + ", " + _events()
+                                     + "]}")
+    for lang in ("en", "ru", "zh"):
+        res = limited("analyze", "t.json", "--lang", lang, "--format", "md", cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+    assert "e+" in (tmp_path / "t.report.zh.md").read_text()
+    res = limited("analyze", "t.json", "--json", cwd=tmp_path)
+    assert res.returncode == 0 and json.loads(res.stdout)["profiles"], res.stderr
+
+
+def test_a_huge_time_in_a_table_is_printed_not_an_internal_error(tmp_path):
+    table = _table(["aten::mm", "aten::add"]).replace("Self CPU time total: ",
+                                                      "Self CPU time total: 99999999999999")
+    (tmp_path / "t.txt").write_text(re.sub(r"\b\d+\.\d+ms\b", "999999999999999999999999s",
+                                           table, count=1))
+    res = limited("analyze", "t.txt", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize("change", [
+    _set("run", "sections", 0, "profile", "self_cpu_us", 1e300),
+    _set("run", "sections", 0, "throughput", "windows", [1e308] * 3),
+    _set("run", "target", "batch_size", 10 ** 40),
+], ids=["self-cpu", "windows", "batch-size"])
+def test_a_run_with_a_number_beyond_the_bound_is_bad_input(tmp_path, stored, change):
+    _, folder = stored("cpu-tensor-ops")
+    _corrupt(folder, change)
+    res = cli("render", folder)
+    assert res.code == 2 and "[bad-run]" in one_line(res.err) and "at most 1e+30" in res.err
+
+
+def test_a_lone_surrogate_in_a_trace_becomes_a_replacement_character(tmp_path):
+    (tmp_path / "s.json").write_text('{"traceEvents": [' + _events().replace(
+        "aten::mm", "a\\ud800b") + ", " + _events().replace('"ts": 10', '"ts": 900') + "]}")
+    res = limited("analyze", "s.json", "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "a\ufffdb" in [op["name"] for op in json.loads(res.stdout)["profiles"][0]["ops"]]
+    for lang in ("en", "zh"):
+        res = limited("analyze", "s.json", "--lang", lang, "--format", "md,pdf", cwd=tmp_path,
+                      timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert "a\ufffdb" in (tmp_path / f"s.report.{lang}.md").read_text()
+
+
+def test_a_lone_surrogate_in_a_stored_run_neither_fails_it_nor_stops_list(tmp_path, stored):
+    root, folder = stored("cpu-tensor-ops")
+    _, after = stored("cpu-transformer")
+    path = folder / "run.json"
+    path.write_text(path.read_text().replace('"name": "', '"name": "\\ud800', 1))
+    for argv in (("render", folder), ("compare", folder, after, "--json"),
+                 ("analyze", folder, "--json"), ("list", "--runs", root)):
+        res = limited(*argv, cwd=tmp_path)
+        assert res.returncode == 0 and "Traceback" not in res.stderr, (argv, res.stderr)
+    assert "\ufffd" in (folder / "report.en.md").read_text()
+    assert len([line for line in res.stdout.splitlines()[1:] if line.strip()]) == 2
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "1e308", "x"])
+def test_a_rank_timeout_out_of_range_is_a_usage_error_before_any_work(tmp_path, value):
+    res = limited("run", "--nproc", "2", "--target", "cnn", "--device", "cpu",
+                  f"--rank-timeout={value}", "--out", "runs", cwd=tmp_path)
+    line = one_line(res.stderr)
+    assert res.returncode == 2 and "[usage]" in line and "--rank-timeout" in line
+    assert not (tmp_path / "runs").exists()
+    from reporter.pipeline import RunRequest, check_run_request
+
+    with pytest.raises(BadInput):
+        check_run_request(RunRequest(("cnn",), rank_timeout_s=float(value.replace("x", "nan"))))
+
+
+def test_the_attention_what_if_at_huge_recorded_shapes_is_skipped_with_a_reason(tmp_path,
+                                                                                stored):
+    """Scores of 8,192 x 8,192 for 4,096 heads would be 1 TB: not allocated, and why is
+    said (W5). In a child process under 2 GiB, so that an allocation would fail loudly."""
+    _, folder = stored("cpu-transformer")
+
+    def huge(doc):
+        for op in doc["run"]["sections"][0]["profile"]["ops_by_shape"]:
+            op["input_shapes"] = (op["input_shapes"] or "").replace("[8, 4, 96", "[1024, 4, 8192") \
+                .replace(", 96, 96]", ", 8192, 8192]").replace("[32, 96", "[4096, 8192") \
+                .replace("[32, 16, 96]", "[4096, 16, 8192]").replace("[32,", "[4096,")
+    _corrupt(folder, huge)
+    code = ("import resource, sys, json; resource.setrlimit(resource.RLIMIT_AS, (2 << 30,) * 2)\n"
+            "from reporter.store import load\nfrom reporter.collect.whatif import measure\n"
+            "skipped = {}\nsection = load(sys.argv[1]).sections[0]\n"
+            "timed = measure(section, {'unfused-attention'}, 'cpu', None, skipped)\n"
+            "print(json.dumps([timed, skipped]))")
+    res = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    timed, skipped = json.loads(res.stdout)
+    assert timed == {} and "over the cap" in skipped["unfused-attention"]
+
+
+def _section0(key, value):
+    return lambda doc: doc["run"]["sections"][0].__setitem__(key, value)
+
+
+TAMPERED = {
+    "bench-cpu-x": _section0("benchmark", [{"op": "matmul", "cpu_ms": "x", "gpu_ms": None}]),
+    "bench-empty-row": _section0("benchmark", [{}]),
+    "bench-op-int": _section0("benchmark", [{"op": 5, "cpu_ms": 1.0, "gpu_ms": None}]),
+    "ranks-no-main": lambda doc: doc["run"].__setitem__(
+        "ranks", [{"rank": 0, "status": "ok", "error": None}]),
+    "no-sections": lambda doc: doc["run"].__setitem__("sections", []),
+    "steps-unequal": lambda doc: doc["run"]["sections"][0]["profile"]["breakdown"][
+        "host_us"].__setitem__("forward", [1.0]),
+    "tf32-not-an-object": _section0("precision", {"tf32": "x"}),
+    "timeline-unequal": lambda doc: doc["run"]["sections"][0]["tensor_memory"][
+        "timeline_b"].__setitem__("activations", [1, 2]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TAMPERED))
+def test_a_tampered_run_is_bad_run_never_an_internal_or_template_error(tmp_path, stored, name):
+    root, folder = stored("cpu-transformer")
+    _corrupt(folder, TAMPERED[name])
+    for argv in (("render", folder), ("analyze", folder, "--json"),
+                 ("compare", FIXTURES / "runs" / "cpu-transformer", folder, "--json")):
+        res = cli(*argv)
+        assert res.code == 2 and "[bad-run]" in one_line(res.err), (argv, res.err)
+    assert cli("list", "--runs", root).code == 0
+
+
+def test_a_benchmark_operation_no_language_names_is_printed_as_it_is(tmp_path, stored):
+    _, folder = stored("cpu-transformer")
+    _corrupt(folder, _section0("benchmark", [{"op": "my <op>", "cpu_ms": 1.0, "gpu_ms": None}]))
+    for lang in ("en", "ru", "zh"):
+        res = cli("render", folder, "--lang", lang)
+        assert res.code == 0, res.err
+        assert "| `my <op>` |" in (folder / f"report.{lang}.md").read_text()
+
+
+def _mount_namespaces() -> bool:
+    try:
+        return subprocess.run(["unshare", "--mount", "true"], capture_output=True,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+FULL_DISK = """
+import os, subprocess, sys
+from pathlib import Path
+from reporter.collect.runner import _unreadable_trace
+from reporter.errors import BadInput
+disk = Path(sys.argv[1])
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1M", "tmpfs", str(disk)], check=True)
+stage = disk / ".1-x.partial"
+stage.mkdir()
+(stage / "trace-train.json").write_bytes(b'{"traceEvents": [')  # then the disk filled up
+try:
+    with open(disk / "filler", "wb") as f:
+        f.write(b"x" * (2 << 20))
+except OSError:
+    pass
+print(_unreadable_trace(stage / "trace-train.json", BadInput("cut off")).one_line())
+"""
+
+
+@pytest.mark.skipif(not _mount_namespaces(), reason="no mount namespace (needs privileges)")
+def test_a_full_disk_is_named_not_blamed_on_a_double_quote(tmp_path):
+    """D1: a trace cut off by a full disk (a real 1 MiB tmpfs, in a mount namespace of its
+    own) says so; a folder removed under the run says that; only a whole disk with an
+    unreadable trace still points at the double quote."""
+    from reporter.collect.runner import _unreadable_trace
+
+    (tmp_path / "disk").mkdir()
+    res = subprocess.run(["unshare", "--mount", sys.executable, "-c", FULL_DISK,
+                          str(tmp_path / "disk")], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "[io]" in res.stdout and "no space left" in res.stdout
+    assert "double quote" not in res.stdout
+    gone = _unreadable_trace(tmp_path / "gone" / "trace-train.json", BadInput("x")).one_line()
+    assert "[io]" in gone and "another process removed it" in gone
+    (tmp_path / "t.json").write_text('{"traceEvents": [{"name": "a"b"}]}')
+    quote = _unreadable_trace(tmp_path / "t.json", BadInput("x")).one_line()
+    assert "double quote" in quote
+
+
+@pytest.mark.parametrize("file,change,words", [
+    ("report.md.j2", lambda t: t.replace("{% block summary %}", "{% block summary %}{{ 1 // 0 }}"),
+     "ZeroDivisionError"),
+    ("report.md.j2", lambda t: t.replace(
+        "{% block summary %}", "{% block summary %}{% macro r() %}{{ r() }}{% endmacro %}"
+                               "{{ r() }}"), "RecursionError"),
+    ("terms.j2", lambda t: t.encode("utf-8") + b"\xff\xfe", "not UTF-8"),
+], ids=["division", "recursion", "not-utf8"])
+def test_a_template_that_fails_at_run_time_is_a_template_error(tmp_path, monkeypatch, stored,
+                                                              file, change, words):
+    folder = _language_from_en(tmp_path, monkeypatch)
+    changed = change((folder / file).read_text(encoding="utf-8"))
+    (folder / file).write_bytes(changed if isinstance(changed, bytes) else changed.encode())
+    _, run = stored("cpu-transformer-bloat")
+    res = limited("render", run, "--lang", "xx", cwd=tmp_path,  # a process of its own
+                  env={"REPORTER_TEMPLATES": str(folder.parent)})
+    line = one_line(res.stderr)
+    assert res.returncode == 1 and "[template]" in line and words in line, line
+    assert not list(run.glob("*.xx.*"))
+
+
+def test_charts_print_no_matplotlib_warning(tmp_path, stored):
+    """O4: an all-zero step breakdown (nothing to put in the legend) and 40 steps (a tall
+    chart): the chart is drawn, and stderr stays empty."""
+    _, folder = stored("cpu-transformer")
+
+    def zero(doc):
+        _steps(40)(doc)
+        b = doc["run"]["sections"][0]["profile"]["breakdown"]
+        b["host_us"] = {k: [0.0] * 40 for k in b["host_us"]}
+    _corrupt(folder, zero)
+    res = limited("render", folder, cwd=tmp_path, timeout=60)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+
+
+@pytest.mark.parametrize("sig,code,word", [(signal.SIGTERM, 143, "terminated"),
+                                           (signal.SIGINT, 130, "interrupted")])
+def test_an_interrupted_nproc_run_says_one_line(tmp_path, sig, code, word):
+    """I11: the ranks' dying words (their own line, the collectives' C++ stack dumps) are
+    not printed once the launcher is interrupted: its one line is."""
+    (tmp_path / "slow.py").write_text(SLOW_TARGET)
+    mark = f"reporter-test-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "REPORTER_TEST_MARK": mark}
+    launcher = subprocess.Popen([sys.executable, "-m", "reporter", "run", "--nproc", "2",
+                                 "--target", "slow.py:build", "--out", "runs", "--quiet"],
+                                cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not list((tmp_path / "runs").glob(".*.partial")):
+        time.sleep(0.2)
+    time.sleep(2.0)
+    launcher.send_signal(sig)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == code, err[-3000:]
+    assert err.strip().splitlines() == [f"reporter: {word}; nothing half-written was kept"], err

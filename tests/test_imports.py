@@ -85,7 +85,8 @@ MAY_IMPORT = {
     "collect": {"analyze", "ingest"},
     "render": {"analyze"},
 }
-SHARED = {"reporter.errors", "reporter.run", "reporter.store", "reporter.validate"}
+SHARED = {"reporter.errors", "reporter.memory", "reporter.run", "reporter.store",
+          "reporter.validate"}
 
 
 def _stage(module: str) -> str | None:

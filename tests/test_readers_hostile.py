@@ -27,11 +27,13 @@ LIMITED = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 3
            " from reporter.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
-def run_limited(*argv) -> subprocess.CompletedProcess:
-    """``reporter ARGV`` in a child process under 2 GiB of memory; 10 s or the test fails."""
+def run_limited(*argv, memory: int = 2 << 30, timeout: float = 10) -> subprocess.CompletedProcess:
+    """``reporter ARGV`` in a child process under 2 GiB of memory (or ``memory`` bytes);
+    10 s (or ``timeout``) or the test fails."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-c", LIMITED, *map(str, argv)], env=env,
-                          capture_output=True, text=True, timeout=10)
+    code = LIMITED.replace("2 << 30", str(memory))
+    return subprocess.run([sys.executable, "-c", code, *map(str, argv)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def ok_or_one_line(res) -> None:
@@ -92,6 +94,29 @@ def test_a_bomb(tmp_path):
     res = run_limited("analyze", path, "--json")  # under 2 GiB of memory
     ok_or_one_line(res)
     assert res.returncode == 2 and "decompression bomb" in res.stderr
+
+
+def _flat_trace(path: Path, size: int) -> Path:
+    """A trace of small nested events (about 95 bytes each), ``size`` bytes long."""
+    pair = ('{"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, '
+            '"ts": TS, "dur": 8, "args": {}}, {"ph": "X", "cat": "cpu_op", "name": '
+            '"aten::mm", "pid": 1, "tid": 1, "ts": TS, "dur": 5, "args": {}}')
+    block = ", ".join(pair.replace("TS", str(10 * i)) for i in range(5000)).encode()
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "wb") as f:
+        f.write(b'{"traceEvents": [')
+        for i in range(size // len(block) + 1):
+            f.write((b", " if i else b"") + block)
+        f.write(b"]}")
+    return path
+
+
+@pytest.mark.parametrize("name", ["flat.json", "flat.json.gz"])
+def test_a_trace_too_big_for_the_memory_is_refused_before_decoding(tmp_path, name):
+    path = _flat_trace(tmp_path / name, 128 << 20)  # about 1.4 M events: 1.4 GB decoded
+    res = run_limited("analyze", path, "--json", memory=1 << 30, timeout=20)
+    ok_or_one_line(res)
+    assert res.returncode == 2 and "[too-big]" in res.stderr and "events" in res.stderr
 
 
 def test_a_fifo_is_refused_without_waiting(tmp_path):
@@ -181,3 +206,38 @@ def test_random_mutations_of_corpus_tables(data):
             assert isinstance(op.name, str) and op.name.strip()
             assert all(math.isfinite(v) for v in (op.self_cpu_us, op.cpu_total_us,
                                                    op.self_device_us, op.device_total_us))
+
+
+def _key_table(names: list[str]) -> str:
+    from reporter.analyze.profile import Op, Profile
+    from reporter.render.keytable import format_table
+
+    ops = [Op(name=n, calls=3, self_cpu_us=1000.0 * (len(names) - i),
+              cpu_total_us=1000.0 * (len(names) - i)) for i, n in enumerate(names)]
+    return format_table(Profile(label="x", ops=ops, self_cpu_us=sum(o.self_cpu_us for o in ops)),
+                        name_width=60)
+
+
+@pytest.mark.parametrize("names", [
+    ["aten::mm", "<lambda>", "aten::add"],
+    ["<lambda>", "aten::mm", "aten::add"],
+    ["aten::mm", "# 3", "aten::add"],
+    ["aten::mm", "```x", "aten::add"],
+    ["aten::mm", "a\x0bb", "a\x0cc", "a\u2028d", "aten::add"],
+], ids=["lambda", "lambda-first", "hash", "fence", "line-breaks"])
+def test_every_row_of_a_table_is_read_whatever_its_name_starts_with(tmp_path, names):
+    path = _write(tmp_path, "t.txt", _key_table(names).encode())
+    res = run_limited("analyze", path, "--json")
+    assert res.returncode == 0, res.stderr
+    ops = [op["name"] for op in json.loads(res.stdout)["profiles"][0]["ops"]]
+    assert sorted(ops) == sorted(names)
+
+
+def test_a_fence_after_a_table_without_its_closing_line_still_ends_it(tmp_path):
+    table = _key_table(["aten::mm", "aten::add"]).splitlines()
+    text = "```\n" + "\n".join(table[:-2]) + "\n```\n\n## Next\n<details>\n"
+    path = _write(tmp_path, "t.md", text.encode())
+    res = run_limited("analyze", path, "--json")
+    assert res.returncode == 0, res.stderr
+    assert [op["name"] for op in json.loads(res.stdout)["profiles"][0]["ops"]] == [
+        "aten::mm", "aten::add"]

@@ -58,3 +58,14 @@ def test_a_run_stores_numbers_not_printed_tables(stored):
     run = load(folder)
     assert '"tables"' not in run_to_json(run)
     assert run.sections[0].profile.ops
+
+
+def test_a_committed_run_has_no_owner_file(tmp_path):
+    from reporter.store import OWNER_FILE, commit
+
+    run = load(FIXTURES / "runs" / "cpu-tensor-ops")
+    run.sections[0].trace = None
+    with staging(tmp_path) as stage:
+        assert (stage / OWNER_FILE).is_file()
+        final = commit(run, stage, tmp_path)
+    assert not (final / OWNER_FILE).exists() and (final / "run.json").is_file()

@@ -10,9 +10,10 @@ real confidence is reported with it.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
-from math import comb
+from typing import Iterator
 
 
 @dataclass(frozen=True)
@@ -27,27 +28,45 @@ class Interval:
 
 
 def median_interval(values: list[float], level: float = 0.95) -> Interval | None:
-    """The order-statistics confidence interval of the median of ``values``."""
+    """The order-statistics confidence interval of the median of ``values``: linear in
+    their number (one pass over the binomial's lower tail)."""
     n = len(values)
     if n < 2:
         return None
     xs = sorted(values)
-    best = 1  # ranks l = 1 .. n // 2, from the widest pair inwards
-    for rank in range(1, n // 2 + 1):
-        if _coverage(n, rank) >= level:
-            best = rank
-        else:
+    best, best_coverage = 1, 0.0  # ranks l = 1 .. n // 2, from the widest pair inwards
+    for rank, coverage in _coverages(n):
+        if rank > 1 and coverage < level:
             break
-    return Interval(xs[best - 1], xs[n - best], _coverage(n, best))
+        best, best_coverage = rank, coverage
+        if coverage < level:  # not even min-max reaches it: that pair, with its confidence
+            break
+    return Interval(xs[best - 1], xs[n - best], best_coverage)
 
 
-def _coverage(n: int, rank: int) -> float:
-    """P(rank <= Binomial(n, 1/2) <= n - rank): the median is between the rank-th smallest
-    and the rank-th largest of n values."""
-    tail: float = sum(comb(n, k) for k in range(rank)) / 2 ** n
-    return 1.0 - 2.0 * tail
+# Up to this many values the coverages are exact (big integers, each term from the one
+# before); beyond it, floats from the log-gamma function: a big integer per term would make
+# the loop quadratic in n.
+EXACT_UP_TO = 10_000
 
 
+def _coverages(n: int) -> Iterator[tuple[int, float]]:
+    """(rank, P(rank <= Binomial(n, 1/2) <= n - rank)) for rank = 1 .. n // 2: the median
+    is between the rank-th smallest and the rank-th largest of n values."""
+    if n <= EXACT_UP_TO:
+        term, tail, whole = 1, 0, 2 ** n  # term: comb(n, k); tail: the sum for k < rank
+        for rank in range(1, n // 2 + 1):
+            tail += term
+            term = term * (n - rank + 1) // rank
+            yield rank, 1.0 - 2.0 * (tail / whole)
+        return
+    log_half = n * math.log(2.0)
+    ftail = 0.0
+    for rank in range(1, n // 2 + 1):
+        k = rank - 1
+        ftail += math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+                          - log_half)
+        yield rank, 1.0 - 2.0 * ftail
 def outliers(values: list[float]) -> list[int]:
     """Indexes of values beyond 1.5 interquartile ranges from the quartiles (Tukey)."""
     if len(values) < 4:

@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -218,13 +219,16 @@ def launch(argv: list[str], nproc: int, grace_s: float = 10.0) -> int:
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
            "REPORTER_STORE_PORT": str(free_port())}
     procs = []
+    quiet = threading.Event()  # set once the launcher is interrupted
     try:
         for rank in range(nproc):
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "reporter", *argv],
                 env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-                stdout=None if rank == 0 else subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=_die_with_parent))
+                stdout=None if rank == 0 else subprocess.DEVNULL, stderr=subprocess.PIPE,
+                start_new_session=True, preexec_fn=_die_with_parent))
+            threading.Thread(target=_forward, args=(procs[-1].stderr, quiet),
+                             daemon=True).start()
         code = procs[0].wait()
         deadline = time.monotonic() + grace_s
         for p in procs[1:]:
@@ -235,10 +239,28 @@ def launch(argv: list[str], nproc: int, grace_s: float = 10.0) -> int:
         return code
     except OSError as exc:
         raise WorkFailed(f"cannot start the ranks: {exc}", error_id="launch") from exc
+    except KeyboardInterrupt:
+        # The ranks are stopped below; what they say while dying (their own "terminated",
+        # the collectives' C++ stack dumps as peers vanish) is not the user's news: the
+        # launcher's one line is.
+        quiet.set()
+        raise
     finally:
         for p in procs:
             if p.poll() is None:
                 _stop(p)
+
+
+def _forward(pipe: Any, quiet: threading.Event) -> None:
+    """A rank's standard error, line by line, to the launcher's, until ``quiet`` is set."""
+    with pipe:
+        for line in pipe:
+            if not quiet.is_set():
+                try:
+                    sys.stderr.buffer.write(line)
+                    sys.stderr.buffer.flush()
+                except (OSError, ValueError, AttributeError):
+                    pass
 
 
 def _die_with_parent() -> None:

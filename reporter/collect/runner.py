@@ -31,7 +31,7 @@ from ..analyze.contention import MIN_CLEAN, Disturbance
 from ..analyze.peaks import Peaks
 from ..analyze.profile import Profile
 from ..analyze.stats import median_interval
-from ..errors import BadInput, WorkFailed, user_code
+from ..errors import BadInput, WorkFailed, signalled, user_code
 from ..ingest.traces import read_trace
 from ..run import Run, Section, Throughput
 from . import calibrate, machine
@@ -512,10 +512,33 @@ def _profile_once(stepper: _Stepper, device: str, active: int, trace: Path,
     try:
         profile_obj = read_trace(trace, shapes=True)
     except BadInput as exc:  # torch wrote it: not the user's input
-        raise WorkFailed(f"torch wrote a Chrome trace that cannot be read ({exc}); torch does "
-                         'not escape a double quote (") in a record_function name',
-                         error_id="bad-trace") from exc
+        raise _unreadable_trace(trace, exc) from exc
     return profile_obj, active_s, disturbance
+
+
+# Less free space than this where the trace is written: a cut-off trace is the full disk's.
+_LOW_DISK_B = 64 << 20
+
+
+def _unreadable_trace(trace: Path, exc: BadInput) -> WorkFailed:
+    """Why torch's trace cannot be read, told apart: its folder was removed, the disk is
+    full, or (the only other cause seen) a double quote in a record_function name."""
+    if not trace.parent.is_dir():
+        return WorkFailed(f"the folder torch wrote its trace into is gone ({trace.parent}): "
+                          "another process removed it", error_id="io")
+    try:
+        fs = os.statvfs(trace.parent)
+        free = fs.f_bavail * fs.f_frsize
+    except OSError:
+        free = None
+    if free is not None and free < _LOW_DISK_B:
+        return WorkFailed(f"no space left on the disk of {trace.parent} ({free:,} bytes free): "
+                          "torch could not write its whole trace", error_id="io")
+    if not trace.is_file():
+        return WorkFailed(f"torch wrote no trace at {trace}", error_id="bad-trace")
+    return WorkFailed(f"torch wrote a Chrome trace that cannot be read ({exc}); torch does "
+                      'not escape a double quote (") in a record_function name',
+                      error_id="bad-trace")
 
 
 def _quietest_profile(stepper: _Stepper, device: str, opts: RunOptions, active: int,
@@ -617,16 +640,24 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
     for attempt in range(1, PROFILE_ATTEMPTS + 1):
         try:
             watch = machine.Watch(torch.get_num_threads())
+            skipped: dict[str, str] = {}
             with _filtered_native_stderr():
-                timed = measure(section, rules, device, optimizer)
+                timed = measure(section, rules, device, optimizer, skipped)
             disturbance = watch.stop()
-        except Exception as exc:  # out of memory, say, or a fault of reporter's own recipe:
-            # not the target's, which ran whole; the report keeps its estimates
-            if device_broken(exc):  # not the replacement's failure: the context is gone
-                raise
+            if skipped:  # operands too large to allocate: the report says so
+                section.whatif_note = "; ".join(skipped.values())[:200]
+                progress(f"{section.label}: not timed: {section.whatif_note}")
+        except BaseException as exc:  # out of memory, or the target's optimizer copy raised:
+            # the what-if is optional; the run keeps its profile and the report says why
+            if device_broken(exc) or (isinstance(exc, KeyboardInterrupt)
+                                      and signalled() is not None):
+                raise  # not the replacement's failure: the context is gone, or a real Ctrl-C
             section.whatif = {}  # report keeps its estimates, and the run its profile
+            why = (f"the target called sys.exit({exc.code!r})" if isinstance(exc, SystemExit)
+                   else f"{type(exc).__name__}: {exc}")
+            section.whatif_note = " ".join(why.split())[:200]
             progress(f"{section.label}: the replacements could not be timed "
-                     f"({str(exc)[:120]})")
+                     f"({section.whatif_note[:120]})")
             return
         if not timed:
             return  # nothing to time

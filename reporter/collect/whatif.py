@@ -31,6 +31,7 @@ import time
 from functools import partial
 from typing import Any, Callable, Iterable
 
+from .. import memory
 from ..analyze.findings import RULES, Finding
 from ..analyze.profile import Profile
 from ..analyze.shapes import blowup_shapes, dense_copies
@@ -96,6 +97,10 @@ def _median_s(fn: Callable[[], Any], dev: Any, budget_s: float = BUDGET_S,
     return statistics.median(times)
 
 
+class Skipped(Exception):
+    """A replacement not timed on purpose (its operands would not fit): why."""
+
+
 def _device_median_s(fn: Callable[[], Any], dev: Any, budget_s: float) -> float:
     def sample(calls: int) -> float:
         begin, end = dev.event(), dev.event()
@@ -150,6 +155,14 @@ def attention(profile: Profile, device: str, train: bool, steps: int,
     shape = attention_shapes(profile)
     if shape is None:
         return None
+    n, lq, ls, e, ev = shape["n"], shape["l"], shape["s"], shape["e"], shape["ev"]
+    # q, k, v, and the scores with their scaled and softmaxed copies; twice in training
+    need = 4 * (n * lq * e + n * ls * e + n * ls * ev + 3 * n * lq * ls) * (2 if train else 1)
+    free = memory.available()
+    cap = min(MAX_OPERANDS_B, free // 2 if free is not None else MAX_OPERANDS_B)
+    if need > cap:
+        raise Skipped(f"attention at the recorded shapes would allocate {need:,} bytes, over "
+                      f"the cap of {cap:,}")
     dev = devices.get(device)
     gen = _generator(dev)
 
@@ -426,10 +439,11 @@ def timeable(findings: list[Finding]) -> list[str]:
 
 
 def measure(section: Any, rules: Iterable[str], device: str,
-            optimizer: Any = None) -> dict[str, dict[str, Any]]:
+            optimizer: Any = None, skipped: dict[str, str] | None = None
+            ) -> dict[str, dict[str, Any]]:
     """The replacements of ``rules`` (ids of the section's findings) that their rules name
     and that can be timed here, in rule order; ``optimizer``, the target's, for a
-    training step."""
+    training step. Those skipped on purpose go into ``skipped`` (rule id: why)."""
     out: dict[str, dict[str, Any]] = {}
     b = section.profile.breakdown
     steps = len(b.steps_us) if b is not None and b.steps_us else max(section.profile.steps, 1)
@@ -437,7 +451,12 @@ def measure(section: Any, rules: Iterable[str], device: str,
     for rule in sorted(RULES.values(), key=lambda r: r.order):
         if rule.id not in wanted or rule.whatif is None:
             continue
-        timed = RECIPES[rule.whatif.recipe](section, device, optimizer, steps)
+        try:
+            timed = RECIPES[rule.whatif.recipe](section, device, optimizer, steps)
+        except Skipped as exc:
+            if skipped is not None:
+                skipped[rule.id] = str(exc)
+            continue
         if timed is not None:
             out[rule.id] = timed
     return out

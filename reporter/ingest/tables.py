@@ -17,7 +17,9 @@ from pathlib import Path
 from ..analyze.profile import Op, Profile, classify
 from ..errors import BadInput, read_error
 
-_TOKEN = re.compile(r"\S+(?: \S+)*")  # cells are separated by two or more spaces
+# Cells are separated by two or more spaces (or tabs); any other character, a vertical tab
+# or U+2028 in an operator's name included, belongs to the cell.
+_TOKEN = re.compile(r"[^ \t]+(?: [^ \t]+)*")
 # Bounded repetitions and a word boundary keep every search linear in the line's length.
 _FOOTER = re.compile(r"(?P<self>\bSelf )?\b(?P<dev>[A-Za-z]{1,16}) time total:[ \t]{0,64}"
                      r"(?P<val>-?\d{1,24}(?:\.\d{1,24})?[ \t]{0,8}[num]?s)\b")
@@ -158,9 +160,11 @@ def _fixed_tables(lines: list[str]) -> list[Table]:
         j = i + 3
         while j < len(lines):
             raw = _strip_prefix(lines[j], prefix).rstrip()
-            if (_separator(raw) is not None or _FOOTER.search(raw)
-                    or raw.lstrip().startswith(("```", "#", "<"))):
+            if _separator(raw) is not None or _FOOTER.search(raw):
                 break
+            if raw.lstrip().startswith(("```", "#", "<")) and len(_cells(raw)) != len(header):
+                break  # a fence, heading or tag after a table without its closing line; a
+                # whole row is a row, whatever its name starts with (<lambda>, #3)
             if raw.strip() in ("", "..."):
                 j += 1
                 continue
@@ -303,7 +307,10 @@ def _title(text: str, width: int = 80) -> str:
 
 def parse_tables(text: str, source: str = "input") -> list[Profile]:
     """Every profile found in a text; raises BadInput when there is none."""
-    lines = text.splitlines()
+    # Lines end at "\n" (and "\r\n") only: str.splitlines also cuts at a vertical tab, a
+    # form feed or U+2028 inside an operator's name, and the row's end was lost.
+    newline = "\n" if "\n" in text or "\r" not in text else "\r"  # "\r" alone: old Macs
+    lines = [line.removesuffix("\r") for line in text.split(newline)]
     tables = sorted(_fixed_tables(lines) + _pipe_tables(lines), key=lambda t: t.line)
     tables = [t for t in tables if t.rows]
     if not tables:

@@ -7,10 +7,12 @@ formatted by the view model (Babel).
 
 from __future__ import annotations
 
+import glob
 import io
 import math
 import textwrap
 import unicodedata
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -126,20 +128,20 @@ def breakdown_chart(breakdown: Any, names: dict[str, str], titles: dict[str, str
     parts: list[tuple[str, Any, tuple[str, ...]]] = [("host", breakdown.host_us, HOST_PHASES)]
     if breakdown.device_us:
         parts.append(("device", breakdown.device_us, DEVICE_ACTIVITIES))
-    n = len(breakdown.steps_us)
+    n, labels, groups = _step_groups(len(breakdown.steps_us), step_word)
     fig, axes = plt.subplots(len(parts), 1, figsize=(7.0, 1.2 + len(parts) * (0.3 * n + 1.0)),
                              squeeze=False)
     try:
         for ax, (which, values, order) in zip(axes[:, 0], parts):
             left = [0.0] * n
             for key in order:
-                row = [v / 1e3 for v in values.get(key, [0.0] * n)]
+                row = [_mean(values.get(key) or [], g) / 1e3 for g in groups]
                 if not any(row):
                     continue
                 ax.barh(range(n), row, left=left, color=_PHASE_COLOURS.get(key, "#999"),
                         label=names.get(key, key), height=0.7)
                 left = [a + b for a, b in zip(left, row)]
-            ax.set_yticks(range(n), [f"{step_word} {i + 1}" for i in range(n)], fontsize=8)
+            ax.set_yticks(range(n), labels, fontsize=8)
             ax.invert_yaxis()
             ax.set_xlabel("ms", fontsize=8)
             ax.tick_params(axis="x", labelsize=7)
@@ -150,6 +152,26 @@ def breakdown_chart(breakdown: Any, names: dict[str, str], titles: dict[str, str
         return _svg_text(fig)
     finally:
         plt.close(fig)
+
+
+# A chart of more steps than this draws the mean of consecutive steps per bar: a bar per
+# step made the figure (and its memory) grow with the steps of a crafted run.
+MAX_STEP_BARS = 40
+
+
+def _step_groups(steps: int, step_word: str) -> tuple[int, list[str], list[range]]:
+    """The bars of a chart of ``steps`` steps: how many, their labels, the steps of each."""
+    if steps <= MAX_STEP_BARS:
+        return steps, [f"{step_word} {i + 1}" for i in range(steps)], [range(i, i + 1)
+                                                                       for i in range(steps)]
+    bounds = [steps * k // MAX_STEP_BARS for k in range(MAX_STEP_BARS + 1)]
+    groups = [range(a, b) for a, b in zip(bounds, bounds[1:])]
+    return len(groups), [f"{step_word} {g.start + 1}\u2013{g.stop}" for g in groups], groups
+
+
+def _mean(values: list[float], steps: range) -> float:
+    picked = [values[i] for i in steps if i < len(values)]
+    return sum(picked) / len(steps) if picked else 0.0
 
 
 def roofline_chart(eff: Any, title: str, axes: dict[str, str]) -> str:
@@ -280,25 +302,44 @@ def draw(view: View, folder: Path, terms: Any, stem: str, mermaid: bool = False
     installed = {f.name for f in font_manager.fontManager.ttflist}
     # The language's fonts first, then the other languages' (a name may be in any script).
     families = [f for f in all_fonts(view.lang) if f in installed] or ["DejaVu Sans"]
-    with plt.rc_context({"font.family": families}):
+    # matplotlib's warnings (an empty legend, a layout it could not fit) are about a chart
+    # that is still drawn; on stderr they would print reporter's own source paths.
+    with plt.rc_context({"font.family": families}), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
         files = _write_charts(view, Path(folder), terms, stem)
     return Charts(Path(folder), files, _mermaid(view, terms) if mermaid else {})
 
 
 def _write_charts(view: View, folder: Path, terms: Any, stem: str
                   ) -> dict[tuple[int, str], str]:
+    """The charts of ``view``, written into ``folder``; when drawing one fails or is
+    interrupted, the ones it wrote are removed (those of an earlier report stay)."""
+    written: dict[tuple[int, str], str] = {}
+    before = ({p.name for p in folder.glob(f"{glob.escape(stem)}-chart-*")}
+              if folder.is_dir() else set())
+    try:
+        _draw_each(view, folder, terms, stem, written)
+    except BaseException:
+        for name in set(written.values()) - before:
+            (folder / name).unlink(missing_ok=True)
+        raise
+    return written
+
+
+def _draw_each(view: View, folder: Path, terms: Any, stem: str,
+               written: dict[tuple[int, str], str]) -> None:
     from ..store import write_atomic
 
-    written: dict[tuple[int, str], str] = {}
+    # Each name is noted before its file is written, so that an interrupt leaves none.
     if isinstance(view, CompareView):
         for i, m in enumerate(view.modes):
             if len(m.chart_rows) < 2:
                 continue
             name = f"{stem}-chart-{i + 1}.{view.lang}.svg"
+            written[(i, "share")] = name
             write_atomic(folder / name, throughput_chart(m.chart_rows,
                                                          terms.chart["throughput"]))
-            written[(i, "share")] = name
-        return written
+        return
     for i, s in enumerate(view.sections):
         rows = s.chart_rows
         if not rows:
@@ -306,32 +347,31 @@ def _write_charts(view: View, folder: Path, terms: Any, stem: str
         basis = "device" if s.has_device else "cpu"
         title = terms.chart["share"][basis]
         name = f"{stem}-chart-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
-        write_atomic(folder / name, share_chart(rows, title))
         written[(i, "share")] = name
+        write_atomic(folder / name, share_chart(rows, title))
     for i, s in enumerate(view.sections):
         if not s.breakdown_rows:
             continue
         name = f"{stem}-chart-steps-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
+        written[(i, "breakdown")] = name
         write_atomic(folder / name, breakdown_chart(
             s.breakdown_rows, {**terms.phase, **terms.activity}, terms.chart["steps"],
             terms.chart["step"]))
-        written[(i, "breakdown")] = name
     for i, s in enumerate(view.sections):
         if not s.memory_rows:
             continue
         name = f"{stem}-chart-memory-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
+        written[(i, "memory")] = name
         write_atomic(folder / name, memory_chart(s.memory_rows, terms.category,
                                                  terms.chart["memory"], terms.chart["mib"]))
-        written[(i, "memory")] = name
     for i, s in enumerate(view.sections):
         if not s.roofline_points:
             continue
         name = f"{stem}-chart-roofline-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
+        written[(i, "roofline")] = name
         write_atomic(folder / name, roofline_chart(s.roofline_points,
                                                    terms.chart["roofline"],
                                                    terms.chart["roofline_axes"]))
-        written[(i, "roofline")] = name
-    return written
 
 
 def _mermaid(view: View, terms: Any) -> dict[int, str]:

@@ -67,21 +67,41 @@ def languages() -> dict[str, Language]:
     return _load(template_roots())
 
 
-@lru_cache(maxsize=8)
+def broken() -> dict[str, WorkFailed]:
+    """Languages whose language.json cannot be used, by code: the error of each. Only a
+    report in one of them fails (with that error); the other languages work."""
+    return _load_all(template_roots())[1]
+
+
 def _load(roots: tuple[Path, ...]) -> dict[str, Language]:
+    return _load_all(roots)[0]
+
+
+@lru_cache(maxsize=8)
+def _load_all(roots: tuple[Path, ...]) -> tuple[dict[str, Language], dict[str, WorkFailed]]:
     found: dict[str, Language] = {}
+    failed: dict[str, WorkFailed] = {}
     for root in roots:
         if not root.is_dir():
             continue
         for folder in sorted(root.iterdir()):
-            if folder.name not in found and (folder / CONFIG).is_file():
-                found[folder.name] = _read(folder)
+            if (folder.name not in found and folder.name not in failed
+                    and (folder / CONFIG).is_file()):
+                try:
+                    found[folder.name] = _read(folder)
+                except WorkFailed as exc:
+                    failed[folder.name] = exc
+                except RecursionError:
+                    failed[folder.name] = WorkFailed(f"{folder / CONFIG}: nested too deeply",
+                                                     error_id="install")
+    if not found and failed:
+        raise next(iter(failed.values()))
     if not found:
         raise WorkFailed(f"reporter's installation is incomplete: no language folder (with "
                          f"{CONFIG}) in {', '.join(map(str, roots))} (reinstall reporter, or "
                          "set REPORTER_TEMPLATES to a folder of language folders)",
                          error_id="install")
-    return dict(sorted(found.items()))
+    return dict(sorted(found.items())), failed
 
 
 def _read(folder: Path) -> Language:
@@ -102,6 +122,9 @@ def _read(folder: Path) -> Language:
         Locale.parse(data["locale"])
         units = {str(k): str(v) for k, v in dict(data.get("units", {})).items()}
         replace = tuple((str(a), str(b)) for a, b in data.get("replace", []))
+        if not isinstance(data["fonts"], list):
+            raise ValueError("fonts: a list of font family names, not "
+                             f"{type(data['fonts']).__name__}")
         fonts = tuple(str(f) for f in data["fonts"])
         if not fonts or not all(_FONT_NAME.fullmatch(f) for f in fonts):
             raise ValueError("fonts: a list of font family names (letters, digits, spaces)")
@@ -120,6 +143,8 @@ def codes() -> tuple[str, ...]:
 def language(code: str) -> Language:
     """The language of ``code``; BadInput when there is none."""
     found = languages()
+    if code not in found and code in broken():
+        raise broken()[code]
     if code not in found:
         raise BadInput(f"unknown language {code!r}; reports exist in {', '.join(found)}",
                        error_id="bad-lang")

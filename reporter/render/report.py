@@ -69,6 +69,12 @@ def template_errors(lang: str) -> Iterator[None]:
     except jinja2.TemplateError as exc:  # UndefinedError, among others
         raise WorkFailed(f"a {lang} template failed: {exc.message}", error_id="template"
                          ) from exc
+    except UnicodeDecodeError as exc:  # a template file that is not UTF-8
+        raise WorkFailed(f"a {lang} template ({language(lang).folder}) is not UTF-8: {exc}",
+                         error_id="template") from exc
+    except (ArithmeticError, RecursionError) as exc:  # {{ 1 // 0 }}, a macro calling itself
+        raise WorkFailed(f"a {lang} template failed: {type(exc).__name__}: {exc}",
+                         error_id="template") from exc
 
 
 def terms(lang: str) -> Any:

@@ -9,6 +9,7 @@ through Babel, in the locale of the language's folder (render/languages.py).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -27,13 +28,21 @@ from ..analyze.contention import mean_share
 from ..analyze.efficiency import of_section
 from ..analyze.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from ..analyze.savings import Saving
+from ..errors import WorkFailed
 from ..run import MEMORY_CATEGORIES, Run, Section
 from . import markup
 from .keytable import LOG_ROWS, log_tables
 from .languages import Language, codes, language
 
 SMALL_KERNEL_US = 10.0  # a GPU profile whose kernels average less is launch-bound
-LANGUAGES = codes()  # the languages found when reporter was imported (see languages.py)
+def _codes_at_import() -> tuple[str, ...]:
+    try:
+        return codes()
+    except WorkFailed:  # no usable language: each command says so in one line
+        return ()
+
+
+LANGUAGES = _codes_at_import()  # the languages found when reporter was imported
 
 
 def check_language(lang: str) -> str:
@@ -57,6 +66,8 @@ class Fmt:
     def num(self, value: float | None, digits: int | None = None) -> str:
         if value is None:
             return "—"
+        if (beyond := _beyond(value)) is not None:
+            return beyond
         if digits is None:
             a = abs(value)
             digits = 0 if a >= 100 else 1 if a >= 10 else 2 if a >= 0.1 else 3
@@ -80,11 +91,17 @@ class Fmt:
         return (lo, hi) if lo != hi else (self.num(low, digits), None)
 
     def int(self, value: int | None) -> str:
-        return "—" if value is None else self._minus(format_decimal(int(value), locale=self.locale))
+        if value is None:
+            return "—"
+        if (beyond := _beyond(value)) is not None:
+            return beyond
+        return self._minus(format_decimal(int(value), locale=self.locale))
 
     def pct(self, share: float | None) -> str:
         if share is None:
             return "—"
+        if (beyond := _beyond(share * 100)) is not None:
+            return beyond + "%"
         # The locale's own pattern (ru puts a space before %), with one decimal.
         return self._minus(format_percent(_no_negative_zero(share, 3),
                                           format=_one_decimal(self.locale), locale=self.locale))
@@ -139,6 +156,8 @@ class Fmt:
         the language's own word for it (language.json: units); a no-break space between them;
         the language's minus sign."""
         lang = self.language
+        if (beyond := _beyond(value)) is not None:  # not a number Babel can round
+            return beyond + "\u00a0" + (lang.units.get(unit) or _SYMBOLS.get(unit, unit))
         if unit in lang.units:
             text = (format_decimal(value, format=pattern, locale=self.locale) + " "
                     + lang.units[unit])
@@ -160,6 +179,30 @@ class Fmt:
         """The word for n in this language: forms named by CLDR category (one, few, many, other)."""
         category = self.locale.plural_form(n)
         return forms.get(category) or forms.get("other") or next(iter(forms.values()))
+
+
+# Babel rounds with the decimal module's 28 digits: beyond them quantizing fails
+# (InvalidOperation). A number this large in a profile is a corrupted or crafted input,
+# printed as it is, in scientific notation.
+MAX_FORMATTED = 1e18
+
+
+_SYMBOLS = {"duration-second": "s", "duration-millisecond": "ms", "duration-microsecond": "µs",
+            "digital-gigabyte": "GB", "digital-megabyte": "MB", "digital-kilobyte": "kB"}
+
+
+def _beyond(value: float) -> str | None:
+    """How to print a number that Babel cannot (not finite, or over MAX_FORMATTED), or
+    None for any other."""
+    try:
+        f = float(value)
+    except OverflowError:  # an integer beyond the floats
+        return ">1e308" if value > 0 else "<-1e308"
+    if math.isnan(f):
+        return "—"
+    if math.isinf(f) or abs(f) >= MAX_FORMATTED:
+        return f"{f:.3g}"
+    return None
 
 
 def _one_decimal(loc: Locale) -> str:
@@ -582,6 +625,7 @@ class SectionView:
     chart_rows: list[tuple[str, float, str]]
     chart_basis: str
     logs_cut: bool = False  # set when the logs were shortened to fit a character limit
+    whatif_failed: str | None = None  # why the replacements could not be timed
     breakdown_rows: Any = None  # analyze.profile.Breakdown, for the chart
     compiled: dict[str, Any] | None = None  # torch.compile's regions and kernels
     number: int = 1
@@ -716,7 +760,7 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
                   for o in (device_rows if device else cpu_rows)[:8]] if share_total else []
     bench = None
     if section.benchmark:
-        bench = [{"op": r["op"], "cpu": fmt.num(r["cpu_ms"], 3),
+        bench = [{"op": r["op"], "name": md_name(r["op"]), "cpu": fmt.num(r["cpu_ms"], 3),
                   "gpu": fmt.num(r["gpu_ms"], 3) if r.get("gpu_ms") is not None else "—",
                   "speedup": (fmt.num(r["cpu_ms"] / r["gpu_ms"], 1) + "×"
                               if r.get("gpu_ms") else "—")}
@@ -786,6 +830,7 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         chart_rows=chart_rows,
         chart_basis="device" if device else "cpu",
         logs_cut=False,  # set when the logs were shortened to fit --max-chars
+        whatif_failed=section.whatif_note,
     )
 
 
