@@ -20,9 +20,11 @@ def _report_path(result) -> Path:
 
 
 def _main_problems(md: str) -> str:
-    """The main findings (headed "Что ограничивает шаг" when near-roofline stands alone)."""
-    part = re.split(r"## (?:Основные проблемы|Что ограничивает шаг)\n", md, maxsplit=1)[1]
-    return part.split("\n## ", 1)[0]
+    """The main findings (headed "Что ограничивает шаг" when near-roofline stands alone,
+    "Возможные проблемы" when other work on the machine disturbed the run); "" for none."""
+    parts = re.split(r"## (?:Основные проблемы|Что ограничивает шаг|Возможные проблемы)[^\n]*\n",
+                     md, maxsplit=1)
+    return parts[1].split("\n## ", 1)[0] if len(parts) > 1 else ""
 
 
 def test_bloat_names_mul_or_copy_and_the_fixed_twin_is_faster(runs):

@@ -55,7 +55,8 @@ def test_a_stored_whatif_is_checked_and_shown(tmp_path):
     section["whatif"] = {"unfused-attention": {"before_ms": 1.0, "after_ms": 1.4}}
     (folder / "run.json").write_text(json.dumps(doc))
     words = {"en": "the replacement is not faster on this machine",
-             "ru": "на этой машине замена не быстрее", "zh": "本机实测每步 1.00\u00a0ms → 1.40\u00a0ms，替换后并不更快"}
+             "ru": "на этой машине замена не быстрее",
+             "zh": "本机实测每步 1.00\u00a0ms → 1.40\u00a0ms，替换后并不更快"}
     run = load(folder)
     for lang, text in words.items():
         assert text in render_markdown(run_view(run, lang)), lang
