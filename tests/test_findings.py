@@ -230,11 +230,11 @@ def test_every_rule_can_fire_and_reads_in_every_language(rule_id):
 OVER_STEPS = {"en": "over 4 steps", "ru": "за 4 шага", "zh": "4 步"}  # zh: 4 步合计, 4 步内
 
 
-@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared is absent")
 # Findings whose op_time is per step already (the copies' and a rank's time per step).
 PER_STEP_TIMES = {"slow-copies", "straggler-rank"}
 
 
+@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared is absent")
 @pytest.mark.parametrize("rule_id", sorted(r for r in RULES if r not in PER_STEP_TIMES and (
     "f.op_time" in (Path(__file__).resolve().parent.parent / "templates" / "en" / "findings"
                     / f"{r}.md.j2").read_text(encoding="utf-8"))))
