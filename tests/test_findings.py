@@ -437,7 +437,8 @@ def test_launch_overhead_reads_the_launch_statistics_of_a_trace():
     f = next(f for f in analyze(with_launch(3)) if f.rule == "launch-overhead")
     assert f.evidence["dry_steps"] == 3 and f.evidence["launches_per_step"] == 1250.0
     words = {"en": "ran out of queued work in 3 of 4 steps",
-             "ru": "очередь GPU пустела в 3 шагах из 4", "zh": "4 个单步中有 3 个出现过 GPU 队列排空"}
+             "ru": "очередь GPU пустела в 3 шагах из 4",
+             "zh": "4 个单步中有 3 个出现过 GPU 队列排空"}
     for lang in LANGUAGES:
         fmt = Fmt(lang)
         text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
