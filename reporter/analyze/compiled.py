@@ -102,10 +102,13 @@ def _rows(profile: Profile, names: tuple[str, ...] | str) -> list[Op]:
 
 def generated_kernels(profile: Profile) -> list[GeneratedKernel]:
     """Inductor's kernels, grouped by backend, kind and fused operators, longest first."""
+    # On a GPU the kernels themselves (recent torch also records a host range of the same
+    # name around each launch: not counted twice); on the CPU the C++ kernels' ranges.
     on_device = profile.has_device
+    kind = KIND_KERNEL if on_device else KIND_OP
     groups: dict[tuple[str, str | None, str | None], GeneratedKernel] = {}
     for o in profile.ops:
-        if o.kind not in (KIND_KERNEL, KIND_OP):
+        if o.kind != kind:
             continue
         m = GENERATED.match(o.name)
         if m is not None:
@@ -114,7 +117,7 @@ def generated_kernels(profile: Profile) -> list[GeneratedKernel]:
             key = ("triton", None, None)
         else:
             continue
-        time_us = o.self_device_us if on_device and o.kind == KIND_KERNEL else o.cpu_total_us
+        time_us = o.self_device_us if on_device else o.cpu_total_us
         g = groups.get(key)
         if g is None:
             g = groups[key] = GeneratedKernel(*key, calls=0, time_us=0.0)
