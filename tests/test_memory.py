@@ -68,7 +68,7 @@ def test_a_targets_memory_does_not_depend_on_what_ran_before(tmp_path):
 
 @pytest.mark.parametrize("lang, words", [
     ("en", ("Peak of live tensors", "activations", "optimizer state")),
-    ("ru", ("Пик живых тензоров", "активации", "состояние оптимизатора")),
+    ("ru", ("живых тензоров", "активации", "состояние оптимизатора")),
     ("zh", ("存活张量峰值", "激活值", "优化器状态")),
 ])
 def test_the_report_shows_the_breakdown_and_its_chart(live_run, tmp_path, lang, words):

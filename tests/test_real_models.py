@@ -101,7 +101,7 @@ def test_a_step_bound_by_many_products_gets_their_lever(tmp_path):
     assert near[0].evidence["roofline_share"] == pytest.approx(roofline)
     if near[0].evidence["faster_dtype"]:  # a dtype with a higher peak here: its saving
         assert 0 < near[0].evidence["saving_us"] < time_us
-    words = {"en": "Matrix products", "ru": "Матричные произведения", "zh": "矩阵乘"}
+    words = {"en": "Matrix products", "ru": "Матричные умножения", "zh": "矩阵乘"}
     for lang, text in _rendered(near[0]).items():
         assert words[lang] in text and "aten::mm" in text and "{{" not in text, text
 
