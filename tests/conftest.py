@@ -74,3 +74,14 @@ def live_run():
                                              Path(scratch))
         return cache[name]
     return get
+
+
+def render_finding(finding, lang: str) -> str:
+    """One finding's bullet in a language, as a GPU report prints it."""
+    from reporter.render.report import render_markdown
+    from reporter.render.view import Fmt, _finding_view
+
+    fmt = Fmt(lang)
+    return render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                            "f": _finding_view(finding, fmt)},
+                           template=f"findings/{finding.rule}.md.j2")

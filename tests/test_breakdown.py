@@ -342,8 +342,9 @@ def test_stragglers_by_hand(tmp_path):
     language."""
     from reporter.analyze.analyzer import analyze
     from reporter.ingest.traces import read_trace_folder
-    from reporter.render.report import render_markdown
-    from reporter.render.view import LANGUAGES, Fmt, _finding_view
+    from reporter.render.view import LANGUAGES, Fmt
+
+    from conftest import render_finding
 
     def rank(n, step, kernel):
         (tmp_path / f"r{n}.json").write_text(json.dumps({
@@ -365,11 +366,8 @@ def test_stragglers_by_hand(tmp_path):
     words = {"en": "Rank 1 holds the other rank back", "ru": "Ранг 1 тормозит другой ранг",
              "zh": "Rank 1 拖慢了另一个 rank"}
     for lang in LANGUAGES:
-        fmt = Fmt(lang)
-        text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
-                                "f": _finding_view(f, fmt)},
-                               template="findings/straggler-rank.md.j2")
-        assert words[lang] in text and fmt.time(40) in text, text
+        text = render_finding(f, lang)
+        assert words[lang] in text and Fmt(lang).time(40) in text, text
         assert "{{" not in text and "None" not in text, text
     rank(1, 103, 83)  # 3% slower: under the 5% threshold
     assert "straggler-rank" not in {f.rule for f in analyze(read_trace_folder(tmp_path)[0])}

@@ -12,7 +12,7 @@ from reporter.ingest.tables import parse_tables
 from reporter.analyze.profile import Op, Profile
 from reporter.render.report import render_markdown
 from reporter.render.view import LANGUAGES, Fmt, _finding_view
-from conftest import SHARED, cli
+from conftest import SHARED, cli, render_finding
 
 SEEDS = SHARED / "seeds"
 CORPUS = SHARED / "corpus" / "tables"
@@ -440,11 +440,8 @@ def test_launch_overhead_reads_the_launch_statistics_of_a_trace():
              "ru": "очередь GPU пустела в 3 шагах из 4",
              "zh": "4 个单步中有 3 个出现过 GPU 队列排空"}
     for lang in LANGUAGES:
-        fmt = Fmt(lang)
-        text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
-                                "f": _finding_view(f, fmt)},
-                               template="findings/launch-overhead.md.j2")
-        assert words[lang] in text and fmt.time(12.5) in text, text
+        text = render_finding(f, lang)
+        assert words[lang] in text and Fmt(lang).time(12.5) in text, text
         assert "\n\n    **" in text, text  # the advice stays its own paragraph
 
 
