@@ -27,10 +27,17 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch.utils.benchmark import Timer  # noqa: E402
 
-from reporter.collect.runner import (RunOptions, _Stepper, _sync, _timed, _timed_windows,  # noqa: E402
-                             default_preset, window_steps)
-from reporter.analyze.stats import median_interval  # noqa: E402
+from reporter.collect.runner import (  # noqa: E402
+    RunOptions,
+    _Stepper,
+    _sync,
+    _timed,
+    _timed_windows,
+    default_preset,
+    window_steps,
+)
 from reporter.collect.target import build, resolve  # noqa: E402
+from reporter.model.stats import median_interval  # noqa: E402
 
 TARGETS = ("transformer-bloat-fixed", "seq2seq-fixed", "transformer")
 

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .analyze.analyzer import Analysis, Finding, analyze_section
-from .analyze.profile import KIND_KERNEL, Profile
-from .analyze.stats import Interval
+from .analyze.analyzer import Analysis, analyze_section
 from .errors import BadInput
-from .run import Run, Section
+from .model.finding import Finding
+from .model.profile import KIND_KERNEL, Profile
+from .model.run import Run, Section
+from .model.stats import Interval
 
 
 @dataclass

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .analyze.profile import Profile
 from .errors import BadInput
+from .model.profile import Profile
 
 # Longer names are refused rather than carried through every table and chart: the
 # longest real operator and kernel names (templated CUDA kernels) are a few KB.

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 from . import __version__, validate
 from .errors import BadInput, read_error
-from .run import Run
+from .model.run import Run
 
 # Format history of run.json (meta.format):
 #   1: first version: meta, run (target, env, sections with profile, tables,
@@ -38,7 +38,7 @@ from .run import Run
 #      Section.peaks (efficiency: FLOPs and bytes of modelled operators, the machine's
 #      peaks); runs without them say so in their reports, so still format 2.
 #    - optional Throughput.disturbance (per timed window), Section.profile_disturbance and
-#      profile_attempts, Peaks.disturbed (reporter.analyze.contention): runs without them
+#      profile_attempts, Peaks.disturbed (reporter.model.contention): runs without them
 #      could not tell a busy machine, and read as undisturbed, so still format 2.
 FORMAT = 2
 RUN_FILE = "run.json"

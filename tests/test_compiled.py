@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import SHARED
 from torch.profiler import ProfilerActivity, profile
 
 from reporter.analyze.analyzer import analyze, analyze_section
 from reporter.analyze.compiled import compiled, generated_kernels
-from reporter.analyze.profile import KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from reporter.analyze.rules import launch_overhead
 from reporter.ingest.traces import read_trace
+from reporter.model.profile import KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from reporter.render.report import render_markdown
 from reporter.render.view import LANGUAGES, run_view
-from conftest import SHARED
 
 TRACES = SHARED / "corpus" / "traces"
 needs_corpus = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/corpus is absent")

@@ -10,14 +10,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES, cli
+
 from reporter.analyze import contention
-from reporter.analyze.contention import DISTURBED, Counters, Disturbance, between
 from reporter.analyze.efficiency import BUSY, IMPLAUSIBLE, Efficiency, of_section
 from reporter.analyze.peaks import MEASURED, Peaks, agreed
 from reporter.collect import machine
-from reporter.run import Throughput
+from reporter.model.contention import DISTURBED, Counters, Disturbance, between
+from reporter.model.run import Throughput
 from reporter.store import load
 
 BUSY_RUN = FIXTURES / "runs" / "cpu-transformer-busy"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from fake_cuda import H100_ENV, H100_PEAKS, fake_cuda
+
 from reporter.collect import device as devices
 
 FAST = dict(windows=2, window_s=0.005, time_budget_s=0.05, profile_steps=1,
@@ -108,7 +108,7 @@ def test_what_ifs_time_device_work_between_events_not_host_latency():
 
 
 def _gemm_profile():
-    from reporter.analyze.profile import Op, Profile
+    from reporter.model.profile import Op, Profile
 
     p = Profile(label="train")
     p.ops_by_shape = [Op(name="aten::mm", calls=3, cpu_total_us=300.0, device_total_us=900.0,
@@ -240,10 +240,10 @@ def test_the_gpu_side_benchmark_runs_on_the_device():
 
 def test_attention_is_timed_under_the_autocast_the_model_ran_under():
     """cuda review N5: a model under bf16 autocast had its attention timed in fp32."""
+    from conftest import FIXTURES
+
     from reporter.collect import whatif
     from reporter.store import load
-
-    from conftest import FIXTURES
 
     section = load(FIXTURES / "runs" / "cpu-transformer").sections[0]
     section.precision = {"autocast": "bf16", "tf32": {}}

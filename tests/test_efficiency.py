@@ -7,10 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from reporter.analyze.efficiency import (NO_PEAKS, NO_SHAPES, NOT_RECORDED, assess, of_section,
-                                 peaks_for, to_json)
+from reporter.analyze.efficiency import (
+    NO_PEAKS,
+    NO_SHAPES,
+    NOT_RECORDED,
+    assess,
+    of_section,
+    peaks_for,
+    to_json,
+)
 from reporter.analyze.peaks import DATASHEET, MEASURED, TABLE, Peaks, lookup
-from reporter.analyze.profile import Breakdown, Profile
+from reporter.model.profile import Breakdown, Profile
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "traces"
 T = 1e12
@@ -198,11 +205,11 @@ def test_old_runs_say_not_recorded():
 
 
 def test_live_cpu_run_measures_peaks_and_reports_efficiency(tmp_path):
-    from reporter.render.report import render_markdown
     from reporter.collect.runner import RunOptions, profile_target
-    from reporter.store import commit, load, staging
     from reporter.collect.target import resolve
+    from reporter.render.report import render_markdown
     from reporter.render.view import run_view
+    from reporter.store import commit, load, staging
 
     spec, builder = resolve("transformer")
     opts = RunOptions(device="cpu", preset="tiny", windows=3, time_budget_s=0.5,
@@ -242,8 +249,8 @@ def test_crafted_run_json(tmp_path):
 
     from reporter.errors import BadInput
     from reporter.render.report import render_markdown
-    from reporter.store import load
     from reporter.render.view import run_view
+    from reporter.store import load
 
     src = Path(__file__).parent / "fixtures" / "runs" / "cpu-transformer"
     folder = tmp_path / "run"
@@ -274,6 +281,7 @@ def test_the_near_roofline_lever_is_one_autocast_or_tf32_can_pull():
     from dataclasses import replace
 
     from conftest import FIXTURES
+
     from reporter.analyze.roofline import _lever
     from reporter.store import load
 

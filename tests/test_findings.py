@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import SHARED, cli, render_finding
 
-from reporter.analyze.analyzer import RULES, Finding, analyze
+from reporter.analyze.analyzer import RULES, analyze
 from reporter.ingest.tables import parse_tables
-from reporter.analyze.profile import Op, Profile
+from reporter.model.finding import Finding
+from reporter.model.profile import Op, Profile
 from reporter.render.report import render_markdown
 from reporter.render.view import LANGUAGES, Fmt, _finding_view
-from conftest import SHARED, cli, render_finding
 
 SEEDS = SHARED / "seeds"
 CORPUS = SHARED / "corpus" / "tables"
@@ -106,7 +107,7 @@ def _gpu(ops, cpu_total=None, **extra) -> Profile:
 
 
 def _with_copies(copies: list[dict], steps: int = 2, step_us: float = 10_000.0) -> Profile:
-    from reporter.analyze.profile import Breakdown
+    from reporter.model.profile import Breakdown
     p = _gpu([Op("aten::copy_", calls=10, self_cpu_us=500, self_device_us=1000),
               Op("Memcpy HtoD (Pageable -> Device)", calls=10, self_device_us=1000,
                  kind="kernel")])
@@ -187,9 +188,10 @@ SYNTHETIC = {
 
 def _finding_for(rule_id: str) -> Finding:
     if RULES[rule_id].derive is not None:  # a statement: made from a run's efficiency
+        from conftest import FIXTURES
+
         from reporter import store
         from reporter.analyze.analyzer import analyze_section
-        from conftest import FIXTURES
 
         run = store.load(FIXTURES / "runs" / "cpu-transformer")
         anywhere = {rule_id: {k: 0.0 for k in RULES[rule_id].limits}}
@@ -424,7 +426,7 @@ def test_launch_overhead_reads_the_launch_statistics_of_a_trace():
     """With a trace's launch statistics, launch-overhead needs the queue to have run dry
     in some step (else the host stayed ahead and the launches cost nothing), and says the
     delay, the launches per step and the dry steps in each language."""
-    from reporter.analyze.profile import Breakdown
+    from reporter.model.profile import Breakdown
 
     def with_launch(dry: int) -> Profile:
         p = _gpu(list(SYNTHETIC["launch-overhead"].ops))
@@ -483,8 +485,8 @@ def test_slow_copies_reads_the_copies_against_their_link_and_is_worth_the_gap():
 def test_short_kernels_alone_are_no_launch_overhead_when_the_queue_kept_the_device_busy():
     """cuda review 2026-11-22 #8 (partly fixed): the rule fired on a mean kernel under
     10 us alone; with a device breakdown it asks whether the device waited for launches."""
-    from reporter.analyze.profile import Breakdown
     from reporter.analyze.rules import launch_overhead
+    from reporter.model.profile import Breakdown
 
     def profile(idle_host_us: float) -> Profile:
         p = _gpu([Op("cudaLaunchKernel", calls=5000, self_cpu_us=5000, cpu_total_us=5000,

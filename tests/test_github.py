@@ -6,14 +6,14 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, cli
 from markdown_it import MarkdownIt
 
-from reporter.analyze.profile import Op, Profile
+from reporter.model.profile import Op, Profile
+from reporter.model.run import Run, Section, Throughput
 from reporter.render.report import GITHUB_COMMENT_LIMIT, RenderOptions, render_markdown
-from reporter.run import Run, Section, Throughput
-from reporter.store import load
 from reporter.render.view import LANGUAGES, Fmt, run_view
-from conftest import FIXTURES, cli
+from reporter.store import load
 
 GFM = MarkdownIt("commonmark").enable("table")
 

@@ -8,8 +8,8 @@ ones run the real command in a child process with a time limit.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from reporter.render.keytable import format_table
-from reporter.errors import BadInput
-from reporter.store import OWNER_FILE, owner_record
-from reporter.analyze.profile import Op, Profile
 from conftest import FIXTURES, ROOT, cli
+
+from reporter.errors import BadInput
+from reporter.model.profile import Op, Profile
+from reporter.render.keytable import format_table
+from reporter.store import OWNER_FILE, owner_record
 
 
 def reporter(*argv, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -397,7 +397,7 @@ def test_two_reports_in_one_folder_link_their_own_charts(tmp_path):
 
 
 def test_no_per_call_memory_under_1_kb_or_negative_and_no_minus_zero():
-    from reporter.analyze.analyzer import Finding
+    from reporter.model.finding import Finding
     from reporter.render.view import Fmt, _finding_view
 
     for lang in ("en", "ru", "zh"):

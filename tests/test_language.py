@@ -5,14 +5,15 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import FIXTURES, SHARED
 
-from reporter.analyze.analyzer import Finding, analyze
+from reporter.analyze.analyzer import analyze
 from reporter.compare import compare, load_step
 from reporter.ingest.tables import _title, parse_tables
-from reporter.analyze.profile import Op, Profile
+from reporter.model.finding import Finding
+from reporter.model.profile import Op, Profile
 from reporter.render.report import render_markdown
 from reporter.render.view import LANGUAGES, Fmt, _finding_view, compare_view, import_view
-from conftest import FIXTURES, SHARED
 
 SEEDS = SHARED / "seeds"
 

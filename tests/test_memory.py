@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from reporter.collect.memprof import MAX_POINTS, summarize
-from reporter.run import MEMORY_CATEGORIES
+from reporter.model.run import MEMORY_CATEGORIES
 
 COLUMNS = {0: "unknown", 1: "inputs", 2: "activations", 3: "parameters"}
 
@@ -89,8 +89,8 @@ def test_the_report_shows_the_breakdown_and_its_chart(live_run, tmp_path, lang, 
 def test_a_run_without_a_memory_profile_says_so(stored, tmp_path):
     """Runs stored before the memory profile render, and say why the breakdown is missing."""
     from reporter.render.report import write_report
-    from reporter.store import load
     from reporter.render.view import run_view
+    from reporter.store import load
 
     _, folder = stored("cpu-transformer")
     data = json.loads((folder / "run.json").read_text())

@@ -8,14 +8,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, cli
 
 from reporter.errors import WorkFailed
+from reporter.model.profile import Op, Profile
 from reporter.render.pdf import check_fonts
-from reporter.analyze.profile import Op, Profile
 from reporter.render.report import write_report
-from reporter.store import load
 from reporter.render.view import LANGUAGES, import_view, run_view
-from conftest import FIXTURES, cli
+from reporter.store import load
 
 pytestmark = pytest.mark.skipif(shutil.which("pdftotext") is None,
                                 reason="poppler-utils is not installed "

@@ -16,11 +16,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from conftest import ROOT, SHARED, cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from reporter.errors import BadInput
 from reporter.ingest.tables import parse_tables
-from conftest import ROOT, SHARED, cli
 
 CORPUS_TABLES = SHARED / "corpus" / "tables"
 LIMITED = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30));"
@@ -209,7 +210,7 @@ def test_random_mutations_of_corpus_tables(data):
 
 
 def _key_table(names: list[str]) -> str:
-    from reporter.analyze.profile import Op, Profile
+    from reporter.model.profile import Op, Profile
     from reporter.render.keytable import format_table
 
     ops = [Op(name=n, calls=3, self_cpu_us=1000.0 * (len(names) - i),

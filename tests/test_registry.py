@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from reporter.analyze.analyzer import analyze
-from reporter.analyze.findings import RULES, Finding, Saving, Worth, rule
-from reporter.analyze.profile import Op, Profile
+from reporter.analyze.findings import RULES, Worth, rule
 from reporter.collect.whatif import RECIPES, timeable
+from reporter.model.finding import Finding, Saving
+from reporter.model.profile import Op, Profile
 from reporter.render.languages import codes, language
 from reporter.render.report import environment
 

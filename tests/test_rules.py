@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from reporter.analyze.analyzer import RULES, analyze
-from reporter.analyze.profile import Op, Profile
+from reporter.model.profile import Op, Profile
 
 
 def profile(*ops: Op, device: bool = False) -> Profile:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from reporter.analyze.analyzer import Finding
-from reporter.analyze.profile import Breakdown, Op, Profile
-from reporter.analyze.savings import MINOR_SHARE, NOT_QUANTIFIABLE, estimate, ranked
+from reporter.analyze.savings import estimate, ranked
+from reporter.model.finding import MINOR_SHARE, NOT_QUANTIFIABLE, Finding
+from reporter.model.profile import Breakdown, Op, Profile
 
 
 def _profile(**host) -> Profile:

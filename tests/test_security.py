@@ -18,12 +18,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, cli
 from markdown_it import MarkdownIt
 
+from reporter.model.profile import Op, Profile
 from reporter.render.keytable import format_table
-from reporter.analyze.profile import Op, Profile
 from reporter.render.view import LANGUAGES
-from conftest import FIXTURES, cli
 
 pypdf = pytest.importorskip("pypdf")
 

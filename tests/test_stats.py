@@ -7,9 +7,9 @@ import random
 import pytest
 
 from reporter.compare import Step, compare, regression
-from reporter.analyze.profile import Op, Profile
-from reporter.run import Section, Throughput
-from reporter.analyze.stats import median_interval, outliers
+from reporter.model.profile import Op, Profile
+from reporter.model.run import Section, Throughput
+from reporter.model.stats import median_interval, outliers
 
 
 def test_the_interval_of_the_median_and_its_confidence():

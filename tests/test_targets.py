@@ -126,7 +126,7 @@ def test_device_memory_uses_the_allocated_peak_after_emptying_the_cache(monkeypa
     import torch
 
     from reporter.collect import runner
-    from reporter.analyze.profile import Profile
+    from reporter.model.profile import Profile
 
     calls = []
     monkeypatch.setattr(runner.gc, "collect", lambda: calls.append("gc"))
@@ -151,8 +151,8 @@ def test_device_memory_uses_the_allocated_peak_after_emptying_the_cache(monkeypa
 def test_an_unsupported_autocast_is_refused_not_run_in_fp32(value):
     import torch
 
-    from reporter.errors import BadInput
     from reporter.collect.target import Target
+    from reporter.errors import BadInput
 
     target = Target(model=torch.nn.Linear(2, 2), batches=[(torch.randn(1, 2),)], batch_size=1,
                     modes=("inference",), autocast=value)
@@ -163,8 +163,8 @@ def test_an_unsupported_autocast_is_refused_not_run_in_fp32(value):
 def test_a_distributed_run_id_has_no_colon_and_compares_as_cuda():
     from datetime import datetime, timezone
 
-    from reporter.compare import Step
     from reporter.collect.runner import new_run_id
+    from reporter.compare import Step
 
     run_id = new_run_id("ddp", "cuda:0", datetime(2026, 1, 1, tzinfo=timezone.utc))
     assert ":" not in run_id and "-cuda-" in run_id
@@ -264,8 +264,8 @@ def test_tf32_flags_are_left_alone_unless_the_target_asks(monkeypatch):
 def test_a_forced_tf32_is_recorded_and_reported(monkeypatch, stored):
     from reporter.collect import runner
     from reporter.render.report import render_markdown
-    from reporter.store import load
     from reporter.render.view import LANGUAGES, run_view
+    from reporter.store import load
 
     monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1")
     state = runner.tf32_state()
@@ -293,10 +293,10 @@ def test_a_cuda_run_without_a_preset_uses_sizes_that_fill_the_gpu():
 
 
 def test_a_report_says_when_kernels_are_too_small_for_the_gpu(stored):
-    from reporter.analyze.profile import Op
+    from reporter.model.profile import Op
     from reporter.render.report import render_markdown
-    from reporter.store import load
     from reporter.render.view import LANGUAGES, run_view
+    from reporter.store import load
 
     _, folder = stored("cuda-seed001")
     run = load(folder)
@@ -314,8 +314,8 @@ def test_a_report_says_when_kernels_are_too_small_for_the_gpu(stored):
 def test_a_cuda_run_without_kernels_says_so(stored, capsys):
     from reporter.collect import runner
     from reporter.render.report import render_markdown
-    from reporter.store import load
     from reporter.render.view import LANGUAGES, run_view
+    from reporter.store import load
 
     _, folder = stored("cuda-seed001")
     run = load(folder)

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from reporter.analyze.analyzer import analyze_section
-from reporter.analyze.savings import NOT_FASTER, ranked
-from reporter.store import load
+from reporter.analyze.savings import ranked
 from reporter.collect.whatif import attention_shapes, measure
+from reporter.model.finding import NOT_FASTER
+from reporter.store import load
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "cpu-transformer"
 
@@ -195,8 +196,8 @@ def test_the_gemm_what_if_works_when_tf32_was_set_through_the_new_api_only():
 def test_the_blowup_what_if_claims_only_the_repeats_of_its_operands():
     """cuda review N6: a repeat of something else (a GQA model's key and value heads) is
     not promised to the blow-up's fix."""
-    from reporter.analyze.profile import Op
     from reporter.collect.whatif import blowup_matmul
+    from reporter.model.profile import Op
 
     section = load(FIXTURE.parent / "cpu-transformer-bloat").sections[0]
     steps = len(section.profile.breakdown.steps_us)
@@ -211,8 +212,8 @@ def test_the_blowup_what_if_claims_only_the_repeats_of_its_operands():
 def test_a_conv_driven_fp32_gemm_keeps_its_estimate():
     """cuda review N4: the what-if times matrix products; where cuDNN's fp32 implicit
     GEMMs hold the fp32 GEMM time, its measurement would stand for the convolutions'."""
-    from reporter.analyze.profile import Op
     from reporter.collect.whatif import RECIPES
+    from reporter.model.profile import Op
 
     section = load(FIXTURE).sections[0]
     kernels = [Op(name="sm80_xmma_fprop_implicit_gemm_indexed_f32f32_f32f32_f32_nhwckrsc_"

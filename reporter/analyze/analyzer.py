@@ -22,6 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..model.finding import Finding, Saving
+from ..model.profile import Profile
+from ..model.run import Run, Section
 from . import rules  # noqa: F401  (the registry is whole: see the package)
 from .compiled import compiled
 from .efficiency import Efficiency
@@ -31,7 +34,6 @@ from .findings import (
     RULES,
     SEVERITIES,
     Basis,
-    Finding,
     Rule,
     basis,
     dataloader_rows,
@@ -42,9 +44,7 @@ from .findings import (
     step_share,
     step_wall_us,
 )
-from .profile import Profile
 from .roofline import MATRIX_BOUND, NEAR_ROOFLINE
-from .savings import Saving
 
 __all__ = ["Analysis", "analyze", "analyze_run", "analyze_section", "finding_ids",
            "profiles_json", "NEAR_ROOFLINE", "MATRIX_BOUND",
@@ -54,7 +54,7 @@ __all__ = ["Analysis", "analyze", "analyze_run", "analyze_section", "finding_ids
            "step_share", "step_wall_us"]
 
 def analyze(profile: Profile, overrides: dict[str, dict[str, float]] | None = None,
-            efficiency: Any = None) -> list[Finding]:
+            efficiency: Efficiency | str | None = None) -> list[Finding]:
     """Run every rule; most severe and largest first.
 
     A catch-all finding (``Rule.catch_all``: dominant-operator) is dropped when a more
@@ -111,9 +111,9 @@ class Analysis:
     established: bool = True
 
 
-def analyze_section(section: Any, batch_size: int | None = None,
+def analyze_section(section: Section, batch_size: int | None = None,
                     overrides: dict[str, dict[str, float]] | None = None) -> Analysis:
-    """The analysis of a run's section (reporter.run.Section) or of an imported profile
+    """The analysis of a run's section (reporter.model.run.Section) or of an imported profile
     wrapped in one: its efficiency with the section's peaks, TF32 state and timed step;
     the findings; their savings, with the replacements timed on the device and the step
     timed without the profiler. The one place a profile is analyzed."""
@@ -127,11 +127,11 @@ def analyze_section(section: Any, batch_size: int | None = None,
     real_step_us = t.step_us(batch_size) if t is not None and t.reliable else None
     main, minor = ranked(findings, section.profile, eff, section.whatif, real_step_us)
     return Analysis(eff, findings, main, minor,
-                    established=not getattr(section, "busy", False))
+                    established=not section.busy)
 
 
-def analyze_run(run: Any) -> list[Analysis]:
-    """analyze_section of each section of a run (reporter.run.Run), with its batch size."""
+def analyze_run(run: Run) -> list[Analysis]:
+    """analyze_section of each section of a run (reporter.model.run.Run), with its batch size."""
     return [analyze_section(s, run.target.get("batch_size")) for s in run.sections]
 
 

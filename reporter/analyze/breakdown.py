@@ -32,7 +32,7 @@ import re
 from bisect import bisect_left, bisect_right
 from typing import Any, Iterable
 
-from .profile import Breakdown
+from ..model.profile import Breakdown
 
 Interval = tuple[float, float]
 

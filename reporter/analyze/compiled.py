@@ -29,8 +29,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .findings import Finding, Saving, Worth, rule, step_wall_us
-from .profile import KIND_ANNOTATION, KIND_KERNEL, KIND_OP, Op, Profile
+from ..model.finding import Finding, Saving
+from ..model.profile import KIND_ANNOTATION, KIND_KERNEL, KIND_OP, Op, Profile
+from .findings import Worth, rule, step_wall_us
 
 REGION = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)$")
 FORWARD = "CompiledFunction"  # the forward of a compiled graph with autograd

@@ -18,9 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
+from ..model.profile import Profile
+from ..model.run import Section
 from .flops import MATRIX
 from .peaks import MEASURED, Peaks, lookup
-from .profile import Profile
 
 # Why a profile has no efficiency: no shapes recorded (tables, traces without
 # record_shapes), no peaks for its device (a trace from an unknown device), or no
@@ -28,7 +29,7 @@ from .profile import Profile
 NO_SHAPES, NO_PEAKS, NOTHING_MODELLED = "no-shapes", "no-peaks", "nothing-modelled"
 NOT_RECORDED = "not-recorded"  # a run stored before reporter judged efficiency
 # The machine was busy: the peaks, the timed step or the profiled one were disturbed by
-# other work (reporter.analyze.contention), so no efficiency figure is given.
+# other work (reporter.model.contention), so no efficiency figure is given.
 BUSY = "busy"
 # The figures came out impossible (MFU above 100%): the peaks or the step are wrong.
 IMPLAUSIBLE = "implausible"
@@ -255,8 +256,8 @@ def assess(profile: Profile, peaks: Peaks | None, tf32: Optional[bool] = None,
         no_peak=sorted(no_peak))
 
 
-def of_section(section: Any, batch_size: int | None = None) -> Efficiency | str:
-    """assess() for a run's section (reporter.run.Section) or an imported profile's: its
+def of_section(section: Section, batch_size: int | None = None) -> Efficiency | str:
+    """assess() for a run's section (reporter.model.run.Section) or an imported profile's: its
     stored peaks, its TF32 state, and the step time of its timed windows. BUSY when other
     work on the machine disturbed the peaks' calibration, the timed windows or the
     profiled steps; IMPLAUSIBLE when the machine would have done more than its peak."""
@@ -267,7 +268,7 @@ def of_section(section: Any, batch_size: int | None = None) -> Efficiency | str:
     tf32 = state.get("matmul") if p.device_type else False
     conv_tf32 = state.get("conv", tf32) if p.device_type else False
     peaks = peaks_for(p, section.peaks)
-    if getattr(section, "busy", False) or (peaks is not None and peaks.disturbed):
+    if section.busy or (peaks is not None and peaks.disturbed):
         return BUSY
     result = assess(p, peaks, tf32, step_us, conv_tf32)
     if result in (NO_SHAPES, NO_PEAKS) and t is not None and section.peaks is None:

@@ -10,69 +10,17 @@ analyzer, the savings and the runner read the record; none of them names a rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .profile import KIND_ANNOTATION, KIND_DATALOADER, KIND_OP, Op, Profile
+from ..model.finding import NOT_QUANTIFIABLE, Finding, Saving
+from ..model.profile import KIND_ANNOTATION, KIND_DATALOADER, KIND_OP, Op, Profile
+from .efficiency import Efficiency
 
 SEVERITIES = ("high", "medium", "low")
 MIN_PROFILE_US = 100.0
 MATMUL_OPS = {"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::matmul",
               "aten::linear", "aten::addmv", "aten::mv"}
-# A saving's note: the profile cannot give an estimate; or the replacement, timed on the
-# device, saves nothing there.
-NOT_QUANTIFIABLE = "not-quantifiable"
-NOT_FASTER = "not-faster"
-# A finding whose fix saves less than this share of the step is minor.
-MINOR_SHARE = 0.03
-
-
-@dataclass
-class Finding:
-    rule: str
-    severity: str
-    evidence: dict[str, Any]  # raw numbers: shares in 0..1, times in us, memory in bytes
-    ops: list[str] = field(default_factory=list)  # operators the finding explains
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule, "severity": self.severity, "ops": self.ops, **self.evidence}
-
-
-@dataclass
-class Saving:
-    """What a finding is worth, per step (reporter.analyze.savings)."""
-
-    accounts_us: float | None  # the time the finding accounts for, per step
-    saving_us: float | None  # the estimated saving of its fix, per step
-    low_us: float | None
-    high_us: float | None
-    step_us: float | None  # the step the shares are of (see savings.estimate)
-    note: str | None = None  # NOT_QUANTIFIABLE, or NOT_FASTER when timed here
-    measured: dict[str, float] | None = None  # {"before_ms", "after_ms"}: timed here
-    # Set when the step timed without the profiler bounded an idle-time saving.
-    unprofiled_step_us: float | None = None
-    host_saving: bool = False  # the saving is host time under the profiler (see estimate)
-
-    def share(self, us: float | None) -> float | None:
-        return us / self.step_us if us is not None and self.step_us else None
-
-    @property
-    def minor(self) -> bool:
-        s = self.share(self.saving_us)
-        return s is not None and s < MINOR_SHARE
-
-    def to_json(self) -> dict[str, Any]:
-        """The fields --json adds to a finding."""
-        def ms(us: float | None) -> float | None:
-            return us / 1e3 if us is not None else None
-
-        return {"accounts_ms": ms(self.accounts_us), "saving_ms": ms(self.saving_us),
-                "saving_share": self.share(self.saving_us), "saving_low": ms(self.low_us),
-                "saving_high": ms(self.high_us), "saving_note": self.note,
-                "measured": self.measured,
-                "bounded_by_unprofiled_step_ms": ms(self.unprofiled_step_us)}
-
-
 @dataclass(frozen=True)
 class Worth:
     """What a saving model reads: the finding, its profile and the profile's efficiency
@@ -83,7 +31,7 @@ class Worth:
 
     finding: Finding
     profile: Profile
-    eff: Any
+    eff: Efficiency | str | None  # the profile's efficiency, or why there is none
     others: Sequence[Finding]
     steps: int
     step_us: float

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..model.finding import Finding
 from . import savings
-from .findings import Finding, statement
+from .findings import statement
 
 # An operator at this share of its roofline or more runs as well as can be expected.
 NEAR_ROOFLINE = 0.5

@@ -8,12 +8,14 @@ import re
 from dataclasses import replace
 from typing import Callable
 
+from ..model.finding import Finding, Saving
+from ..model.profile import KIND_ANNOTATION, Op, Profile
 from . import savings
+from .breakdown import MODULE_MARK
+from .compiled import GRAPH_LAUNCHES
 from .findings import (
     MATMUL_OPS,
     Basis,
-    Finding,
-    Saving,
     WhatIf,
     Worth,
     basis,
@@ -24,9 +26,6 @@ from .findings import (
     share,
     step_share,
 )
-from .breakdown import MODULE_MARK
-from .compiled import GRAPH_LAUNCHES
-from .profile import KIND_ANNOTATION, Op, Profile
 from .shapes import blowup_shapes, dense_copies
 
 # Element-wise and reduction operators that make a new tensor. In-place updates (mul_,

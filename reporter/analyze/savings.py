@@ -32,17 +32,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from .findings import (
-    MINOR_SHARE,
-    NOT_FASTER,
-    NOT_QUANTIFIABLE,
-    RULES,
-    Finding,
-    Saving,
-    Worth,
-    step_wall_us,
-)
-from .profile import Profile
+from ..model.finding import MINOR_SHARE, NOT_FASTER, NOT_QUANTIFIABLE, Finding, Saving
+from ..model.profile import Breakdown, Profile
+from .efficiency import Efficiency
+from .findings import RULES, Worth, step_wall_us
 
 __all__ = ["MINOR_SHARE", "NOT_FASTER", "NOT_QUANTIFIABLE", "Saving", "Worth", "BUSY",
            "beyond_roof", "beyond_roofline", "device_kept_busy", "estimate", "faster_dtype",
@@ -73,7 +66,7 @@ def _accounted(f: Finding, profile: Profile, n: int, step: float) -> float | Non
     return min(per_step, step) if step else per_step
 
 
-def beyond_roof(names: list[str], time_us: float, eff: Any) -> float | None:
+def beyond_roof(names: list[str], time_us: float, eff: Efficiency | str | None) -> float | None:
     """The part of ``time_us`` the operators ``names`` spend beyond their roofline (their
     mean roofline share, weighted by time), or None without efficiency for them."""
     if eff is None or isinstance(eff, str):
@@ -86,7 +79,7 @@ def beyond_roof(names: list[str], time_us: float, eff: Any) -> float | None:
     return float(time_us * (1 - share))
 
 
-def matrix_roof(names: list[str], eff: Any) -> float:
+def matrix_roof(names: list[str], eff: Efficiency | str | None) -> float:
     """Per step, the roofline time of the matrix products among ``names``."""
     if eff is None or isinstance(eff, str):
         return 0.0
@@ -162,7 +155,7 @@ def _per_step(values: list[float]) -> tuple[float, float, float]:
     return sum(values) / len(values), min(values), max(values)
 
 
-def _unprofiled_idle(b: Any, step: float, real_step_us: float | None) -> float | None:
+def _unprofiled_idle(b: Breakdown | None, step: float, real_step_us: float | None) -> float | None:
     """The device's idle time per step without the profiler, at most: the step timed
     without it less the device's busy time under it (its kernels are not slowed by the
     profiler's host-side work); None without both."""
@@ -206,7 +199,7 @@ def waited(key: str, host_key: str | None = None,
 
 # The machinery ---------------------------------------------------------------
 
-def estimate(f: Finding, profile: Profile, eff: Any = None,
+def estimate(f: Finding, profile: Profile, eff: Efficiency | str | None = None,
              others: Sequence[Finding] = (), measured: dict[str, Any] | None = None,
              real_step_us: float | None = None) -> Saving:
     """What ``f`` is worth, by its rule's saving model; ``others``, the profile's other
@@ -254,7 +247,7 @@ def estimate(f: Finding, profile: Profile, eff: Any = None,
     return s
 
 
-def _estimate(f: Finding, profile: Profile, eff: Any, others: Sequence[Finding],
+def _estimate(f: Finding, profile: Profile, eff: Efficiency | str | None, others: Sequence[Finding],
               measured: dict[str, Any] | None, real_step_us: float | None) -> Saving:
     n, step = _steps(profile)
     accounted = _accounted(f, profile, n, step)
@@ -300,7 +293,8 @@ def device_kept_busy(profile: Profile, s: Saving) -> bool:
     return wall > 0 and profile.self_device_us / wall >= BUSY
 
 
-def ranked(findings: list[Finding], profile: Profile, eff: Any = None,
+def ranked(findings: list[Finding], profile: Profile,
+           eff: Efficiency | str | None = None,
            measured: dict[str, dict[str, Any]] | None = None,
            real_step_us: float | None = None
            ) -> tuple[list[tuple[Finding, Saving]], list[tuple[Finding, Saving]]]:

@@ -7,7 +7,7 @@ import ast
 import math
 from typing import Any
 
-from .profile import Profile
+from ..model.profile import Profile
 
 MIN_BLOWUP_NUMEL = 1 << 16  # smaller products are not a blow-up worth reporting or timing
 # Copies that make a dense tensor of a view: ``expand(...).contiguous()``,

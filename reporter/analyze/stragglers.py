@@ -15,7 +15,7 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
-from .profile import Profile
+from ..model.profile import Profile
 
 CAUSES: dict[str, tuple[str, ...]] = {
     "compute": ("compute", "copy_h2d", "copy_d2h", "copy_d2d", "memset"),

@@ -1,6 +1,6 @@
 """Read the counters that tell whether a measurement was disturbed (Linux /proc).
 
-``read()`` takes one reading (reporter.analyze.contention.Counters); ``Watch`` measures
+``read()`` takes one reading (reporter.model.contention.Counters); ``Watch`` measures
 the disturbance of a block of code. Every counter the kernel does not provide is None,
 and a reading never fails: on another system the runs just cannot tell.
 """
@@ -16,7 +16,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from ..analyze.contention import Counters, Disturbance, between
+from ..model.contention import Counters, Disturbance, between
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 

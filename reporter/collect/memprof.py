@@ -21,7 +21,7 @@ from typing import Callable
 
 from torch.profiler import profile
 
-from ..run import TensorMemory
+from ..model.run import TensorMemory
 from . import device as devices
 
 # torch.profiler._memory_profiler.Category names -> ours; None is memory the

@@ -27,13 +27,13 @@ from torch.profiler import profile, record_function, schedule
 
 from ..analyze import peaks as peaks_module
 from ..analyze.breakdown import DRAIN_MARK, MODULE_MARK
-from ..analyze.contention import MIN_CLEAN, Disturbance
 from ..analyze.peaks import Peaks
-from ..analyze.profile import Profile
-from ..analyze.stats import median_interval
 from ..errors import BadInput, WorkFailed, signalled, user_code
 from ..ingest.traces import read_trace
-from ..run import Run, Section, Throughput
+from ..model.contention import MIN_CLEAN, Disturbance
+from ..model.profile import Profile
+from ..model.run import Run, Section, Throughput
+from ..model.stats import median_interval
 from . import calibrate, machine
 from . import device as devices
 from .isa import guard as guard_isa

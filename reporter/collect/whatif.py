@@ -32,11 +32,12 @@ from functools import partial
 from typing import Any, Callable, Iterable
 
 from .. import memory
-from ..analyze.findings import RULES, Finding
-from ..analyze.profile import Profile
+from ..analyze.findings import RULES
 from ..analyze.shapes import blowup_shapes, dense_copies
 from ..analyze.shapes import dims as _dims
 from ..analyze.shapes import shapes as _shapes
+from ..model.finding import Finding
+from ..model.profile import Profile
 
 SOFTMAX = ("aten::_softmax", "aten::softmax")
 PRODUCTS = ("aten::bmm", "aten::matmul")

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..analyze.profile import Op, Profile, classify
 from ..errors import BadInput, read_error
+from ..model.profile import Op, Profile, classify
 
 # Cells are separated by two or more spaces (or tabs); any other character, a vertical tab
 # or U+2028 in an operator's name included, belongs to the cell.

@@ -27,10 +27,13 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional, Union
 
 import msgspec
 
+from .. import memory
 from ..analyze.breakdown import overlap, step_breakdown, union
+from ..analyze.compiled import GRAPH_LAUNCHES
 from ..analyze.flops import FORMULAS, MATRIX, cost, modelled
 from ..analyze.stragglers import stragglers
-from ..analyze.profile import (
+from ..errors import BadInput, read_error
+from ..model.profile import (
     KIND_ANNOTATION,
     KIND_DEVICE_ANNOTATION,
     KIND_KERNEL,
@@ -40,9 +43,6 @@ from ..analyze.profile import (
     Profile,
     classify,
 )
-from .. import memory
-from ..analyze.compiled import GRAPH_LAUNCHES
-from ..errors import BadInput, read_error
 
 # Host events that nest on a thread and count as CPU time, like key_averages' events.
 HOST_CATS = {"cpu_op", "Operator", "user_annotation", "cuda_runtime", "Runtime",

@@ -87,7 +87,7 @@ _CATEGORY_COLOURS = ["#4c72b0", "#dd8452", "#8172b3", "#55a868", "#c44e52", "#93
 
 def memory_chart(memory: Any, names: dict[str, str], title: str, axis: str) -> str:
     """Live tensor memory over one step, stacked by category (MiB against ms)."""
-    from ..run import MEMORY_CATEGORIES
+    from ..model.run import MEMORY_CATEGORIES
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.0, 3.4))

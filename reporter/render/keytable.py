@@ -10,7 +10,7 @@ profiler's output.
 
 from __future__ import annotations
 
-from ..analyze.profile import Op, Profile
+from ..model.profile import Op, Profile
 
 _SORT_KEYS = {"self_cpu_time_total": "self_cpu_us", "self_cuda_time_total": "self_device_us",
               "cpu_time_total": "cpu_total_us", "count": "calls"}

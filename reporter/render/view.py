@@ -21,15 +21,15 @@ from babel.dates import format_datetime
 from babel.numbers import format_decimal, format_percent
 from babel.units import format_unit
 
-from ..analyze.analyzer import Analysis, Finding, analyze_run, analyze_section, step_wall_us
+from ..analyze.analyzer import Analysis, analyze_run, analyze_section, step_wall_us
 from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 from ..analyze.compiled import KERNEL_ROWS, compiled
-from ..analyze.contention import mean_share
 from ..analyze.efficiency import of_section
-from ..analyze.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
-from ..analyze.savings import Saving
 from ..errors import WorkFailed
-from ..run import MEMORY_CATEGORIES, Run, Section
+from ..model.contention import mean_share
+from ..model.finding import Finding, Saving
+from ..model.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
+from ..model.run import MEMORY_CATEGORIES, Run, Section
 from . import markup
 from .keytable import LOG_ROWS, log_tables
 from .languages import Language, codes, language
@@ -626,7 +626,7 @@ class SectionView:
     chart_basis: str
     logs_cut: bool = False  # set when the logs were shortened to fit a character limit
     whatif_failed: str | None = None  # why the replacements could not be timed
-    breakdown_rows: Any = None  # analyze.profile.Breakdown, for the chart
+    breakdown_rows: Any = None  # model.profile.Breakdown, for the chart
     compiled: dict[str, Any] | None = None  # torch.compile's regions and kernels
     number: int = 1
     sub: markup.Md = markup.Md("##")  # the heading level of its parts
@@ -719,7 +719,7 @@ View = ReportView | CompareView
 
 def _busy_view(section: Section, fmt: Fmt) -> dict[str, Any] | None:
     """The "busy machine" statement of a section whose throughput, profiled steps or
-    peaks other work on the machine disturbed (reporter.analyze.contention); else None."""
+    peaks other work on the machine disturbed (reporter.model.contention); else None."""
     t, d = section.throughput, section.profile_disturbance
     peaks = bool(section.peaks and section.peaks.get("disturbed"))
     if not section.busy and not peaks:

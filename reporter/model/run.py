@@ -12,16 +12,16 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .analyze.contention import MIN_CLEAN, Disturbance, disturbed_time
-from .analyze.profile import Profile
-from .analyze.stats import Interval, median_interval, outliers
+from .contention import MIN_CLEAN, Disturbance, disturbed_time
+from .profile import Profile
+from .stats import Interval, median_interval, outliers
 
 
 @dataclass
 class Throughput:
     """Samples per second: timed windows without the profiler, and the profiled one.
 
-    Windows that other work on the machine disturbed (reporter.analyze.contention) are
+    Windows that other work on the machine disturbed (reporter.model.contention) are
     kept, but the median, its interval, the outliers and the spread are of the
     undisturbed ones; with fewer than MIN_CLEAN of those the throughput is unreliable:
     its median is of every window, and it has no interval."""

@@ -1,0 +1,61 @@
+"""What the analysis finds, and what each finding is worth: the records every stage
+reads (the analyzer makes them, the savings price them, the views format them and the
+runner's what-ifs measure them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# A saving's note: the profile cannot give an estimate; or the replacement, timed on the
+# device, saves nothing there.
+NOT_QUANTIFIABLE = "not-quantifiable"
+NOT_FASTER = "not-faster"
+# A finding whose fix saves less than this share of the step is minor.
+MINOR_SHARE = 0.03
+
+
+@dataclass
+class Finding:
+    rule: str
+    severity: str
+    evidence: dict[str, Any]  # raw numbers: shares in 0..1, times in us, memory in bytes
+    ops: list[str] = field(default_factory=list)  # operators the finding explains
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "severity": self.severity, "ops": self.ops, **self.evidence}
+
+
+@dataclass
+class Saving:
+    """What a finding is worth, per step (reporter.analyze.savings)."""
+
+    accounts_us: float | None  # the time the finding accounts for, per step
+    saving_us: float | None  # the estimated saving of its fix, per step
+    low_us: float | None
+    high_us: float | None
+    step_us: float | None  # the step the shares are of (see savings.estimate)
+    note: str | None = None  # NOT_QUANTIFIABLE, or NOT_FASTER when timed here
+    measured: dict[str, float] | None = None  # {"before_ms", "after_ms"}: timed here
+    # Set when the step timed without the profiler bounded an idle-time saving.
+    unprofiled_step_us: float | None = None
+    host_saving: bool = False  # the saving is host time under the profiler (see estimate)
+
+    def share(self, us: float | None) -> float | None:
+        return us / self.step_us if us is not None and self.step_us else None
+
+    @property
+    def minor(self) -> bool:
+        s = self.share(self.saving_us)
+        return s is not None and s < MINOR_SHARE
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields --json adds to a finding."""
+        def ms(us: float | None) -> float | None:
+            return us / 1e3 if us is not None else None
+
+        return {"accounts_ms": ms(self.accounts_us), "saving_ms": ms(self.saving_us),
+                "saving_share": self.share(self.saving_us), "saving_low": ms(self.low_us),
+                "saving_high": ms(self.high_us), "saving_note": self.note,
+                "measured": self.measured,
+                "bounded_by_unprofiled_step_ms": ms(self.unprofiled_step_us)}
