@@ -65,12 +65,12 @@ def _rank_timeout(text: str) -> float:
 
 
 def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:
-    from .render.languages import codes, default_language
-    from .render.report import GITHUB_COMMENT_LIMIT
+    from .pipeline import GITHUB_COMMENT_LIMIT, language_choices
 
-    p.add_argument("--lang", default=None, metavar="|".join(codes()),
+    codes, default = language_choices()
+    p.add_argument("--lang", default=None, metavar="|".join(codes),
                    help=f"report language (default: from your locale, else en; "
-                        f"now {default_language()})")
+                        f"now {default})")
     if formats:
         p.add_argument("--format", default="md", metavar="md,pdf",
                        help="comma-separated output formats: md, pdf (default: md)")
@@ -86,7 +86,7 @@ def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .collect.target import PRESETS
+    from .pipeline import presets
 
     parser = _Parser(prog="reporter", description="Profile PyTorch models and write "
                      "performance reports in English, Russian or Chinese.")
@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="target to profile; repeat for several (default: every built-in target)")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
                    help="auto takes CUDA when present (default: auto)")
-    p.add_argument("--preset", default=None, choices=PRESETS,
+    p.add_argument("--preset", default=None, choices=presets(),
                    help="size of the built-in targets: default is quick on a CPU, "
                         "large fills a GPU (default: large on CUDA, else default)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
@@ -168,10 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _output(args) -> Output:
     """The report options of a command, checked."""
-    from .pipeline import Output
-    from .render.languages import default_language
+    from .pipeline import Output, language_code
 
-    return Output.parse(args.lang or default_language(), args.format, args.max_chars,
+    return Output.parse(language_code(args.lang), args.format, args.max_chars,
                         args.github, published=lambda path: _publish(path, args))
 
 
@@ -188,68 +187,36 @@ def _publish(path: Path, args) -> None:
                              f"{exc.strerror}", error_id="github") from exc
 
 
-def _lang(args) -> str:
-    from .render.languages import default_language, language
-
-    return language(args.lang or default_language()).code
-
-
 def cmd_run(args) -> int:
     from . import pipeline
-    from .collect import distributed
-    from .collect.target import DEFAULT_SUITE
 
     output = _output(args)
-    request = pipeline.RunRequest(tuple(args.target or DEFAULT_SUITE), args.device,
+    request = pipeline.RunRequest(tuple(args.target or pipeline.default_suite()), args.device,
                                   args.preset, args.time_budget, args.rank_timeout,
                                   args.compare, args.threads)
     pipeline.check_run_request(request)  # bad specs fail before any work
-    world = distributed.world_from_env()
     if args.nproc is not None:
-        if world is not None:
-            raise BadInput("--nproc inside a distributed run: drop it, torchrun started the ranks",
-                           error_id="usage")
-        distributed.check_devices(args.nproc, args.device)
-        return distributed.launch(_without_nproc(args.argv), args.nproc)
-    progress = Progress(args.quiet or (world is not None and world.rank != 0))
+        return pipeline.launch_ranks(args.argv, args.nproc, args.device)
+    progress = Progress(args.quiet or pipeline.is_other_rank())
     return pipeline.run_targets(request, (args.out or args.runs).resolve(), output, progress)
-
-
-def _without_nproc(argv: list[str]) -> list[str]:
-    out, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-        elif a == "--nproc":
-            skip = True
-        elif not a.startswith("--nproc="):
-            out.append(a)
-    return out
 
 
 def cmd_compare(args) -> int:
     from . import pipeline
-    from .compare import busy, compare_json, regression
 
     output = _output(args)
-    if args.fail_if_slower is not None and not 0 <= args.fail_if_slower < 100:
-        raise BadInput("--fail-if-slower takes a percentage from 0 to 100", error_id="usage")
+    if args.fail_if_slower is not None:
+        pipeline.check_slowdown(args.fail_if_slower)
     comparison = pipeline.compare_inputs(args.inputs, args.runs)
     if args.json:
-        _print_json(compare_json(comparison))
+        _print_json(pipeline.comparison_json(comparison))
     else:
         pipeline.write_comparison(comparison, args.runs, args.out, output)
     if args.fail_if_slower is not None:
-        disturbed = busy(comparison)
-        if disturbed:
-            print("reporter: could not measure: the machine was busy during "
-                  f"{', '.join(disturbed)}; run both again on a quiet machine",
-                  file=sys.stderr)
-            return 4
-        failed, why = regression(comparison, args.fail_if_slower)
-        if failed:
-            print(f"reporter: slower than the base: {'; '.join(why)}", file=sys.stderr)
-            return 3
+        code, why = pipeline.gate(comparison, args.fail_if_slower)
+        if why:
+            print(f"reporter: {why}", file=sys.stderr)
+        return code
     return 0
 
 
@@ -288,33 +255,25 @@ def _finite(data: Any) -> Any:
 
 def cmd_list(args) -> int:
     from . import pipeline
-    from .render.view import Fmt
-    from .store import list_runs
 
-    fmt = Fmt(_lang(args))
-    pipeline.remove_stale(args.runs)
-    rows = list_runs(args.runs)
+    rows = pipeline.list_runs(args.runs, pipeline.language_code(args.lang))
     if not rows:
         print(f"no stored runs under {args.runs}/ (make one with: reporter run)",
               file=sys.stderr)
         return 0
     print(f"{'RUN':<52} {'TARGET':<24} {'DEVICE':<6} {'SAMPLES/S':>10}  REPORTS")
-    from .validate import well_formed
-
-    for folder, info in rows:
-        if "error" in info:
-            print(f"{well_formed(folder.name):<52} (unreadable: {well_formed(info['error'])})")
+    for row in rows:
+        if row.error is not None:
+            print(f"{row.id:<52} (unreadable: {row.error})")
             continue
-        speed = ("~" + fmt.num(info["samples_per_s"]) + " (busy)" if info["busy"]
-                 else fmt.num(info["samples_per_s"]))
-        print(f"{info['id']:<52} {info['target']:<24} {info['device']:<6} "
-              f"{speed:>10}  {', '.join(info['reports']) or '-'}")
+        print(f"{row.id:<52} {row.target:<24} {row.device:<6} "
+              f"{row.samples_per_s:>10}  {', '.join(row.reports) or '-'}")
     return 0
 
 
 def cmd_targets(args) -> int:
     from . import pipeline
-    rows = pipeline.target_summaries(_lang(args))
+    rows = pipeline.target_summaries(pipeline.language_code(args.lang))
     width = max(len(name) for name, _, _ in rows)
     for name, seed, summary in rows:
         print(f"{name:<{width}}  [seed {seed}] {summary}")

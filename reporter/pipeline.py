@@ -13,11 +13,14 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import BadInput, ReporterError, WorkFailed
 from .render.report import GITHUB_COMMENT_LIMIT, RenderOptions, parse_formats, write_reports
 from .render.view import View
+
+if TYPE_CHECKING:
+    from .collect.distributed import Peers, World
 
 Say = Callable[[str], None]
 
@@ -103,25 +106,32 @@ def run_targets(request: RunRequest, root: Path, output: Output,
     opts = RunOptions(device=device, preset=default_preset(device, request.preset),
                       time_budget_s=request.time_budget_s, threads=request.threads)
     if world is None:
-        return _run_targets(request, builders, opts, root, output, progress, warn, None, None)
-    opts = replace(opts, device=distributed.init(world, opts.device, request.rank_timeout_s))
-    peers = distributed.Peers(distributed.store(world, request.rank_timeout_s), world,
-                              request.rank_timeout_s)
-    try:
-        if world.rank != 0:
-            return _serve_rank(world, peers, request, builders, opts)
-        return _run_targets(request, builders, opts, root, output, progress, warn, world, peers)
-    finally:
-        distributed.finish()
+        return _run_targets(request, builders, opts, root, output, progress, warn)
+    with distributed.session(world, opts.device, request.rank_timeout_s) as (device, peers):
+        opts = replace(opts, device=device)
+        if world.rank != 0:  # profile each target, post it to rank 0, write nothing
+            from .collect.runner import profile_target
+
+            for i, (spec, (_, builder)) in enumerate(zip(request.specs, builders), 1):
+                distributed.profile_on_ranks(profile_target, world, peers, i, spec, builder,
+                                             opts)
+            return 0
+        return _run_targets(request, builders, opts, root, output, progress, warn,
+                            (world, peers))
 
 
 def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output,
-                 progress: Say, warn: Say, world, peers) -> int:
+                 progress: Say, warn: Say,
+                 ranks: tuple[World, Peers] | None = None) -> int:
+    """Each target profiled (on every rank, gathered here, when ``ranks`` holds the world
+    and its peers), analyzed, reported and stored."""
     from .analyze.analyzer import analyze_run
+    from .collect import distributed
     from .collect.runner import device_broken, profile_target
     from .render.view import run_view
     from .store import commit, staging
 
+    world = ranks[0] if ranks is not None else None
     remove_stale(root, warn)
     specs = request.specs
     progress(f"profiling {len(specs)} target(s) on {opts.device}, preset {opts.preset}"
@@ -132,11 +142,11 @@ def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output
         step = lambda msg, i=i, name=name: progress(f"[{i}/{len(specs)}] {name}: {msg}")
         try:
             with staging(root) as stage:
-                if world is None:
+                if ranks is None:
                     run = profile_target(spec, builder, opts, stage, step)
                 else:
-                    run = _gather_ranks(world, peers, i, spec, builder, opts, stage, step,
-                                        request.rank_timeout_s)
+                    run = distributed.profile_on_ranks(profile_target, ranks[0], ranks[1], i,
+                                                       spec, builder, opts, stage, step)
                 view = run_view(run, output.lang, analyze_run(run))
                 reports = [p.name for p in output.write(view, stage, publish=False)]
                 final = commit(run, stage, root)
@@ -167,54 +177,6 @@ def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output
         steps = [Step(run.target["name"], run.id, run.sections, run) for run in done]
         write_comparison(compare(steps), root, None, output)
     return 1 if failed else 0
-
-
-def _serve_rank(world, peers, request: RunRequest, builders, opts) -> int:
-    """A rank other than 0: profile each target, post the result to rank 0, write nothing."""
-    import tempfile
-
-    from .collect import distributed
-    from .collect.runner import profile_target
-
-    for i, (spec, (_, builder)) in enumerate(zip(request.specs, builders), 1):
-        key = f"reporter/{i}"
-        target_opts = replace(opts, agree=lambda n, key=key: peers.agree(key, n))
-        with tempfile.TemporaryDirectory() as scratch:
-            try:
-                run = profile_target(spec, builder, target_opts, Path(scratch))
-                result = {"status": "ok", "error": None, "run": run.to_dict()}
-                traces = distributed.trace_files(Path(scratch))
-            except ReporterError as exc:
-                result, traces = {"status": "failed", "error": str(exc)}, {}
-            distributed.post(peers.kv, key, world.rank, result, traces)
-    return 0
-
-
-def _gather_ranks(world, peers, i: int, spec: str, builder, opts, stage: Path, step: Say,
-                  rank_timeout_s: float):
-    """Rank 0: profile, then wait for the other ranks and merge them into one run."""
-    from .collect import distributed
-    from .collect.runner import profile_target
-
-    key = f"reporter/{i}"
-    own, own_error = None, None
-    try:
-        own = profile_target(spec, builder, replace(opts, agree=lambda n: peers.agree(key, n)),
-                             stage, step)
-    except ReporterError as exc:
-        own_error = str(exc)
-        _stderr(f"reporter: rank 0: {exc.one_line()}")
-    step(f"waiting for ranks 1-{world.size - 1} (up to {rank_timeout_s:g} s)")
-    results = peers.collect(key)
-    run = distributed.merge(own, own_error, results, stage)
-    if run is None:
-        why = "; ".join(f"rank {r}: {res.get('error')}" for r, res in sorted(results.items()))
-        raise WorkFailed(f"no rank finished profiling {spec}: rank 0: {own_error}; {why}",
-                         error_id="ranks-failed")
-    for entry in run.ranks:
-        if entry["status"] != "ok":
-            step(f"rank {entry['rank']} {entry['status']}: {entry['error']}")
-    return run
 
 
 def remove_stale(root: Path, warn: Say = _stderr) -> None:
@@ -248,7 +210,7 @@ def analysis_json(path: str, runs: Path) -> dict[str, Any]:
     """``analyze --json``: {profiles: [...]} of a stored run or of recorded profiles."""
     from .analyze.analyzer import analyze_run, analyze_section, profiles_json
     from .inputs import read_profiles, run_folder
-    from .run import Section
+    from .model.run import Section
     from .store import load
 
     folder = run_folder(path, runs)
@@ -329,3 +291,125 @@ def target_summaries(lang: str) -> list[tuple[str, str, str]]:
     with template_errors(lang):
         words = environment(lang).get_template("targets.j2").module.summary
     return [(name, t.seed, words.get(name, "")) for name, t in BUILTINS.items()]
+
+
+# What the command line needs besides the work: its choices, ranks started here, the
+# stored runs as rows, the comparison's gate. The command line imports nothing else.
+
+def language_choices() -> tuple[tuple[str, ...], str]:
+    """The report languages found (templates/<code>/), and the default for this user."""
+    from .render.languages import codes, default_language
+
+    return tuple(codes()), default_language()
+
+
+def language_code(lang: str | None) -> str:
+    """A language as typed (None: this user's default), checked: its code."""
+    from .render.languages import default_language, language
+
+    return language(lang or default_language()).code
+
+
+def presets() -> tuple[str, ...]:
+    from .collect.target import PRESETS
+
+    return tuple(PRESETS)
+
+
+def default_suite() -> tuple[str, ...]:
+    """The built-in targets ``reporter run`` profiles when none is named."""
+    from .collect.target import DEFAULT_SUITE
+
+    return tuple(DEFAULT_SUITE)
+
+
+def is_other_rank() -> bool:
+    """Is this process a rank other than 0 of a distributed run (it prints no progress)?"""
+    from .collect import distributed
+
+    world = distributed.world_from_env()
+    return world is not None and world.rank != 0
+
+
+def launch_ranks(argv: list[str], nproc: int, device: str) -> int:
+    """``reporter run --nproc N``: the same command started as N ranks on this machine;
+    returns rank 0's exit code."""
+    from .collect import distributed
+
+    if distributed.world_from_env() is not None:
+        raise BadInput("--nproc inside a distributed run: drop it, torchrun started the ranks",
+                       error_id="usage")
+    distributed.check_devices(nproc, device)
+    return distributed.launch(_without_nproc(argv), nproc)
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            out.append(a)
+    return out
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One stored run as ``reporter list`` prints it (error: why it cannot be read)."""
+
+    id: str
+    target: str = ""
+    device: str = ""
+    samples_per_s: str = ""  # formatted in the language asked for; "~" and "(busy)" when busy
+    reports: tuple[str, ...] = ()
+    error: str | None = None
+
+
+def list_runs(runs: Path, lang: str, warn: Say = _stderr) -> list[RunRow]:
+    """The stored runs, newest first, after removing unfinished ones left by dead processes."""
+    from .render.view import Fmt
+    from .store import list_runs as stored
+    from .validate import well_formed
+
+    fmt = Fmt(lang)
+    remove_stale(runs, warn)
+    rows = []
+    for folder, info in stored(runs):
+        if "error" in info:
+            rows.append(RunRow(well_formed(folder.name), error=well_formed(info["error"])))
+            continue
+        speed = fmt.num(info["samples_per_s"])
+        rows.append(RunRow(info["id"], info["target"], info["device"],
+                           f"~{speed} (busy)" if info["busy"] else speed,
+                           tuple(info["reports"])))
+    return rows
+
+
+def comparison_json(comparison) -> dict[str, Any]:
+    """What ``compare --json`` prints."""
+    from .compare import compare_json
+
+    return compare_json(comparison)
+
+
+def check_slowdown(max_slowdown_pct: float) -> None:
+    """--fail-if-slower's percentage, checked before any work."""
+    if not 0 <= max_slowdown_pct < 100:  # false for nan
+        raise BadInput("--fail-if-slower takes a percentage from 0 to 100", error_id="usage")
+
+
+def gate(comparison, max_slowdown_pct: float) -> tuple[int, str | None]:
+    """``compare --fail-if-slower``: (0, None) when the last input is not slower than the
+    first beyond the noise; (3, why) when it is; (4, why) when the machine was too busy to
+    tell."""
+    from .compare import busy, regression
+
+    check_slowdown(max_slowdown_pct)
+    disturbed = busy(comparison)
+    if disturbed:
+        return 4, (f"could not measure: the machine was busy during {', '.join(disturbed)}; "
+                   "run both again on a quiet machine")
+    failed, why = regression(comparison, max_slowdown_pct)
+    return (3, f"slower than the base: {'; '.join(why)}") if failed else (0, None)

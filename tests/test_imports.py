@@ -76,17 +76,19 @@ def test_no_import_cycle():
     assert _cycles(graph) == []
 
 
-# What each stage may import (besides itself and the shared modules errors, run and
-# store): collect and ingest produce Profiles, analyze reads them, render reads what
-# analyze made; nothing below imports what is above it.
+# What each stage may import (besides itself, the data floor reporter.model and the shared
+# modules errors, memory, store and validate): collect and ingest produce Profiles,
+# analyze reads them, render reads what analyze made; nothing below imports what is above
+# it. The data floor (Profile, Run/Section, Finding/Saving, stats, contention) imports
+# nothing of reporter's but itself.
 MAY_IMPORT = {
+    "model": set(),
     "analyze": set(),
     "ingest": {"analyze"},
     "collect": {"analyze", "ingest"},
     "render": {"analyze"},
 }
-SHARED = {"reporter.errors", "reporter.memory", "reporter.run", "reporter.store",
-          "reporter.validate"}
+SHARED = {"reporter.errors", "reporter.memory", "reporter.store", "reporter.validate"}
 
 
 def _stage(module: str) -> str | None:
@@ -103,7 +105,8 @@ def test_the_stages_import_one_way():
             continue
         for dep in deps:
             other = _stage(dep)
-            allowed = dep in SHARED or other == stage or other in MAY_IMPORT[stage]
+            allowed = (other == stage or other in MAY_IMPORT[stage] or
+                       (stage != "model" and (dep in SHARED or other == "model")))
             if not allowed:
                 wrong.append(f"{module} -> {dep}")
     assert wrong == []
@@ -112,7 +115,27 @@ def test_the_stages_import_one_way():
 def test_the_shared_modules_import_no_stage_above_analyze():
     graph = _graph()
     for module in SHARED:
-        assert {_stage(d) for d in graph[module]} <= {None, "analyze"}, module
+        assert {_stage(d) for d in graph[module]} <= {None, "model", "analyze"}, module
+
+
+def test_the_data_floor_is_the_ground():
+    """reporter.model is what every stage speaks: it imports no stage and no shared
+    module, and the analyzer's doors take its types."""
+    import inspect
+
+    from reporter.analyze import analyzer, efficiency
+    from reporter.model.run import Run, Section
+
+    graph = _graph()
+    floor = [m for m in graph if _stage(m) == "model"]
+    assert {"reporter.model.profile", "reporter.model.run", "reporter.model.finding"} <= set(floor)
+    for module in floor:
+        assert all(_stage(d) == "model" for d in graph[module]), (module, graph[module])
+    hints = {f: inspect.get_annotations(f, eval_str=True) for f in
+             (analyzer.analyze_section, analyzer.analyze_run, efficiency.of_section)}
+    assert hints[analyzer.analyze_section]["section"] is Section
+    assert hints[analyzer.analyze_run]["run"] is Run
+    assert hints[efficiency.of_section]["section"] is Section
 
 
 def test_analysis_computes_from_recorded_data_without_torch():
@@ -136,3 +159,21 @@ def test_analysis_computes_from_recorded_data_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=PACKAGE.parent)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_the_command_line_calls_only_the_pipeline():
+    """cli.py parses and prints; every piece of work, the stored runs' rows and the ranks
+    it starts included, is a function of reporter.pipeline."""
+    assert _graph()["reporter.cli"] <= {"reporter.pipeline", "reporter.errors"}
+
+
+def test_the_rank_protocol_lives_in_one_module():
+    """Joining the group, posting a rank's run and gathering them on rank 0 are
+    collect/distributed.py's; the pipeline only asks it for a target on every rank."""
+    words = ("Peers(", ".post(", ".collect(", "merge(", ".init(", ".finish(", "trace_files(")
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "distributed.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert not [w for w in words if f"distributed{w}" in text or
+                    (w in text and "from .collect.distributed import" in text)], path

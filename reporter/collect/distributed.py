@@ -22,12 +22,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
-from ..errors import BadInput, WorkFailed
+from ..errors import BadInput, ReporterError, WorkFailed
 
 
 @dataclass(frozen=True)
@@ -303,7 +304,7 @@ def merge(own, own_error: str | None, results: dict[int, dict[str, Any]], stage:
     that finished); its entry in ``ranks`` is marked ``main`` and holds no
     sections of its own. Returns None when no rank finished profiling.
     """
-    from ..run import Run
+    from ..model.run import Run
 
     runs: dict[int, Any] = {0: own} if own is not None else {}
     ranks: list[dict[str, Any]] = [{"rank": 0, "status": "ok" if own else "failed",
@@ -332,3 +333,62 @@ def merge(own, own_error: str | None, results: dict[int, dict[str, Any]], stage:
     main = runs[main_rank]
     main.ranks = ranks
     return main
+
+
+# The rank protocol, whole: a session (process group, store, peers) around the targets,
+# and one target profiled on every rank, gathered on rank 0.
+
+@contextmanager
+def session(world: World, device: str, timeout_s: float) -> Iterator[tuple[str, Peers]]:
+    """Join the process group for the length of a run: yields this rank's device and the
+    peers it posts to and collects from; leaves the group at the end, even on an error."""
+    device = init(world, device, timeout_s)
+    try:
+        yield device, Peers(store(world, timeout_s), world, timeout_s)
+    finally:
+        finish()
+
+
+Profiler = Callable[..., Any]  # collect.runner.profile_target (passed in: no import cycle)
+
+
+def profile_on_ranks(profile: Profiler, world: World, peers: Peers, index: int, spec: str,
+                     builder: Any, opts: Any, stage: Path | None = None,
+                     step: Callable[[str], None] = lambda msg: None) -> Any:
+    """Target number ``index`` of the run profiled on every rank, its windows agreed
+    between them. Rank 0 profiles into ``stage``, waits for the others (up to the peers'
+    timeout) and returns one run with every rank in it; another rank profiles into a
+    scratch folder, posts its run and traces to rank 0 and returns None. Raises
+    WorkFailed on rank 0 when no rank finished."""
+    import tempfile
+
+    key = f"reporter/{index}"
+    opts = replace(opts, agree=lambda n: peers.agree(key, n))
+    if world.rank != 0:
+        with tempfile.TemporaryDirectory() as scratch:
+            try:
+                run = profile(spec, builder, opts, Path(scratch))
+                result = {"status": "ok", "error": None, "run": run.to_dict()}
+                traces = trace_files(Path(scratch))
+            except ReporterError as exc:
+                result, traces = {"status": "failed", "error": str(exc)}, {}
+            post(peers.kv, key, world.rank, result, traces)
+        return None
+    assert stage is not None, "rank 0 profiles into the run's stage"
+    own, own_error = None, None
+    try:
+        own = profile(spec, builder, opts, stage, step)
+    except ReporterError as exc:
+        own_error = str(exc)
+        print(f"reporter: rank 0: {exc.one_line()}", file=sys.stderr, flush=True)
+    step(f"waiting for ranks 1-{world.size - 1} (up to {peers.timeout_s:g} s)")
+    results = peers.collect(key)
+    run = merge(own, own_error, results, stage)
+    if run is None:
+        why = "; ".join(f"rank {r}: {res.get('error')}" for r, res in sorted(results.items()))
+        raise WorkFailed(f"no rank finished profiling {spec}: rank 0: {own_error}; {why}",
+                         error_id="ranks-failed")
+    for entry in run.ranks:
+        if entry["status"] != "ok":
+            step(f"rank {entry['rank']} {entry['status']}: {entry['error']}")
+    return run
