@@ -12,13 +12,13 @@ from functools import lru_cache
 
 import pytest
 
-from reporter.analyze.analyzer import analyze_run
+from reporter.analyze.analyzer import RULES, analyze_run
 from reporter.compare import compare, load_step
 from reporter.render.languages import language
 from reporter.render.report import render_markdown
 from reporter.render.view import LANGUAGES, Fmt, _finding_view, compare_view, run_view
 from reporter.store import load
-from conftest import FIXTURES
+from conftest import FIXTURES, SHARED
 
 RUNS = FIXTURES / "runs"
 FIXTURE_RUNS = sorted(p.name for p in RUNS.iterdir() if (p / "run.json").is_file())
@@ -104,13 +104,16 @@ def test_a_unit_is_joined_to_its_number_by_a_no_break_space(lang):
 CJK = "\u4e00-\u9fff"
 
 
-@pytest.mark.parametrize("pattern,why", [
+ZH_TYPOGRAPHY = [
     (rf"(?![年月])[{CJK}][A-Za-z0-9`]|[A-Za-z0-9`](?![年月日])[{CJK}]",
      "a space between Chinese and Latin or digits (dates aside: 2026年11月22日)"),
     (rf"[{CJK}][,;:()!?]|[,;:()!?][{CJK}]", "full-width punctuation next to Chinese"),
     ("：\\*\\* ", "no space after a full-width colon"),
     ("）（", "one parenthesis, not two in a row"),
-])
+]
+
+
+@pytest.mark.parametrize("pattern,why", ZH_TYPOGRAPHY)
 def test_chinese_typography(pattern, why):
     named = [(name, prose(text)) for name, text in reports("zh")]
     # Headings quote the user's own text ("第 2 份 profile：“…”"), tables the profiler's.
@@ -118,6 +121,29 @@ def test_chinese_typography(pattern, why):
              for n, t in named]
     bad = hits(pattern, named)
     assert not bad, why + "\n" + "\n".join(bad)
+
+
+@pytest.mark.skipif(not (SHARED / "seeds").is_dir(), reason="../shared is absent")
+@pytest.mark.parametrize("lang", GLOSSARY_LANGS)
+def test_every_finding_holds_to_the_glossary_and_the_typography(lang):
+    """The fixtures fire a few rules; every rule's text, on a GPU and on the CPU, is held to
+    the glossary (and in Chinese to its typography), as tests/test_findings.py fires them."""
+    from test_findings import _finding_for
+
+    fmt = Fmt(lang)
+    named = []
+    for rule_id in sorted(RULES):
+        finding = _finding_for(rule_id)
+        for on_gpu in (True, False):
+            view = {"lang": lang, "on_gpu": on_gpu, "plural": fmt.plural,
+                    "f": _finding_view(finding, fmt)}
+            text = render_markdown(view, template=f"findings/{rule_id}.md.j2")
+            named.append((f"{rule_id} (on_gpu={on_gpu})", prose(text)))
+    bad = [f"{t['term']} (use {t['use']!r}): {h}"
+           for t in glossary(lang)["terms"] for p in t["reject"] for h in hits(p, named)]
+    if lang == "zh":
+        bad += [f"{why}: {h}" for pattern, why in ZH_TYPOGRAPHY for h in hits(pattern, named)]
+    assert not bad, "\n".join(bad)
 
 
 def test_chinese_lists_of_parallel_items_use_the_enumeration_comma():
