@@ -134,13 +134,12 @@ def stages_child(folder: Path, lang: str) -> None:
     sys.path.insert(0, str(ROOT))
     from dataclasses import replace
 
-    from reporter.analyze.analyzer import analyze_run
     from reporter.render import pdf, report
-    from reporter.render.view import run_view
+    from reporter.pipeline import report_view
     from reporter.store import load
     mark("import reporter (render)")
     run = load(folder)
-    view = run_view(run, lang, analyze_run(run))
+    view = report_view(run, lang)
     mark("load + analyze + view")
     from reporter.render.charts import draw
     charts = replace(draw(view, folder, report.terms(lang), "report"), mermaid={})
@@ -177,7 +176,8 @@ def stages(cases: list[tuple[str, str]]) -> None:
 def warm() -> None:
     sys.path.insert(0, str(ROOT))
     from reporter.render.report import write_report
-    from reporter.render.view import LANGUAGES, run_view
+    from reporter.render.view import LANGUAGES
+    from reporter.pipeline import report_view
     from reporter.store import load
 
     def timed(fn, repeat: int = 3) -> float:
@@ -190,12 +190,12 @@ def warm() -> None:
 
     out = Path(tempfile.mkdtemp(prefix="reporter-render-"))
     runs = {name: load(FIXTURES / name) for name in ("cpu-transformer-bloat", "cuda-seed001")}
-    write_report(run_view(runs["cuda-seed001"], "en"), out, "pdf")  # warm-up: imports, fonts
+    write_report(report_view(runs["cuda-seed001"], "en"), out, "pdf")  # warm-up: imports, fonts
     print(f"{'run':<24} {'lang':<5} {'markdown':>10} {'pdf':>10} {'pdf/md':>8}")
     for name, run in runs.items():
         for lang in LANGUAGES:
-            md = timed(lambda run=run, lang=lang: write_report(run_view(run, lang), out, "md"))
-            pdf = timed(lambda run=run, lang=lang: write_report(run_view(run, lang), out, "pdf"))
+            md = timed(lambda run=run, lang=lang: write_report(report_view(run, lang), out, "md"))
+            pdf = timed(lambda run=run, lang=lang: write_report(report_view(run, lang), out, "pdf"))
             print(f"{name:<24} {lang:<5} {md * 1000:8.1f}ms {pdf * 1000:8.1f}ms {pdf / md:7.1f}x")
     shutil.rmtree(out)
 

@@ -96,6 +96,18 @@ class Pair:
             return self.ratio.low <= 1.0 <= self.ratio.high
         return self.noise is not None and abs(self.speedup - 1.0) <= self.noise
 
+    @property
+    def verdict(self) -> str:
+        """faster, slower, noise (no change the measurements can tell), busy (either side
+        disturbed: no verdict) or unknown (no throughput on a side)."""
+        if self.speedup is None:
+            return "unknown"
+        if self.busy:
+            return "busy"
+        if self.within_noise:
+            return "noise"
+        return "faster" if self.speedup > 1 else "slower"
+
 
 @dataclass
 class ModeComparison:
@@ -103,6 +115,7 @@ class ModeComparison:
     sections: list[Section]
     pairs: list[Pair]  # consecutive pairs; the first-to-last pair is ``overall``
     overall: Pair
+    analyses: list[Analysis]  # each section's, in order: its efficiency, its findings
 
 
 @dataclass
@@ -197,7 +210,7 @@ def compare(steps: list[Step]) -> Comparison:
                  in zip(sections, sections[1:], analyses, analyses[1:])]
         overall = (pairs[0] if len(pairs) == 1 else
                    compare_pair(sections[0], sections[-1], (analyses[0], analyses[-1])))
-        modes.append(ModeComparison(label, sections, pairs, overall))
+        modes.append(ModeComparison(label, sections, pairs, overall, analyses))
     if not modes:
         raise BadInput("the inputs have no profiled mode in common (train, inference, ...)",
                        error_id="bad-input")

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import BadInput, ReporterError, WorkFailed
 from .render.report import GITHUB_COMMENT_LIMIT, RenderOptions, parse_formats, write_reports
-from .render.view import View
+from .model.profile import Profile
+from .model.run import Run, Section
+from .render.view import ReportView, View
 
 if TYPE_CHECKING:
     from .collect.distributed import Peers, World
@@ -125,10 +127,8 @@ def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output
                  ranks: tuple[World, Peers] | None = None) -> int:
     """Each target profiled (on every rank, gathered here, when ``ranks`` holds the world
     and its peers), analyzed, reported and stored."""
-    from .analyze.analyzer import analyze_run
     from .collect import distributed
     from .collect.runner import device_broken, profile_target
-    from .render.view import run_view
     from .store import commit, staging
 
     world = ranks[0] if ranks is not None else None
@@ -147,7 +147,7 @@ def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output
                 else:
                     run = distributed.profile_on_ranks(profile_target, ranks[0], ranks[1], i,
                                                        spec, builder, opts, stage, step)
-                view = run_view(run, output.lang, analyze_run(run))
+                view = report_view(run, output.lang)
                 reports = [p.name for p in output.write(view, stage, publish=False)]
                 final = commit(run, stage, root)
         except ReporterError as exc:
@@ -196,21 +196,40 @@ def render_run(ref: str, runs: Path, output: Output) -> list[Path]:
     return _report_stored(find(ref, runs), output)
 
 
+def report_view(run: Run, lang: str, log_rows: int | None = None) -> ReportView:
+    """A run analyzed and made ready to render in ``lang``: its sections' analyses and
+    its ranks' reading; the logs hold ``log_rows`` rows of each operator table (0: all,
+    None: the report's default)."""
+    from .analyze.analyzer import analyze_run
+    from .analyze.reading import ranks_of_run
+    from .render.view import run_view
+
+    more = {} if log_rows is None else {"log_rows": log_rows}
+    return run_view(run, lang, analyze_run(run), ranks_of_run(run), **more)
+
+
+def profiles_view(profiles: list[Profile], source: str, lang: str) -> ReportView:
+    """Profiles read from someone's tables or traces, analyzed and made ready to render."""
+    from .analyze.analyzer import analyze_section
+    from .analyze.reading import ranks_of_profiles
+    from .render.view import import_view
+
+    sections = [Section(label=p.label, throughput=None, profile=p) for p in profiles]
+    return import_view(sections, source, lang, [analyze_section(s) for s in sections],
+                       ranks_of_profiles(profiles))
+
+
 def _report_stored(folder: Path, output: Output) -> list[Path]:
     """The reports of the run stored in ``folder``, written into it."""
-    from .analyze.analyzer import analyze_run
-    from .render.view import run_view
     from .store import load
 
-    run = load(folder)
-    return output.write(run_view(run, output.lang, analyze_run(run)), folder)
+    return output.write(report_view(load(folder), output.lang), folder)
 
 
 def analysis_json(path: str, runs: Path) -> dict[str, Any]:
     """``analyze --json``: {profiles: [...]} of a stored run or of recorded profiles."""
     from .analyze.analyzer import analyze_run, analyze_section, profiles_json
     from .inputs import read_profiles, run_folder
-    from .model.run import Section
     from .store import load
 
     folder = run_folder(path, runs)
@@ -230,13 +249,12 @@ def analyze(path: str, runs: Path, out: Path, output: Output) -> list[Path]:
     """Reports of a stored run (into its folder) or of profiler tables and traces (into
     ``out``, named after the file)."""
     from .inputs import read_profiles, run_folder
-    from .render.view import import_view
 
     folder = run_folder(path, runs)
     if folder is not None:
         return _report_stored(folder, output)
     source = Path(path)
-    view = import_view(read_profiles(source), source.name, output.lang)
+    view = profiles_view(read_profiles(source), source.name, output.lang)
     return output.write(view, out, stem=report_stem(source))
 
 

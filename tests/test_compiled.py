@@ -20,7 +20,8 @@ from reporter.analyze.rules import launch_overhead
 from reporter.ingest.traces import read_trace
 from reporter.model.profile import KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from reporter.render.report import render_markdown
-from reporter.render.view import LANGUAGES, run_view
+from reporter.render.view import LANGUAGES
+from reporter.pipeline import report_view
 
 TRACES = SHARED / "corpus" / "traces"
 needs_corpus = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/corpus is absent")
@@ -167,5 +168,5 @@ def test_the_compiled_twin_runs_compiled_without_graph_breaks_or_recompiles(tmp_
         analysis = analyze_section(section, run.target.get("batch_size"))
         assert "recompilation" not in [f.rule for f in analysis.findings]
     for lang in LANGUAGES:
-        text = render_markdown(run_view(run, lang))
+        text = render_markdown(report_view(run, lang))
         assert "torch.compile" in text and c.kernels[0].fused in text

@@ -223,7 +223,7 @@ def _profile(name: str, tmp: Path):
 def test_a_run_beside_cpu_hogs_is_flagged_and_prints_nothing_it_cannot_defend(tmp_path):
     from reporter.analyze.analyzer import analyze_run
     from reporter.render.report import render_markdown
-    from reporter.render.view import run_view
+    from reporter.pipeline import report_view
 
     (tmp_path / "q").mkdir()
     (tmp_path / "b").mkdir()
@@ -240,7 +240,7 @@ def test_a_run_beside_cpu_hogs_is_flagged_and_prints_nothing_it_cannot_defend(tm
         same = ([f.rule for f, _ in quiet_a.main] == [f.rule for f, _ in busy_a.main])
         assert same or not busy_a.established, "the main problems flipped unannounced"
     assert all(s.busy for s in busy.sections), "hogs on every core for the whole run"
-    assert "The machine was busy" in render_markdown(run_view(busy, "en"))
+    assert "The machine was busy" in render_markdown(report_view(busy, "en"))
 
 
 def test_list_marks_a_busy_run(stored):

@@ -9,7 +9,8 @@ import pytest
 from conftest import FIXTURES
 from reporter.render.report import render_markdown
 from reporter.store import load
-from reporter.render.view import LANGUAGES, run_view
+from reporter.render.view import LANGUAGES
+from reporter.pipeline import report_view
 
 FIXTURE = FIXTURES / "runs" / "cuda-h100-transformer"
 
@@ -45,7 +46,7 @@ def test_the_recorded_window_holds_exactly_the_recorded_steps_device_work(run):
 
 @pytest.mark.parametrize("lang", LANGUAGES)
 def test_fp32_products_come_first_with_their_measured_worth(run, lang):
-    view = run_view(run, lang)
+    view = report_view(run, lang)
     for s, section in zip(view.sections, run.sections):
         first = s.findings[0]
         assert first["rule"] == "fp32-gemm"

@@ -208,7 +208,7 @@ def test_live_cpu_run_measures_peaks_and_reports_efficiency(tmp_path):
     from reporter.collect.runner import RunOptions, profile_target
     from reporter.collect.target import resolve
     from reporter.render.report import render_markdown
-    from reporter.render.view import run_view
+    from reporter.pipeline import report_view
     from reporter.store import commit, load, staging
 
     spec, builder = resolve("transformer")
@@ -236,7 +236,7 @@ def test_live_cpu_run_measures_peaks_and_reports_efficiency(tmp_path):
              "ru": ("## Эффективность", "| Оператор | dtype |", "- MFU: **"),
              "zh": ("## 效率", "| 算子 | dtype |", "- MFU：**")}
     for lang, expected in words.items():
-        text = render_markdown(run_view(again, lang))
+        text = render_markdown(report_view(again, lang))
         for w in expected:
             assert w in text, (lang, w)
     doc = json.loads(json.dumps(to_json(e)))
@@ -249,7 +249,7 @@ def test_crafted_run_json(tmp_path):
 
     from reporter.errors import BadInput
     from reporter.render.report import render_markdown
-    from reporter.render.view import run_view
+    from reporter.pipeline import report_view
     from reporter.store import load
 
     src = Path(__file__).parent / "fixtures" / "runs" / "cpu-transformer"
@@ -261,7 +261,7 @@ def test_crafted_run_json(tmp_path):
     section["peaks"]["device"] = "<img src=http://x/y.png> [a](http://x)"
     section["profile"]["costs"][0]["dtype"] = "<b>fp32</b>"
     (folder / "run.json").write_text(json.dumps(doc))
-    text = render_markdown(run_view(load(folder), "en"))
+    text = render_markdown(report_view(load(folder), "en"))
     assert "<img src=http" not in text and "<b>fp32</b>" not in text
     assert "[a](http" not in text  # escaped: \\[a\\](http...
     section["profile"]["costs"][0]["flops"] = "many"

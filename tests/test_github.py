@@ -12,7 +12,8 @@ from markdown_it import MarkdownIt
 from reporter.model.profile import Op, Profile
 from reporter.model.run import Run, Section, Throughput
 from reporter.render.report import GITHUB_COMMENT_LIMIT, RenderOptions, render_markdown
-from reporter.render.view import LANGUAGES, Fmt, run_view
+from reporter.render.view import LANGUAGES, Fmt
+from reporter.pipeline import report_view
 from reporter.store import load
 
 GFM = MarkdownIt("commonmark").enable("table")
@@ -50,10 +51,10 @@ def _part(md: str, start: str, end: str) -> str:
 
 @pytest.mark.parametrize("lang", LANGUAGES)
 def test_a_large_report_fits_a_comment_with_summary_and_findings_whole(lang):
-    full_view = run_view(_big_run(), lang, log_rows=0)  # every row in the logs
+    full_view = report_view(_big_run(), lang, log_rows=0)  # every row in the logs
     full = render_markdown(full_view)
     assert len(full) > GITHUB_COMMENT_LIMIT  # the test means something
-    fitted_view = run_view(_big_run(), lang, log_rows=0)
+    fitted_view = report_view(_big_run(), lang, log_rows=0)
     fitted = render_markdown(fitted_view, RenderOptions(max_chars=GITHUB_COMMENT_LIMIT))
     assert len(fitted) <= GITHUB_COMMENT_LIMIT
     # Everything before the logs is the same, word for word.
@@ -109,7 +110,7 @@ def test_the_pdf_keeps_whole_logs_and_its_own_charts(tmp_path):
     if shutil.which("pdftotext") is None:
         pytest.skip("poppler-utils is not installed")
     from reporter.render.report import RenderOptions, write_report
-    view = run_view(load(FIXTURES / "runs" / "cpu-transformer-bloat"), "en")
+    view = report_view(load(FIXTURES / "runs" / "cpu-transformer-bloat"), "en")
     pdf = write_report(view, tmp_path, "pdf", RenderOptions(max_chars=3000, github=True))
     import subprocess
     text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True).stdout

@@ -16,7 +16,8 @@ from reporter.analyze.analyzer import RULES, analyze_run
 from reporter.compare import compare, load_step
 from reporter.render.languages import language
 from reporter.render.report import render_markdown
-from reporter.render.view import LANGUAGES, Fmt, _finding_view, compare_view, run_view
+from reporter.render.view import LANGUAGES, Fmt, _finding_view, compare_view
+from reporter.pipeline import report_view
 from reporter.store import load
 from conftest import FIXTURES, SHARED
 
@@ -34,7 +35,7 @@ def glossary(lang: str) -> dict:
 @lru_cache(maxsize=None)
 def reports(lang: str) -> tuple[tuple[str, str], ...]:
     """Every fixture run's report and a comparison, rendered in ``lang``: (name, text)."""
-    out = [(name, render_markdown(run_view(load(RUNS / name), lang))) for name in FIXTURE_RUNS]
+    out = [(name, render_markdown(report_view(load(RUNS / name), lang))) for name in FIXTURE_RUNS]
     steps = [load_step(str(RUNS / n), RUNS) for n in
              ("cpu-transformer-bloat", "cpu-transformer-bloat-fixed")]
     out.append(("compare-bloat", render_markdown(compare_view(compare(steps), lang))))

@@ -17,7 +17,8 @@ import pytest
 
 from reporter.render.report import render_markdown
 from reporter.store import load
-from reporter.render.view import LANGUAGES, run_view
+from reporter.render.view import LANGUAGES
+from reporter.pipeline import report_view
 from conftest import FIXTURES
 
 GOLD = Path(__file__).resolve().parent / "gold"
@@ -37,7 +38,7 @@ def scrub(text: str) -> str:
 @pytest.mark.parametrize("fixture", FIXTURE_RUNS)
 def test_report_matches_gold(fixture, lang):
     run = load(FIXTURES / "runs" / fixture)
-    actual = scrub(render_markdown(run_view(run, lang)))
+    actual = scrub(render_markdown(report_view(run, lang)))
     gold = GOLD / f"{fixture}.{lang}.md"
     if os.environ.get("REPORTER_UPDATE_GOLD"):
         gold.write_text(actual, encoding="utf-8")

@@ -177,3 +177,16 @@ def test_the_rank_protocol_lives_in_one_module():
         text = path.read_text(encoding="utf-8")
         assert not [w for w in words if f"distributed{w}" in text or
                     (w in text and "from .collect.distributed import" in text)], path
+
+
+def test_the_views_only_format():
+    """render/ takes what the analysis decided as data: from reporter.analyze it imports
+    types and constants, never a function (no analyzer, efficiency or reading call while a
+    report is formatted); the pipeline hands the views their analyses."""
+    calls = []
+    for path in (PACKAGE / "render").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and "analyze" in (node.module or ""):
+                calls += [f"{path.name}: {a.name}" for a in node.names
+                          if not (a.name.isupper() or a.name[:1].isupper())]
+    assert calls == []

@@ -13,7 +13,8 @@ from reporter.ingest.tables import _title, parse_tables
 from reporter.model.finding import Finding
 from reporter.model.profile import Op, Profile
 from reporter.render.report import render_markdown
-from reporter.render.view import LANGUAGES, Fmt, _finding_view, compare_view, import_view
+from reporter.render.view import LANGUAGES, Fmt, _finding_view, compare_view
+from reporter.pipeline import profiles_view
 
 SEEDS = SHARED / "seeds"
 
@@ -114,7 +115,7 @@ def test_imported_profiles_are_framed_by_their_number():
              "Self CPU time total: 2.000ms\n")
     text = "Первый прогон модели:\n" + table + "\nПосле правок:\n" + table.replace("2.000", "1.000")
     profiles = parse_tables(text)
-    md = {lang: render_markdown(import_view(profiles, "t.txt", lang)) for lang in LANGUAGES}
+    md = {lang: render_markdown(profiles_view(profiles, "t.txt", lang)) for lang in LANGUAGES}
     assert "## Профиль 1 — «Первый прогон модели»" in md["ru"]
     assert "## Profile 2: “После правок”" in md["en"]
     assert "## 第 2 份 profile：“После правок”" in md["zh"]

@@ -73,10 +73,10 @@ def test_a_targets_memory_does_not_depend_on_what_ran_before(tmp_path):
 ])
 def test_the_report_shows_the_breakdown_and_its_chart(live_run, tmp_path, lang, words):
     from reporter.render.report import write_report
-    from reporter.render.view import run_view
+    from reporter.pipeline import report_view
 
     run = live_run("transformer-bloat-fixed")
-    view = run_view(run, lang)
+    view = report_view(run, lang)
     path = write_report(view, tmp_path, "md")
     text = path.read_text()
     for w in words:
@@ -89,7 +89,7 @@ def test_the_report_shows_the_breakdown_and_its_chart(live_run, tmp_path, lang, 
 def test_a_run_without_a_memory_profile_says_so(stored, tmp_path):
     """Runs stored before the memory profile render, and say why the breakdown is missing."""
     from reporter.render.report import write_report
-    from reporter.render.view import run_view
+    from reporter.pipeline import report_view
     from reporter.store import load
 
     _, folder = stored("cpu-transformer")
@@ -98,5 +98,5 @@ def test_a_run_without_a_memory_profile_says_so(stored, tmp_path):
         s.pop("tensor_memory", None)
         s.pop("tensor_memory_note", None)
     (folder / "run.json").write_text(json.dumps(data))
-    text = write_report(run_view(load(folder), "en"), tmp_path, "md").read_text()
+    text = write_report(report_view(load(folder), "en"), tmp_path, "md").read_text()
     assert "Tensor memory by category: not recorded" in text

@@ -14,7 +14,8 @@ from reporter.errors import WorkFailed
 from reporter.model.profile import Op, Profile
 from reporter.render.pdf import check_fonts
 from reporter.render.report import write_report
-from reporter.render.view import LANGUAGES, import_view, run_view
+from reporter.render.view import LANGUAGES
+from reporter.pipeline import profiles_view, report_view
 from reporter.store import load
 
 pytestmark = pytest.mark.skipif(shutil.which("pdftotext") is None,
@@ -33,7 +34,7 @@ def _text(pdf: Path, *args: str) -> str:
 @pytest.mark.parametrize("lang", LANGUAGES)
 @pytest.mark.parametrize("fixture", ["cpu-transformer-bloat", "cuda-seed001"])
 def test_pdf_in_every_language(tmp_path, fixture, lang):
-    view = run_view(load(FIXTURES / "runs" / fixture), lang)
+    view = report_view(load(FIXTURES / "runs" / fixture), lang)
     pdf = write_report(view, tmp_path, "pdf")
     text = _text(pdf)
     flat = " ".join(text.split())
@@ -67,7 +68,7 @@ def test_names_with_markup_stay_text_and_wrap(tmp_path):
            Op("a & b | c", calls=2, self_cpu_us=200, cpu_total_us=200),
            Op(long, calls=1, self_cpu_us=100, cpu_total_us=100)]
     profile = Profile(label="names", self_cpu_us=1000, ops=ops)
-    pdf = write_report(import_view([profile], "names.txt", "en"), tmp_path, "pdf")
+    pdf = write_report(profiles_view([profile], "names.txt", "en"), tmp_path, "pdf")
     dense = "".join(_text(pdf).split())  # wrapped names break across lines
     assert "<script>alert(1)</script>" in dense and "a&b|c" in dense
     assert "MulFunctor<float>>" in dense

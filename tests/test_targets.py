@@ -264,7 +264,8 @@ def test_tf32_flags_are_left_alone_unless_the_target_asks(monkeypatch):
 def test_a_forced_tf32_is_recorded_and_reported(monkeypatch, stored):
     from reporter.collect import runner
     from reporter.render.report import render_markdown
-    from reporter.render.view import LANGUAGES, run_view
+    from reporter.render.view import LANGUAGES
+    from reporter.pipeline import report_view
     from reporter.store import load
 
     monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1")
@@ -275,7 +276,7 @@ def test_a_forced_tf32_is_recorded_and_reported(monkeypatch, stored):
     run.sections[0].precision = {"tf32": state, "autocast": None}
     words = {"en": "forced by", "ru": "принудительно", "zh": "强制开启"}
     for lang in LANGUAGES:
-        md = render_markdown(run_view(run, lang))
+        md = render_markdown(report_view(run, lang))
         assert words[lang] in md and "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1" in md
 
 
@@ -295,26 +296,28 @@ def test_a_cuda_run_without_a_preset_uses_sizes_that_fill_the_gpu():
 def test_a_report_says_when_kernels_are_too_small_for_the_gpu(stored):
     from reporter.model.profile import Op
     from reporter.render.report import render_markdown
-    from reporter.render.view import LANGUAGES, run_view
+    from reporter.render.view import LANGUAGES
+    from reporter.pipeline import report_view
     from reporter.store import load
 
     _, folder = stored("cuda-seed001")
     run = load(folder)
-    assert "`--preset large`" not in render_markdown(run_view(run, "en"))  # long kernels
+    assert "`--preset large`" not in render_markdown(report_view(run, "en"))  # long kernels
     run.target.update(builtin=True, preset="default")
     p = run.sections[0].profile
     p.ops = [o for o in p.ops if o.kind != "kernel"] + [
         Op("void tiny_kernel<float>()", calls=100_000, self_device_us=300_000.0, kind="kernel")]
     words = {"en": "too small", "ru": "слишком малы", "zh": "规模太小"}
     for lang in LANGUAGES:
-        md = render_markdown(run_view(run, lang))
+        md = render_markdown(report_view(run, lang))
         assert words[lang] in md and "`--preset large`" in md, lang
 
 
 def test_a_cuda_run_without_kernels_says_so(stored, capsys):
     from reporter.collect import runner
     from reporter.render.report import render_markdown
-    from reporter.render.view import LANGUAGES, run_view
+    from reporter.render.view import LANGUAGES
+    from reporter.pipeline import report_view
     from reporter.store import load
 
     _, folder = stored("cuda-seed001")
@@ -329,7 +332,7 @@ def test_a_cuda_run_without_kernels_says_so(stored, capsys):
     words = {"en": "No CUDA kernels were recorded", "ru": "Ядра CUDA не записаны",
              "zh": "没有记录到 CUDA kernel"}
     for lang in LANGUAGES:
-        assert words[lang] in render_markdown(run_view(run, lang))
+        assert words[lang] in render_markdown(report_view(run, lang))
 
 
 def test_device_annotations_are_not_host_marks_or_steps(tmp_path):

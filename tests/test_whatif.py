@@ -47,7 +47,7 @@ def test_timed_on_the_cpu_and_used_over_the_estimate():
 def test_a_stored_whatif_is_checked_and_shown(tmp_path):
     from reporter.errors import BadInput
     from reporter.render.report import render_markdown
-    from reporter.render.view import run_view
+    from reporter.pipeline import report_view
 
     folder = tmp_path / "run"
     shutil.copytree(FIXTURE, folder)
@@ -60,7 +60,7 @@ def test_a_stored_whatif_is_checked_and_shown(tmp_path):
              "zh": "本机实测每步 1.00\u00a0ms → 1.40\u00a0ms，替换后并不更快"}
     run = load(folder)
     for lang, text in words.items():
-        assert text in render_markdown(run_view(run, lang)), lang
+        assert text in render_markdown(report_view(run, lang)), lang
     section["whatif"] = {"unfused-attention": {"before_ms": "fast"}}
     (folder / "run.json").write_text(json.dumps(doc))
     with pytest.raises(BadInput, match="whatif"):

@@ -26,7 +26,7 @@ from ..model.finding import Finding, Saving
 from ..model.profile import Profile
 from ..model.run import Run, Section
 from . import rules  # noqa: F401  (the registry is whole: see the package)
-from .compiled import compiled
+from .compiled import Compiled, compiled
 from .efficiency import Efficiency
 from .findings import (
     MATMUL_OPS,
@@ -44,6 +44,7 @@ from .findings import (
     step_share,
     step_wall_us,
 )
+from .reading import StepReading, read_step, short_kernels_us
 from .roofline import MATRIX_BOUND, NEAR_ROOFLINE
 
 __all__ = ["Analysis", "analyze", "analyze_run", "analyze_section", "finding_ids",
@@ -109,6 +110,12 @@ class Analysis:
     # timed replacements that rank the findings are off, and the findings are
     # candidates, not established.
     established: bool = True
+    # What the report states besides the findings (reporter.analyze.reading): the step
+    # breakdown read, the mean kernel when kernels are too short for the device, and
+    # what torch.compile did (reporter.analyze.compiled).
+    reading: StepReading | None = None
+    short_kernel_us: float | None = None
+    compiled: Compiled | None = None
 
 
 def analyze_section(section: Section, batch_size: int | None = None,
@@ -126,8 +133,10 @@ def analyze_section(section: Section, batch_size: int | None = None,
     # A step timed while the machine was busy is no yardstick: the profiled one is used.
     real_step_us = t.step_us(batch_size) if t is not None and t.reliable else None
     main, minor = ranked(findings, section.profile, eff, section.whatif, real_step_us)
-    return Analysis(eff, findings, main, minor,
-                    established=not section.busy)
+    return Analysis(eff, findings, main, minor, established=not section.busy,
+                    reading=read_step(section.profile.breakdown),
+                    short_kernel_us=short_kernels_us(section.profile),
+                    compiled=compiled(section.profile))
 
 
 def analyze_run(run: Run) -> list[Analysis]:

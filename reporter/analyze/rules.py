@@ -436,7 +436,13 @@ def _host_idle_share(profile: Profile) -> float | None:
     return sum(b.device_us["idle_host"]) / wall if wall > 0 else None
 
 
-@rule("launch-overhead", saving=savings.unquantified, ratio=0.5, short_kernel_us=10.0,
+# Kernels shorter than this on average are launch latency: the sizes are too small for
+# the device (the report says so too: reporter.analyze.reading.short_kernels_us).
+SHORT_KERNEL_US = 10.0
+
+
+@rule("launch-overhead", saving=savings.unquantified, ratio=0.5,
+      short_kernel_us=SHORT_KERNEL_US,
       min_launches=100, host_idle=0.10)
 def launch_overhead(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Many short kernels: launching them costs about as much as running them. Short

@@ -1,9 +1,11 @@
 """The view models: everything a template prints, formatted for one locale.
 
 ``run_view`` and ``import_view`` make a ``ReportView``, ``compare_view`` a
-``CompareView``, from analyzed results (reporter.analyze.analyzer.Analysis).
-Templates only loop and print; every number, date, plural and sort order is
-decided here, once for all languages. Numbers, units, dates and plurals go
+``CompareView``, from analyzed results (reporter.analyze.analyzer.Analysis, with its
+readings: reporter.analyze.reading), which reporter.pipeline hands them: a view
+decides nothing about the profile, it formats what the analysis decided. Templates
+only loop and print; every number, date, plural and sort order is formatted here,
+once for all languages. Numbers, units, dates and plurals go
 through Babel, in the locale of the language's folder (render/languages.py).
 """
 
@@ -21,10 +23,10 @@ from babel.dates import format_datetime
 from babel.numbers import format_decimal, format_percent
 from babel.units import format_unit
 
-from ..analyze.analyzer import Analysis, analyze_run, analyze_section, step_wall_us
+from ..analyze.analyzer import Analysis
 from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
-from ..analyze.compiled import KERNEL_ROWS, compiled
-from ..analyze.efficiency import of_section
+from ..analyze.compiled import KERNEL_ROWS, Compiled
+from ..analyze.reading import RankRow, RanksReading, StepReading
 from ..errors import WorkFailed
 from ..model.contention import mean_share
 from ..model.finding import Finding, Saving
@@ -34,7 +36,6 @@ from . import markup
 from .keytable import LOG_ROWS, log_tables
 from .languages import Language, codes, language
 
-SMALL_KERNEL_US = 10.0  # a GPU profile whose kernels average less is launch-bound
 def _codes_at_import() -> tuple[str, ...]:
     try:
         return codes()
@@ -340,16 +341,14 @@ def _tensor_memory_view(section: Section, fmt: Fmt) -> dict[str, Any]:
     }
 
 
-LONG_STEP = 1.5  # a profiled step this many times the median is pointed out
 MODULE_ROWS = 8  # modules shown in the step breakdown
-GPU_BOUND = 0.9  # device busy at least this share of the step: the step is bound by it
 
 
-def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
+def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt) -> dict[str, Any]:
     """The step breakdown's tables (mean per step and share), its one-line reading, and
     the long steps; or why there is none (``breakdown_note``: "table", "not-recorded")."""
     b = section.profile.breakdown
-    if b is None or not b.steps_us:
+    if b is None or r is None:
         return {"breakdown": None,
                 "breakdown_note": ("not-recorded" if section.throughput is not None
                                    else "table")}
@@ -366,46 +365,20 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
 
     host = rows(b.host_us, HOST_PHASES)
     device = rows(b.device_us, DEVICE_ACTIVITIES) if b.device_us else []
-    named = [r for r in host if r["name"] != "other"]
-    lead = max(named, key=lambda r: r["value"]) if named else None
-    reading: dict[str, Any] = {"lead": lead["name"] if lead else None,
-                               "lead_share": lead["share"] if lead else None,
-                               "lead_time": lead["time"] if lead else None,
-                               # Unmarked time larger than any phase: said first.
-                               "other_share": next((r["share"] for r in host
-                                                    if r["name"] == "other" and lead
-                                                    and r["value"] > lead["value"]), None),
-                               "busy_share": None, "idle_share": None, "idle_reason": None,
-                               "comm_hidden": None, "pageable": None, "gpu_bound": False}
-    if b.device_us:
-        idle = {k: b.mean(b.device_us.get(k, [])) for k in ("idle_data", "idle_sync",
-                                                            "idle_latency", "idle_queued",
-                                                            "idle_host")}
-        total = sum(idle.values())
-        reading.update(idle_share=fmt.pct(total / step) if step else "—",
-                       idle_reason=(max(idle, key=lambda k: idle[k]) if total > 0.05 * step
-                                    else None),
-                       busy_share=fmt.pct(1 - total / step) if step else "—",
-                       # The device works almost the whole step: the host phases only
-                       # say where the host waits for it, and the reading says so first.
-                       gpu_bound=bool(step) and lead is not None
-                       and total <= (1 - GPU_BOUND) * step)
-        overlapped = b.mean(b.device_notes_us.get("comm_overlapped", []))
-        exposed = b.mean(b.device_us.get("communication", []))
-        reading["comm_hidden"] = (fmt.pct(overlapped / (overlapped + exposed))
-                                  if overlapped + exposed > 0 else None)
-        pageable = b.mean(b.device_notes_us.get("copy_pageable", []))
-        reading["pageable"] = fmt.time(pageable) if pageable > 0 else None
-    # Long steps, without the runner's wait for the last step's kernels. Not on a
-    # GPU-bound step: its host steps are as long as the waits for the device that fall in
-    # them (the first waits for nothing, the last for its own kernels), not comparable.
-    drain = b.host_us.get("drain") or [0.0] * len(b.steps_us)
-    own = [us - d for us, d in zip(b.steps_us, drain)]
-    median = sorted(own)[len(own) // 2]
-    long_steps = [{"n": i, "ratio": fmt.num(us / median, 1), "time": fmt.time(us)}
-                  for i, us in enumerate(own, 1)
-                  if len(own) >= 3 and median > 0 and us >= LONG_STEP * median
-                  and not reading["gpu_bound"]]
+    reading: dict[str, Any] = {
+        "lead": r.lead, "lead_share": fmt.pct(r.lead_us / step) if r.lead else None,
+        "lead_time": fmt.time(r.lead_us) if r.lead else None,
+        # Unmarked time larger than any phase: said first.
+        "other_share": fmt.pct(r.other_us / step) if r.other_us is not None else None,
+        "busy_share": None, "idle_share": None, "idle_reason": r.idle_reason,
+        "comm_hidden": fmt.pct(r.comm_hidden) if r.comm_hidden is not None else None,
+        "pageable": fmt.time(r.pageable_us) if r.pageable_us is not None else None,
+        "gpu_bound": r.gpu_bound}
+    if r.idle_us is not None:
+        reading.update(idle_share=fmt.pct(r.idle_us / step) if step else "—",
+                       busy_share=fmt.pct(1 - r.idle_us / step) if step else "—")
+    long_steps = [{"n": x.n, "ratio": fmt.num(x.ratio, 1), "time": fmt.time(x.us)}
+                  for x in r.long_steps]
     fwd, bwd = b.module_forward_us, b.module_backward_us
     top = sorted(fwd, key=lambda k: fwd[k] + bwd.get(k, 0.0), reverse=True)[:MODULE_ROWS]
     module_rows = [{"name": markup.code(k), "forward": fmt.time(fwd[k]),
@@ -458,12 +431,11 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
     }
 
 
-def _compiled_view(section: Section, fmt: Fmt) -> dict[str, Any]:
+def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, Any]:
     """What torch.compile did (reporter.analyze.compiled), per profiled step: the time in
     compiled regions against eager code, Dynamo's guard checks and recompilations, the
     generated kernels by the operators they fuse, CUDA graphs; None when nothing was
     compiled."""
-    c = compiled(section.profile)
     if c is None:
         return {"compiled": None}
     n, device = c.steps, section.profile.has_device
@@ -771,17 +743,14 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
     ci = fmt.span(interval.low, interval.high) if interval else (None, None)
     spread = fmt.span(min(tt.used), max(tt.used)) if tt else (None, None)
     tf32 = section.precision.get("tf32") or {}
-    kernels = [o for o in p.ops if o.kind == KIND_KERNEL and o.calls] if device else []
-    calls = sum(o.calls for o in kernels)
-    mean_kernel_us = sum(o.self_device_us for o in kernels) / calls if calls else None
     state = {True: "on", False: "off", None: "unknown"}
     return SectionView(
         tf32=({"matmul": state[tf32.get("matmul")], "conv": state[tf32.get("conv")],
                "override": bool(tf32.get("override"))} if tf32 else None),
         autocast=section.precision.get("autocast"),
         # Kernels this short are launch latency: the sizes are too small for the device.
-        small_kernels=(fmt.time(mean_kernel_us) if mean_kernel_us is not None
-                       and mean_kernel_us < SMALL_KERNEL_US else None),
+        small_kernels=(fmt.time(analysis.short_kernel_us)
+                       if analysis.short_kernel_us is not None else None),
         mode=section.label if section.label in ("train", "inference") else None,
         # A name taken from the input (the sentence above its table), or None
         title=None if re.fullmatch(r"profile \d+", section.label) else section.label,
@@ -809,8 +778,8 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         host_held=fmt.bytes(m["host_held_b"]) if m.get("host_held_b") else None,
         host_net_peak=fmt.bytes(m.get("host_net_peak_b")),
         **_tensor_memory_view(section, fmt),
-        **_breakdown_view(section, fmt),
-        **_compiled_view(section, fmt),
+        **_breakdown_view(section, analysis.reading, fmt),
+        **_compiled_view(section, analysis.compiled, fmt),
         **_efficiency_view(eff, fmt),
         has_device=device,
         time_column="Self CUDA" if device else "Self CPU",  # the profiler's own words
@@ -841,60 +810,42 @@ def _number(sections: list[SectionView]) -> None:
         s.sub = markup.Md("###" if len(sections) > 1 else "##")
 
 
-def _rank_row(rank: int, status: str, error: str | None, section: Section | None,
-              fmt: Fmt) -> dict[str, Any]:
-    row = {"rank": rank, "status": status, "error": md_text(error) if error else None,
-           "throughput": "—", "step": "—", "comm": "—", "overlap": "—", "median": None}
-    if section is None:
-        return row
-    p, t = section.profile, section.throughput
-    if t and t.windows:
-        row["throughput"], row["median"] = fmt.num(t.median), t.median
-    wall = step_wall_us(p)
-    if p.steps and wall:
-        row["step"] = fmt.time(wall / p.steps)
-    if p.comm_us is not None and wall:
-        row["comm"] = fmt.pct(p.comm_us / wall)
-        row["overlap"] = (fmt.pct(p.comm_overlap_us / p.comm_us)
-                          if p.comm_us and p.comm_overlap_us is not None else "—")
-    return row
+def _rank_row(r: RankRow, fmt: Fmt) -> dict[str, Any]:
+    f = r.figures
+    return {"rank": r.rank, "status": r.status, "error": md_text(r.error) if r.error else None,
+            "throughput": fmt.num(f.throughput) if f.throughput else "—",
+            "median": f.throughput,
+            "step": fmt.time(f.step_us) if f.step_us else "—",
+            "comm": fmt.pct(f.comm_share) if f.comm_share is not None else "—",
+            "overlap": fmt.pct(f.overlap_share) if f.overlap_share is not None else "—"}
 
 
-def _ranks_view(rows: list[dict[str, Any]], main: int, fmt: Fmt) -> dict[str, Any]:
+def _ranks_view(ranks: RanksReading | None, fmt: Fmt) -> dict[str, Any] | None:
     """Per-rank rows plus the total, the spread across ranks and the slowest rank;
     ``main`` is the rank whose profile the report's sections show."""
-    timed = [r for r in rows if r["median"]]
-    view: dict[str, Any] = {"rows": rows, "world": len(rows), "main": main, "total": None,
-                            "spread": None,
-                            "slowest": None,
-                            "missing": [r["rank"] for r in rows if r["status"] != "ok"]}
-    if timed:
-        medians = sorted(r["median"] for r in timed)
-        mid = medians[len(medians) // 2]
-        view["total"] = fmt.num(sum(medians))
-        view["spread"] = fmt.pct((medians[-1] - medians[0]) / mid) if mid else None
-        view["slowest"] = min(timed, key=lambda r: r["median"])["rank"]
-    return view
+    if ranks is None:
+        return None
+    sp = ranks.spread
+    return {"rows": [_rank_row(r, fmt) for r in ranks.rows], "world": len(ranks.rows),
+            "main": ranks.main, "total": fmt.num(sp.total) if sp else None,
+            "spread": fmt.pct(sp.spread) if sp and sp.spread is not None else None,
+            "slowest": sp.slowest if sp else None,
+            "missing": [r.rank for r in ranks.rows if r.status != "ok"]}
 
 
-def run_view(run: Run, lang: str, analyses: list[Analysis] | None = None,
+def run_view(run: Run, lang: str, analyses: list[Analysis], ranks: RanksReading | None = None,
              log_rows: int = LOG_ROWS) -> ReportView:
-    """Everything report.md.j2 prints for a stored or fresh run; ``analyses``, one per
-    section (analyze_run's, when not given); its logs hold ``log_rows`` rows of each
-    operator table (0: all)."""
+    """Everything report.md.j2 prints for a stored or fresh run, with its analyses (one
+    per section: analyze_run's) and its ranks' reading (reading.ranks_of_run); its logs
+    hold ``log_rows`` rows of each operator table (0: all). reporter.pipeline.report_view
+    makes both."""
     fmt = Fmt(check_language(lang))
     env = run.env
     sections = [section_view(s, a, fmt, log_rows=log_rows)
-                for s, a in zip(run.sections, analyses or analyze_run(run), strict=True)]
+                for s, a in zip(run.sections, analyses, strict=True)]
     _number(sections)
-    ranks = None
-    if run.ranks:
-        ranks = _ranks_view([_rank_row(r["rank"], r["status"], r.get("error"),
-                                       (run.sections if r.get("main") else r.get("sections")
-                                        or [None])[0], fmt) for r in run.ranks],
-                            next(r["rank"] for r in run.ranks if r.get("main")), fmt)
     return ReportView(
-        ranks=ranks,
+        ranks=_ranks_view(ranks, fmt),
         lang=lang,
         run_id=run.id,
         target=run.target.get("name"),
@@ -920,24 +871,22 @@ def run_view(run: Run, lang: str, analyses: list[Analysis] | None = None,
     )
 
 
-def import_view(profiles: list[Profile], source: str, lang: str) -> ReportView:
-    """The report view of profiles read from someone's tables (no run around them)."""
+def import_view(sections_in: list[Section], source: str, lang: str,
+                analyses: list[Analysis], ranks: RanksReading | None = None) -> ReportView:
+    """The report view of profiles read from someone's tables (no run around them), each
+    wrapped in a Section, with their analyses; ``ranks`` for per-rank traces (the first
+    rank's profile is the report, every rank is in the table)."""
     fmt = Fmt(check_language(lang))
     # The user has the tables they gave: no logs.
-    wrapped = [Section(label=p.label, throughput=None, profile=p) for p in profiles]
-    sections = [section_view(s, analyze_section(s), fmt, logs=False) for s in wrapped]
+    sections = [section_view(s, a, fmt, logs=False)
+                for s, a in zip(sections_in, analyses, strict=True)]
     _number(sections)
-    device = next((p.device_type for p in profiles if p.device_type), None)
-    ranks = None
-    if len(profiles) > 1 and all(re.fullmatch(r"rank \d+", p.label) for p in profiles):
-        # per-rank traces: the first rank's profile is the report, every rank is in the table
-        ranks = _ranks_view([_rank_row(int(p.label.split()[1]), "ok", None,
-                                       Section(p.label, None, p), fmt) for p in profiles],
-                            int(profiles[0].label.split()[1]), fmt)
+    device = next((s.profile.device_type for s in sections_in if s.profile.device_type), None)
+    if ranks is not None:
         sections = sections[:1]
         sections[0].sub = markup.Md("##")
     return ReportView(
-        ranks=ranks,
+        ranks=_ranks_view(ranks, fmt),
         lang=lang, run_id=None, source=source, target=source, seed=None,
         preset=None, larger_preset=False, batch_size=None, on_gpu=device is not None,
         device_name=device.upper() if device else "CPU", device_memory=None,
@@ -981,15 +930,14 @@ def _breakdown_side_by_side(sections: list[Section], fmt: Fmt) -> dict[str, Any]
             "host": rows("host_us", HOST_PHASES), "device": rows("device_us", DEVICE_ACTIVITIES)}
 
 
-def _efficiency_side_by_side(sections: list[Section], steps: list[Any], fmt: Fmt
-                             ) -> dict[str, Any] | None:
+def _efficiency_side_by_side(analyses: list[Analysis], fmt: Fmt) -> dict[str, Any] | None:
     """MFU and speed of light, one column per step of the comparison; None when no step
     has them."""
-    results = [of_section(s, step.batch_size) for s, step in zip(sections, steps)]
+    results = [a.efficiency for a in analyses]
     found = [r if not isinstance(r, str) else None for r in results]
     if not any(found):
         return None
-    return {"n": list(range(1, len(sections) + 1)),
+    return {"n": list(range(1, len(analyses) + 1)),
             "mfu": [fmt.pct(e.mfu) if e else "—" for e in found],
             "hfu": [fmt.pct(e.hfu) if e else "—" for e in found],
             "sol": [fmt.time(e.speed_of_light_us) if e else "—" for e in found],
@@ -1028,17 +976,9 @@ def compare_view(comparison: Any, lang: str) -> CompareView:
             })
             previous = tt.median if tt else None
         p = m.overall
-        if p.speedup is None:
-            verdict = "unknown"
-        elif p.busy:
-            verdict = "busy"
-        elif p.within_noise:
-            verdict = "noise"
-        else:
-            verdict = "faster" if p.speedup > 1 else "slower"
         modes.append(ModeView(
             mode=m.mode if m.mode in ("train", "inference") else None, title=m.mode,
-            rows=rows, verdict=verdict,
+            rows=rows, verdict=p.verdict,
             busy_runs=[n for n, sec in ((1, p.before), (len(m.sections), p.after))
                        if sec.busy],
             speedup=fmt.num(p.speedup, 2) if p.speedup else "—",
@@ -1065,7 +1005,7 @@ def compare_view(comparison: Any, lang: str) -> CompareView:
                         zip(comparison.steps, m.sections) if s.throughput and
                         s.throughput.windows],
             breakdown=_breakdown_side_by_side(m.sections, fmt),
-            efficiency=_efficiency_side_by_side(m.sections, comparison.steps, fmt),
+            efficiency=_efficiency_side_by_side(m.analyses, fmt),
             sub=markup.Md("###" if len(comparison.modes) > 1 else "##"),
         ))
     last = comparison.steps[-1].run
