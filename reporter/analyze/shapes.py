@@ -70,7 +70,7 @@ def dense_copies(profile: Profile, blown: list[list[int]], attr: str
 
 # --- The recorded sequence of calls (reporter.ingest.traces.host_calls) --------------------
 
-@dataclass
+@dataclass(slots=True)
 class Call:
     """One host call of a trace, in the order the thread made them: its inputs as
     recorded (shapes, strides, types, concrete values) and the index of the call that

@@ -639,11 +639,15 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
 
 
 def _recorded_autocast(trace: Path) -> str | None:
-    """The autocast a model entered itself (inside its forward), as its trace shows it."""
+    """The autocast a model entered itself (inside its forward), as its trace shows it
+    (None where the trace is too large to read again in the memory left)."""
     from ..analyze.shapes import recorded_autocast
     from ..ingest.traces import host_calls
 
-    return recorded_autocast(host_calls(trace))
+    try:
+        return recorded_autocast(host_calls(trace))
+    except BadInput:
+        return None
 
 
 def _whatif(section: Section, batch_size: int | None, device: str, progress: Progress,

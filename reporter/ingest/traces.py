@@ -1020,7 +1020,9 @@ def host_calls(path: Path) -> list[Call]:
     """The operators the host called, in order on each thread, each with its inputs (shapes,
     strides, types, concrete values) and the index of the call that encloses it: the
     sequence the aggregated profile does not keep (which call's output the next one read).
-    Read from the runner's own trace, for the replacements it times."""
+    Read from the runner's own trace, for the replacements it times. Runtime calls (kernel
+    launches, inside the operators) are left out."""
+    wanted = HOST_CATS - RUNTIME_CATS
     source = [_load(path)]
     meta: dict[str, Any] = {}
     try:
@@ -1030,7 +1032,7 @@ def host_calls(path: Path) -> list[Call]:
         try:
             for events in chunks:
                 for e in events:
-                    if e.ph == "X" and e.cat in HOST_CATS:
+                    if e.ph == "X" and e.cat in wanted:
                         threads[(e.pid, e.tid)].append(e)
         except _NotChunkable:
             threads.clear()
@@ -1038,7 +1040,7 @@ def host_calls(path: Path) -> list[Call]:
             _release(source)
             for events in _whole_events(path, raw, meta):
                 for e in events:
-                    if e.ph == "X" and e.cat in HOST_CATS:
+                    if e.ph == "X" and e.cat in wanted:
                         threads[(e.pid, e.tid)].append(e)
     finally:
         _release(source)
