@@ -318,3 +318,72 @@ def test_the_runner_gives_the_what_ifs_the_sections_trace(tmp_path, monkeypatch)
                                              time_budget_s=0.1, warmup_steps=1), tmp_path)
     assert seen and all(t is not None and t.name == name and exists
                         for name, t, exists in seen)
+
+
+def test_the_blowup_on_a_gpu_takes_device_time_and_the_devices_memory(tmp_path):
+    """Through the seam: on a GPU profile each chain call's time is its (name, shapes) row's
+    device time over its calls, a backward node's that of the operators inside it; the
+    timing runs between the device's events; the operands are capped by its free memory."""
+    from fake_cuda import fake_cuda
+    from reporter.analyze.shapes import backward_nodes
+    from reporter.ingest.traces import shape_key
+
+    prof, calls, _ = traced(_bloat(), tmp_path)
+    prof.device_type, prof.self_device_us = "cuda", 1.0
+    for i, row in enumerate(prof.ops_by_shape):
+        row.device_total_us = 10.0 * (i + 1)  # made-up kernel times, distinct per row
+    rows = {(o.name, o.input_shapes): o for o in prof.ops_by_shape}
+
+    def device_us(i):
+        return rows[(calls[i].name, shape_key(calls[i].dims))].device_total_us / rows[
+            (calls[i].name, shape_key(calls[i].dims))].calls
+    chains = blowup_chains(calls)
+    forward = [i for c in chains for i in (c.mul, c.sum)]
+    nodes = backward_nodes(calls, forward)
+    inside = [j for j, c in enumerate(calls) if c.parent in set(nodes) and c.op]
+    assert inside
+    assert whatif._recorded_us(prof, calls, forward + nodes) == pytest.approx(
+        sum(device_us(i) for i in forward + inside))
+    with fake_cuda() as gpu:
+        got = whatif.blowup_matmul(prof, "cuda", 2, calls, train=True)
+    assert got is not None and "event.record" in gpu.log and "free_memory" in gpu.log
+    with fake_cuda(free_memory=1 << 20):  # 0.5 MiB for 2 x 4 MiB blown-up tensors
+        assert whatif.blowup_matmul(prof, "cuda", 2, calls) is None
+
+
+def test_an_operand_keeps_its_recorded_layout():
+    """A permuted operand (strides that are neither dense nor a broadcast) is a strided view
+    with the recorded strides; an expanded one a broadcast of a smaller tensor."""
+    gen = torch.Generator().manual_seed(0)
+    permuted = whatif._operand_like([2, 3, 4], [12, 1, 3], torch.float32, gen, "cpu", True)
+    assert permuted.shape == (2, 3, 4) and permuted.stride() == (12, 1, 3)
+    expanded = whatif._operand_like([2, 3, 4], [4, 0, 1], torch.float32, gen, "cpu")
+    assert expanded.stride() == (4, 0, 1)
+    dense = whatif._operand_like([2, 3, 4], None, torch.bfloat16, gen, "cpu")
+    assert dense.is_contiguous() and dense.dtype == torch.bfloat16
+
+
+def test_an_added_mask_is_timed_added_in_both(tmp_path, monkeypatch):
+    """An additive (float) mask on the scores is added in the "before" and given to SDPA as
+    its attn_mask in the "after"."""
+    from torch.nn import functional as F
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 32, 16) for _ in range(3))
+    bias = torch.zeros(2, 1, 1, 32)
+
+    def step():
+        s = torch.matmul(q, k.transpose(-2, -1)) / 4.0 + bias
+        torch.matmul(torch.softmax(s, -1), v)
+    prof, calls, _ = traced(step, tmp_path)
+    assert attention_pattern(calls, [2, 4, 32, 32])["mask"] == [2, 1, 1, 32]
+    asked = []
+    real = F.scaled_dot_product_attention
+
+    def sdpa(q, k, v, **kw):
+        asked.append(kw.get("attn_mask"))
+        return real(q, k, v, **kw)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa)
+    got = whatif.attention(prof, "cpu", False, 2, None, calls)
+    assert got["mask"] == "added"
+    assert asked and all(m is not None and m.shape == (2, 1, 1, 32) for m in asked)
