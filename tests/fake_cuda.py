@@ -45,7 +45,8 @@ class FakeCuda(devices.HostDevice):
     is_gpu = True
 
     def __init__(self, name: str = "cuda", total_memory: int | None = None,
-                 count: int = 1, fail_after_syncs: int | None = None) -> None:
+                 count: int = 1, fail_after_syncs: int | None = None,
+                 free_memory: int | None = None) -> None:
         super().__init__(name)
         self.tensor_device = "cpu"
         self.total_memory = int(total_memory or H100_ENV["device_memory_b"])
@@ -53,6 +54,9 @@ class FakeCuda(devices.HostDevice):
         self.log: list[str] = []
         self._peaks = iter(H100_PEAKS * 50)
         self.fail_after_syncs = fail_after_syncs
+        # the device's free memory (None: the H100's total less the transformer's peak)
+        self.free = free_memory if free_memory is not None else self.total_memory - max(
+            p[1] for p in H100_PEAKS)
 
     def synchronize(self) -> None:
         self.log.append("sync")
@@ -69,6 +73,10 @@ class FakeCuda(devices.HostDevice):
     def memory_peaks(self) -> tuple[int, int]:
         self.log.append("memory_peaks")
         return next(self._peaks)
+
+    def free_memory(self) -> int:
+        self.log.append("free_memory")
+        return self.free
 
     def properties(self) -> devices.Properties:
         major, minor = (int(x) for x in H100_ENV["capability"].split("."))

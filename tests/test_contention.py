@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, cli
 
-from reporter.analyze import contention
 from reporter.analyze.efficiency import BUSY, IMPLAUSIBLE, Efficiency, of_section
 from reporter.analyze.peaks import MEASURED, Peaks, agreed
 from reporter.collect import machine
+from reporter.model import contention
 from reporter.model.contention import DISTURBED, Counters, Disturbance, between
 from reporter.model.run import Throughput
 from reporter.store import load
@@ -222,8 +222,8 @@ def _profile(name: str, tmp: Path):
 
 def test_a_run_beside_cpu_hogs_is_flagged_and_prints_nothing_it_cannot_defend(tmp_path):
     from reporter.analyze.analyzer import analyze_run
-    from reporter.render.report import render_markdown
     from reporter.pipeline import report_view
+    from reporter.render.report import render_markdown
 
     (tmp_path / "q").mkdir()
     (tmp_path / "b").mkdir()

@@ -74,6 +74,12 @@ class HostDevice:
     def memory_peaks(self) -> tuple[int, int] | None:
         return None
 
+    def free_memory(self) -> int | None:
+        """Bytes that can still be allocated where the tensors live (None: cannot tell)."""
+        from .. import memory
+
+        return memory.available()
+
     def properties(self) -> Properties | None:
         return None
 
@@ -123,6 +129,11 @@ class CudaDevice(HostDevice):
         """(allocated, reserved) peaks since reset_peaks, in bytes."""
         return (int(torch.cuda.max_memory_allocated(self.name)),
                 int(torch.cuda.max_memory_reserved(self.name)))
+
+    def free_memory(self) -> int | None:
+        """The device's free memory (the caching allocator's cache counts as used)."""
+        free, _total = torch.cuda.mem_get_info(torch.device(self.name))
+        return int(free)
 
     def properties(self) -> Properties:
         p = torch.cuda.get_device_properties(torch.device(self.name))

@@ -364,9 +364,20 @@ def _device_memory(profile_obj: Profile, device: str) -> dict[str, int]:
     return {"device_allocated_b": allocated, "device_reserved_b": reserved}
 
 
-def window_steps(stepper: Callable[[], None], device: str, opts: RunOptions) -> int:
-    """Steps in one timed window: about ``opts.window_s`` from one timed step, 3 to 200."""
+# A step longer than the timing budget over this many is timed in windows of one step: a
+# window of three would take longer than the whole budget, and the windows the median
+# needs many times it (the large preset's cnn on a GPU, seconds a step in the CPU's
+# augmentation, took 5 windows x 3 steps per mode).
+LONG_STEP_BUDGETS = 3
+
+
+def window_steps(stepper: Callable[[], None], device: str, opts: RunOptions,
+                 budget_s: float | None = None) -> int:
+    """Steps in one timed window: about ``opts.window_s`` from one timed step, 3 to 200;
+    1 when that step is longer than ``budget_s`` / LONG_STEP_BUDGETS."""
     one = _timed(stepper, device, 1)
+    if budget_s is not None and one > budget_s / LONG_STEP_BUDGETS:
+        return 1
     return max(3, min(200, round(opts.window_s / max(one, 1e-6))))
 
 
@@ -586,7 +597,7 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
     progress(f"warm-up ({opts.warmup_steps} steps)")
     for _ in range(opts.warmup_steps):
         stepper()
-    steps = window_steps(stepper, device, opts)
+    steps = window_steps(stepper, device, opts, budget_s)
     if opts.agree is not None:
         steps = opts.agree(steps)
     batch = stepper.target.batch_size
@@ -610,7 +621,8 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
     if on_gpu:
         memory.update(_device_memory(profile_obj, device))
         precision = {"tf32": devices.get(device).tf32_state(),
-                     "autocast": stepper.target.autocast}
+                     "autocast": stepper.target.autocast or _recorded_autocast(
+                         scratch / trace_name)}
     profiled = active * batch / active_s if active_s > 0 else 0.0
     progress("memory profile (1 step)")
     loaded = stepper.load()  # outside the memory profile: the model's step is what counts
@@ -626,8 +638,20 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
                    tensor_memory_note=tensors if isinstance(tensors, str) else None)
 
 
+def _recorded_autocast(trace: Path) -> str | None:
+    """The autocast a model entered itself (inside its forward), as its trace shows it
+    (None where the trace is too large to read again in the memory left)."""
+    from ..analyze.shapes import recorded_autocast
+    from ..ingest.traces import host_calls
+
+    try:
+        return recorded_autocast(host_calls(trace))
+    except BadInput:
+        return None
+
+
 def _whatif(section: Section, batch_size: int | None, device: str, progress: Progress,
-            optimizer: Any) -> None:
+            optimizer: Any, trace: Path | None = None) -> None:
     """Time on the device the replacements the section's findings propose."""
     from ..analyze.analyzer import analyze_section
     from .whatif import measure, timeable
@@ -642,7 +666,7 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
             watch = machine.Watch(torch.get_num_threads())
             skipped: dict[str, str] = {}
             with _filtered_native_stderr():
-                timed = measure(section, rules, device, optimizer, skipped)
+                timed = measure(section, rules, device, optimizer, skipped, trace)
             disturbance = watch.stop()
             if skipped:  # operands too large to allocate: the report says so
                 section.whatif_note = "; ".join(skipped.values())[:200]
@@ -773,7 +797,8 @@ def _profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
             benchmark = _benchmark(target, device, progress)
             for section in sections:
                 section.peaks = peaks.to_dict()
-                _whatif(section, batch_size, device, progress, target.optimizer)
+                _whatif(section, batch_size, device, progress, target.optimizer,
+                        Path(scratch) / section.trace if section.trace else None)
     finally:
         del target
         gc.collect()

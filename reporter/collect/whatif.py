@@ -29,12 +29,20 @@ import math
 import statistics
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .. import memory
 from ..analyze.findings import RULES
-from ..analyze.shapes import blowup_shapes, dense_copies
-from ..analyze.shapes import dims as _dims
+from ..analyze.shapes import (
+    BACKWARD_NODE,
+    REDUCED,
+    Call,
+    Chain,
+    attention_pattern,
+    backward_nodes,
+    blowup_chains,
+    recorded_autocast,
+)
 from ..analyze.shapes import shapes as _shapes
 from ..model.finding import Finding
 from ..model.profile import Profile
@@ -68,7 +76,8 @@ def attention_shapes(profile: Profile) -> dict[str, Any] | None:
             elif a[-2:] == [lq, ls] and b[-2] == ls:
                 ev = b[-1]  # p @ v
         if e:
-            return {"n": n, "l": lq, "s": ls, "e": e, "ev": ev or e, "calls": soft.calls}
+            return {"n": n, "l": lq, "s": ls, "e": e, "ev": ev or e, "calls": soft.calls,
+                    "scores": list(dims[0])}
     return None
 
 
@@ -122,14 +131,17 @@ def _device_median_s(fn: Callable[[], Any], dev: Any, budget_s: float) -> float:
     return statistics.median(times)
 
 
-def _autocast(dev: Any, section: Any) -> Any:
-    """The autocast the section's model ran under, for timing its replacements alike."""
+def _autocast(dev: Any, section: Any, calls: list[Call] | None = None) -> Any:
+    """The autocast the section's model ran under, for timing its replacements alike: the
+    one the target declared, else the one its trace shows (autocast entered inside the
+    model's forward: analyze.shapes.recorded_autocast)."""
     import contextlib
 
     import torch
 
+    declared = (getattr(section, "precision", None) or {}).get("autocast")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(
-        (getattr(section, "precision", None) or {}).get("autocast") or "")
+        declared or (recorded_autocast(calls) if calls else None) or "")
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(dev.tensor_device.split(":")[0], dtype=dtype)
@@ -143,11 +155,25 @@ def _generator(dev: Any) -> Any:
     return torch.Generator(device=dev.tensor_device).manual_seed(0)
 
 
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def _cap(dev: Any) -> int:
+    """Bytes a what-if may allocate for its operands: MAX_OPERANDS_B, or half of what the
+    device where they live has free (the GPU's memory on a GPU, not the host's)."""
+    free = dev.free_memory()
+    return min(MAX_OPERANDS_B, free // 2 if free is not None else MAX_OPERANDS_B)
+
+
 def attention(profile: Profile, device: str, train: bool, steps: int,
-              section: Any = None) -> dict[str, Any] | None:
-    """Unfused attention and scaled_dot_product_attention timed at the recorded shapes,
-    under the autocast the model ran under: {"before_ms", "after_ms"} per step, or None
-    when the shapes cannot be read."""
+              section: Any = None, calls: list[Call] | None = None
+              ) -> dict[str, Any] | None:
+    """The attention as the model computed it and ``scaled_dot_product_attention``, both
+    timed the same way at the recorded shapes, in the recorded dtype and under the
+    model's autocast: the "before" is the recorded pattern (the scores' product, the
+    scale, the mask the trace shows applied to the scores, the softmax, the second
+    product), the "after" SDPA with the same mask (``is_causal`` where the recorded mask is
+    causal). {"before_ms", "after_ms"} per step, or None when the shapes cannot be read."""
     import torch
     from torch.nn import functional as F
 
@@ -156,40 +182,63 @@ def attention(profile: Profile, device: str, train: bool, steps: int,
     shape = attention_shapes(profile)
     if shape is None:
         return None
-    n, lq, ls, e, ev = shape["n"], shape["l"], shape["s"], shape["e"], shape["ev"]
-    # q, k, v, and the scores with their scaled and softmaxed copies; twice in training
-    need = 4 * (n * lq * e + n * ls * e + n * ls * ev + 3 * n * lq * ls) * (2 if train else 1)
-    free = memory.available()
-    cap = min(MAX_OPERANDS_B, free // 2 if free is not None else MAX_OPERANDS_B)
+    scores = shape["scores"]
+    pattern = (attention_pattern(calls, scores) if calls else None) or {
+        "dtype": "fp32", "mask": None, "boolean": False, "causal": False}
+    dtype = getattr(torch, _DTYPES[pattern["dtype"]])
+    *batch, lq, ls = scores
+    e, ev = shape["e"], shape["ev"]
+    n = shape["n"]
+    size = torch.tensor([], dtype=dtype).element_size()
+    mask_b = math.prod(pattern["mask"]) * size if pattern["mask"] else 0
+    # q, k, v, and the scores with their scaled, masked and softmaxed copies; twice in
+    # training (their gradients)
+    need = (size * (n * lq * e + n * ls * e + n * ls * ev + 4 * n * lq * ls)
+            * (2 if train else 1) + mask_b)
+    dev = devices.get(device)
+    cap = _cap(dev)
     if need > cap:
         raise Skipped(f"attention at the recorded shapes would allocate {need:,} bytes, over "
                       f"the cap of {cap:,}")
-    dev = devices.get(device)
     gen = _generator(dev)
 
     def make(*size: int) -> Any:
         return torch.randn(*size, generator=gen, device=dev.tensor_device
-                           ).requires_grad_(train)
-    q = make(shape["n"], shape["l"], shape["e"])
-    k = make(shape["n"], shape["s"], shape["e"])
-    v = make(shape["n"], shape["s"], shape["ev"])
-    scale = 1 / math.sqrt(shape["e"])
+                           ).to(dtype).requires_grad_(train)
+    q, k, v = make(*batch, lq, e), make(*batch, ls, e), make(*batch, ls, ev)
+    scale = 1 / math.sqrt(e)
+    mask = attn_mask = None
+    causal = bool(pattern["causal"])
+    if pattern["mask"] is not None:
+        if pattern["boolean"]:
+            mask = torch.ones(lq, ls, dtype=torch.bool, device=dev.tensor_device).triu(1)
+            mask = mask.expand(*pattern["mask"][:-2], lq, ls)[
+                tuple(slice(0, x) for x in pattern["mask"])].contiguous()
+            attn_mask = None if causal else ~mask
+        else:
+            mask = torch.zeros(*pattern["mask"], dtype=dtype, device=dev.tensor_device)
+            attn_mask = mask
 
     def unfused() -> None:
-        out = torch.bmm(torch.softmax(torch.bmm(q, k.transpose(1, 2)) * scale, -1), v)
+        s = torch.matmul(q, k.transpose(-2, -1)) * scale
+        if mask is not None:
+            s = s.masked_fill(mask, float("-inf")) if pattern["boolean"] else s + mask
+        out = torch.matmul(torch.softmax(s, -1), v)
         if train:
             out.sum().backward()
 
     def fused() -> None:
-        out = F.scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal)
         if train:
             out.sum().backward()
     per_step = shape["calls"] / max(steps, 1)
-    with _autocast(dev, section):
+    with _autocast(dev, section, calls):
         before, after = _median_s(unfused, dev), _median_s(fused, dev)
     return {"before_ms": before * 1e3 * per_step, "after_ms": after * 1e3 * per_step,
-            "shape": [shape["n"], shape["l"], shape["s"], shape["e"]],
-            "calls_per_step": per_step}
+            "shape": [n, lq, ls, e], "calls_per_step": per_step,
+            "dtype": pattern["dtype"], "mask": ("causal" if causal else
+                                                "boolean" if pattern["boolean"] else
+                                                "added" if pattern["mask"] else None)}
 
 
 # Copies of parameters and gradients past this size are not made for a what-if.
@@ -256,10 +305,31 @@ def _gemm_time_us(o: Any) -> float:
     return float(o.device_total_us or o.cpu_total_us)
 
 
-def gemm_shapes(profile: Profile) -> tuple[list[tuple[Any, list[int], list[int]]], float]:
-    """The matrix products' shapes that hold most of their time, most first: [(the
-    recorded row, a, b)], and the products' recorded time in all (us)."""
-    rows = sorted((o for o in profile.ops_by_shape if o.name in GEMMS),
+def reduced_rows(profile: Profile, calls: list[Call] | None) -> set[tuple[str, Any]]:
+    """The (name, input shapes) rows of the matrix products whose recorded calls ran on
+    bf16 or fp16 operands (autocast, or a model in that dtype): most of their calls, by
+    the trace's input types."""
+    if not calls:
+        return set()
+    from ..ingest.traces import shape_key
+
+    votes: dict[tuple[str, Any], list[int]] = {}
+    for c in calls:
+        if c.name in GEMMS and c.op:
+            i = GEMMS[c.name][0]
+            v = votes.setdefault((c.name, shape_key(c.dims)), [0, 0])
+            v[0 if (c.dtype(i) or "") in REDUCED else 1] += 1
+    return {key for key, (low, full) in votes.items() if low > full}
+
+
+def gemm_shapes(profile: Profile, reduced: set[tuple[str, Any]] | None = None
+                ) -> tuple[list[tuple[Any, list[int], list[int]]], float]:
+    """The fp32 matrix products' shapes that hold most of their time, most first: [(the
+    recorded row, a, b)], and the fp32 products' recorded time in all (us). Rows in
+    ``reduced`` (their calls ran in bf16 or fp16: reduced_rows) are not fp32's."""
+    reduced = reduced or set()
+    rows = sorted((o for o in profile.ops_by_shape if o.name in GEMMS
+                   and (o.name, o.input_shapes) not in reduced),
                   key=_gemm_time_us, reverse=True)
     total = sum(_gemm_time_us(o) for o in rows)
     out: list[tuple[Any, list[int], list[int]]] = []
@@ -282,22 +352,28 @@ def gemm_shapes(profile: Profile) -> tuple[list[tuple[Any, list[int], list[int]]
     return out, total
 
 
-def gemm_precision(profile: Profile, device: str, steps: int) -> dict[str, Any] | None:
+def gemm_precision(profile: Profile, device: str, steps: int,
+                   calls: list[Call] | None = None) -> dict[str, Any] | None:
     """What bf16 and TF32 make of the fp32 matrix products. Each of the shapes that hold
     most of their time is timed here in fp32 (TF32 as the model had it), in bf16 and in
     TF32; the speed-up measured at each shape applies to its recorded time, and their
     time-weighted mean to the products whose shapes were not timed. The recorded time,
     not the timed one, is the "before": in a training step many products run on
     transposed operands, which the kernels handle more slowly than the contiguous ones
-    timed here. {"before_ms", "after_ms" (bf16), "tf32_ms"} per step, the shapes timed
-    and the share of the products' time they hold; None when no shape can be read."""
+    timed here. Products the trace's ``calls`` show in bf16 or fp16 already (autocast, a
+    model in that dtype) are not converted: their time stays as it is in both. {"before_ms",
+    "after_ms" (bf16), "tf32_ms"} per step, the shapes timed and the share of the fp32
+    products' time they hold; None when no fp32 shape can be read."""
     import torch
 
     from . import device as devices
 
-    shapes, total_us = gemm_shapes(profile)
+    reduced = reduced_rows(profile, calls)
+    shapes, total_us = gemm_shapes(profile, reduced)
     if not shapes or total_us <= 0:
         return None
+    kept_us = sum(_gemm_time_us(o) for o in profile.ops_by_shape
+                  if (o.name, o.input_shapes) in reduced)
     dev = devices.get(device)
     gen = _generator(dev)
     # TF32 through the device's one helper (set_float32_matmul_precision: torch's legacy
@@ -320,88 +396,156 @@ def gemm_precision(profile: Profile, device: str, steps: int) -> dict[str, Any] 
         bf16_us += recorded * seconds["bf16"] / seconds["fp32"]
         tf32_us += recorded * seconds["tf32"] / seconds["fp32"]
     per_step_ms = total_us / max(steps, 1) / 1e3
-    return {"before_ms": per_step_ms, "after_ms": per_step_ms * bf16_us / timed_us,
-            "tf32_ms": per_step_ms * tf32_us / timed_us, "shapes": len(shapes),
+    kept_ms = kept_us / max(steps, 1) / 1e3
+    return {"before_ms": per_step_ms + kept_ms,
+            "after_ms": per_step_ms * bf16_us / timed_us + kept_ms,
+            "tf32_ms": per_step_ms * tf32_us / timed_us + kept_ms, "shapes": len(shapes),
             "cover": timed_us / total_us}
 
 
 BLOWUP_SHAPES = 3  # pairwise shapes timed at most
-MATERIALISERS = ("aten::repeat", "aten::repeat_interleave")
 
 
-def _pairwise(a: Any, b: Any) -> Any:
-    return (a * b).sum(-1)
+def _operand_like(shape: list[int], strides: list[int] | None, dtype: Any, gen: Any,
+                  on: str, grad: bool = False) -> Any:
+    """A tensor of ``shape`` laid out as recorded: an expanded view where the recorded
+    strides are 0 (so that the multiply broadcasts as it did, and in training its gradient
+    is summed back as the model's was), a strided view of a buffer just large enough where
+    they are otherwise not the dense ones."""
+    import torch
+
+    from ..analyze.shapes import contiguous_strides
+
+    if strides is None or len(strides) != len(shape) or any(x < 0 for x in strides):
+        strides = contiguous_strides(shape)
+    small = [1 if x == 0 else n for n, x in zip(shape, strides)]
+    if strides == contiguous_strides(shape) or 0 in strides:
+        leaf = torch.randn(*small, generator=gen, device=on).to(dtype).requires_grad_(grad)
+        return leaf.expand(*shape) if small != list(shape) else leaf
+    storage = 1 + sum((n - 1) * x for n, x in zip(shape, strides) if n > 0)
+    base = torch.randn(storage, generator=gen, device=on).to(dtype).requires_grad_(grad)
+    return base.as_strided(shape, strides)
 
 
-def _broadcasts_to(shape: tuple[int, ...], dims: list[Any]) -> bool:
-    """Whether a recorded mul's two operands broadcast to ``shape``."""
-    return (len(dims) >= 2 and len(dims[0]) == len(dims[1])
-            and tuple(max(p, q) for p, q in zip(dims[0], dims[1])) == shape)
+def _recorded_us(profile: Profile, calls: list[Call], indexes: Iterable[int]) -> float:
+    """The recorded time of these calls. On a GPU the device time of each call's
+    (name, shapes) row over its calls (a backward node: of the operators directly inside
+    it); on the CPU each call's own time."""
+    from ..ingest.traces import shape_key
+
+    wanted = list(indexes)
+    if not profile.has_device:
+        return sum(calls[i].end - calls[i].start for i in wanted)
+    rows = {(o.name, o.input_shapes): o for o in profile.ops_by_shape}
+    inside: dict[int, list[int]] = {}
+    nodes = {i for i in wanted if calls[i].name.startswith(BACKWARD_NODE)}
+    if nodes:
+        for j, c in enumerate(calls):
+            if c.parent is not None and c.op:
+                inside.setdefault(c.parent, []).append(j)
+    total = 0.0
+    for i in wanted:
+        for k in (inside.get(i, []) if i in nodes else [i]):
+            row = rows.get((calls[k].name, shape_key(calls[k].dims)))
+            if row is not None and row.calls:
+                total += row.device_total_us / row.calls
+    return total
 
 
-def _operand_of(shapes: list[list[int]], dims: list[Any]) -> bool:
-    """Whether a recorded repeat's input is an operand of one of the pairwise ``shapes``:
-    of its rank, every dimension the shape's or 1 (it broadcasts to it). A repeat of
-    anything else (a GQA model's key and value heads) is not the pattern's."""
-    if not dims or not isinstance(dims[0], list):
-        return False
-    x = dims[0]
-    return any(len(x) == len(s) and x != list(s) and all(p in (1, q) for p, q in zip(x, s))
-               for s in shapes)
-
-
-def _sums(shape: tuple[int, ...], dims: list[Any]) -> bool:
-    """Whether a recorded sum reduces a tensor of ``shape``."""
-    return bool(dims) and tuple(dims[0]) == shape
-
-
-def blowup_matmul(profile: Profile, device: str, steps: int) -> dict[str, Any] | None:
-    """The blown-up pairwise products against the matrix product that computes them: at
-    each recorded (..., X, Y, Z) shape, ``(a * b).sum(-1)`` on materialised operands is
-    timed against ``bmm`` of (..., X, Z) by (..., Z, Y). Each shape's ratio applies to the
-    recorded time of its ``mul`` and ``sum`` calls; the ``repeat`` copies that materialise
-    the operands go. {"before_ms", "after_ms"} per step, the recorded time of those
-    operators and what the products would take; None without the pattern."""
+def blowup_matmul(profile: Profile, device: str, steps: int,
+                  calls: list[Call] | None = None, section: Any = None,
+                  train: bool = False) -> dict[str, Any] | None:
+    """The blown-up pairwise products as the model ran them, against the matrix product
+    that computes them. Only the chains the trace recorded count (analyze.shapes.Chain:
+    a broadcast ``mul`` whose output is what the ``sum`` called next reduces over the last
+    dimension, a product of two operands each repeated along a dimension the other varies
+    in): at each, the ``mul`` on operands of its recorded shapes and strides (broadcast
+    views where the model's were) and the ``sum`` are timed against ``bmm`` of (n, x, z) by
+    (n, z, y), in the recorded dtype and under the model's autocast, with their backward
+    in a training step. Each chain's ratio applies to the recorded time of its own calls
+    (and of their backward nodes); the copies that materialised its operands (repeat,
+    contiguous) go, with the backward of everything that made them (an expand's is a sum).
+    {"before_ms", "after_ms"} per step; None without a recorded chain (without the
+    trace's calls nothing is claimed)."""
     import torch
 
     from . import device as devices
 
-    shapes = blowup_shapes(profile)[:BLOWUP_SHAPES]
-    if not shapes:
+    if not calls:
         return None
+    chains = blowup_chains(calls)
+    if not chains:
+        return None
+    groups: dict[Any, list[Chain]] = {}
+    for ch in chains:
+        key = (tuple(ch.a[0]), tuple(ch.a[1] or ()), tuple(ch.b[0]), tuple(ch.b[1] or ()),
+               calls[ch.mul].dtype(0))
+        groups.setdefault(key, []).append(ch)
+
+    def own(group: list[Chain]) -> list[int]:
+        forward = [i for c in group for i in (c.mul, c.sum)]
+        return forward + (backward_nodes(calls, forward) if train else [])
+    ranked = sorted(groups.values(), key=lambda g: _recorded_us(profile, calls, own(g)),
+                    reverse=True)
     dev = devices.get(device)
     gen = _generator(dev)
     on = dev.tensor_device
-
-    def recorded(names: tuple[str, ...], match: Callable[[list[Any]], bool]) -> float:
-        return sum(o.device_total_us or o.cpu_total_us for o in profile.ops_by_shape
-                   if o.name in names and match(_dims(o)))
     before_us = after_us = 0.0
-    for shape in shapes:
-        *batch, x, y, z = shape
-        n = math.prod(batch)
-        if 2 * math.prod(shape) * 4 > MAX_OPERANDS_B:
+    made: set[int] = set()
+    shapes: list[list[int]] = []
+    cap = _cap(dev)
+    for group in ranked[:BLOWUP_SHAPES]:
+        ch = group[0]
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(
+            REDUCED.get(calls[ch.mul].dtype(0) or "", ""), torch.float32)
+        size = torch.tensor([], dtype=dtype).element_size()
+        if (2 * math.prod(ch.out) + ch.n * (ch.x * ch.z + ch.z * ch.y + ch.x * ch.y)
+                ) * size * (3 if train else 1) > cap:
             continue
-        a = torch.randn(n, x, y, z, generator=gen, device=on)
-        b = torch.randn(n, x, y, z, generator=gen, device=on)
-        a3 = torch.randn(n, x, z, generator=gen, device=on)
-        b3 = torch.randn(n, z, y, generator=gen, device=on)
-        pairwise = _median_s(partial(_pairwise, a, b), dev, GEMM_BUDGET_S)
-        product = _median_s(partial(torch.bmm, a3, b3), dev, GEMM_BUDGET_S)
+        a = _operand_like(*ch.a, dtype, gen, on, train)
+        b = _operand_like(*ch.b, dtype, gen, on, train)
+        a3 = torch.randn(ch.n, ch.x, ch.z, generator=gen, device=on).to(dtype
+                                                                        ).requires_grad_(train)
+        b3 = torch.randn(ch.n, ch.z, ch.y, generator=gen, device=on).to(dtype
+                                                                        ).requires_grad_(train)
+        with _autocast(dev, section, calls):
+            pairwise = _median_s(partial(_pairwise, a, b, train), dev, GEMM_BUDGET_S)
+            product = _median_s(partial(_product, a3, b3, train), dev, GEMM_BUDGET_S)
         del a, b, a3, b3
-        t = tuple(shape)
-        pattern = (recorded(("aten::mul",), partial(_broadcasts_to, t))
-                   + recorded(("aten::sum",), partial(_sums, t)))
+        pattern = _recorded_us(profile, calls, own(group))
         before_us += pattern
         after_us += pattern * product / pairwise
+        for c in group:
+            made.update(c.copies)
+            made.update(c.producers if train else ())
+        shapes.append(list(ch.out))
     if before_us <= 0:
         return None
-    # the copies that materialise it: repeat, and expand(...).contiguous() of its shapes
-    before_us += recorded(MATERIALISERS, partial(_operand_of, shapes)) + dense_copies(
-        profile, shapes, "device_total_us" if profile.has_device else "cpu_total_us")[0]
+    # The copies go with the fix, and in training the backward of all that made the
+    # operands (the sums that an expand's and a repeat's gradients are).
+    gone = sorted({i for c in chains for i in c.copies} & made)
+    if train:
+        gone += backward_nodes(calls, sorted(made))
+    before_us += _recorded_us(profile, calls, gone)
     per_step = 1e3 * max(steps, 1)
     return {"before_ms": before_us / per_step, "after_ms": after_us / per_step,
-            "shapes": [list(s) for s in shapes]}
+            "shapes": shapes}
+
+
+def _product(a: Any, b: Any, train: bool = False) -> Any:
+    import torch
+
+    out = torch.bmm(a, b)
+    if train:
+        out.sum().backward()
+    return out
+
+
+def _pairwise(a: Any, b: Any, train: bool = False) -> Any:
+    out = (a * b).sum(-1)
+    if train:
+        out.sum().backward()
+    return out
 
 
 # The fp32-gemm what-if times matrix products only: where convolutions hold more than
@@ -416,20 +560,60 @@ def _products_drive(profile: Profile) -> bool:
     return fp32_convolution_share(profile) <= CONV_SHARE_MEASURED
 
 
-Recipe = Callable[[Any, str, Any, int], "dict[str, Any] | None"]
+class Recorded:
+    """The calls of the section's trace (reporter.ingest.traces.host_calls), read once and
+    only when a recipe asks for them; an empty list without the trace."""
+
+    def __init__(self, trace: Path | None) -> None:
+        self.trace = trace
+        self._calls: list[Call] | None = None
+
+    @property
+    def calls(self) -> list[Call]:
+        if self._calls is None:
+            from ..ingest.traces import host_calls
+
+            self._calls = (host_calls(self.trace) if self.trace is not None
+                           and self.trace.is_file() else [])
+        return self._calls or []
+
+
+Recipe = Callable[..., "dict[str, Any] | None"]
+
+
+def _attention(section: Any, device: str, optimizer: Any, steps: int,
+               recorded: Recorded | None = None) -> dict[str, Any] | None:
+    return attention(section.profile, device, section.label == "train", steps, section,
+                     recorded.calls if recorded is not None else None)
+
+
+def _optimizer(section: Any, device: str, optimizer: Any, steps: int,
+               recorded: Recorded | None = None) -> dict[str, Any] | None:
+    if optimizer is None or section.label != "train":
+        return None
+    return optimizer_foreach(optimizer, device)
+
+
+def _gemm(section: Any, device: str, optimizer: Any, steps: int,
+          recorded: Recorded | None = None) -> dict[str, Any] | None:
+    if not _products_drive(section.profile):
+        return None
+    return gemm_precision(section.profile, device, steps,
+                          recorded.calls if recorded is not None else None)
+
+
+def _blowup(section: Any, device: str, optimizer: Any, steps: int,
+            recorded: Recorded | None = None) -> dict[str, Any] | None:
+    return blowup_matmul(section.profile, device, steps,
+                         recorded.calls if recorded is not None else None, section,
+                         section.label == "train")
+
 
 # The replacements by recipe name, as rules name them (reporter.analyze.findings.WhatIf):
-# each takes the section, the device, the target's optimizer and the profiled steps.
-RECIPES: dict[str, Recipe] = {
-    "attention": lambda section, device, optimizer, steps: attention(
-        section.profile, device, section.label == "train", steps, section),
-    "optimizer": lambda section, device, optimizer, steps: optimizer_foreach(
-        optimizer, device) if optimizer is not None and section.label == "train" else None,
-    "gemm-precision": lambda section, device, optimizer, steps: gemm_precision(
-        section.profile, device, steps) if _products_drive(section.profile) else None,
-    "blowup-matmul": lambda section, device, optimizer, steps: blowup_matmul(
-        section.profile, device, steps),
-}
+# each takes the section, the device, the target's optimizer, the profiled steps and the
+# trace's calls (Recorded).
+RECIPES: dict[str, Recipe] = {"attention": _attention, "optimizer": _optimizer,
+                              "gemm-precision": _gemm, "blowup-matmul": _blowup}
 
 
 def timeable(findings: list[Finding]) -> list[str]:
@@ -440,11 +624,14 @@ def timeable(findings: list[Finding]) -> list[str]:
 
 
 def measure(section: Any, rules: Iterable[str], device: str,
-            optimizer: Any = None, skipped: dict[str, str] | None = None
-            ) -> dict[str, dict[str, Any]]:
+            optimizer: Any = None, skipped: dict[str, str] | None = None,
+            trace: Path | None = None) -> dict[str, dict[str, Any]]:
     """The replacements of ``rules`` (ids of the section's findings) that their rules name
     and that can be timed here, in rule order; ``optimizer``, the target's, for a
-    training step. Those skipped on purpose go into ``skipped`` (rule id: why)."""
+    training step; ``trace``, the section's Chrome trace (the order of the calls, their
+    dtypes and what called what, which the aggregated profile does not keep). Those
+    skipped on purpose go into ``skipped`` (rule id: why)."""
+    recorded = Recorded(trace)
     out: dict[str, dict[str, Any]] = {}
     b = section.profile.breakdown
     steps = len(b.steps_us) if b is not None and b.steps_us else max(section.profile.steps, 1)
@@ -453,7 +640,7 @@ def measure(section: Any, rules: Iterable[str], device: str,
         if rule.id not in wanted or rule.whatif is None:
             continue
         try:
-            timed = RECIPES[rule.whatif.recipe](section, device, optimizer, steps)
+            timed = RECIPES[rule.whatif.recipe](section, device, optimizer, steps, recorded)
         except Skipped as exc:
             if skipped is not None:
                 skipped[rule.id] = str(exc)

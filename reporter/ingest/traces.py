@@ -31,6 +31,7 @@ from .. import memory
 from ..analyze.breakdown import overlap, step_breakdown, union
 from ..analyze.compiled import GRAPH_LAUNCHES
 from ..analyze.flops import FORMULAS, MATRIX, cost, modelled
+from ..analyze.shapes import Call
 from ..analyze.stragglers import stragglers
 from ..errors import BadInput, read_error
 from ..model.profile import (
@@ -97,6 +98,16 @@ class _ShapeEvent(_Event, gc=False):
     args: Optional[_ShapeArgs] = None
 
 
+# The host's calls in order, with their inputs' strides too (host_calls): a view made by
+# expand has a stride of 0 where it broadcasts.
+class _CallArgs(_ShapeArgs, gc=False):
+    strides: Any = msgspec.field(name="Input Strides", default=None)
+
+
+class _CallEvent(_Event, gc=False):
+    args: Optional[_CallArgs] = None
+
+
 # Costs need the inputs of the operators reporter.analyze.flops models only. Parsing every
 # event's inputs would double the time of reading a trace: events are decoded without
 # them, and _scan_costs reads the modelled operators' inputs from the chunk's bytes.
@@ -110,11 +121,12 @@ class _CostEvent(_Event, gc=False):
 
 
 # What a chunk is decoded as: events; with every input (shapes); with modelled ops' (costs).
-PLAIN, SHAPES, COSTS = 0, 1, 2
+PLAIN, SHAPES, COSTS, CALLS = 0, 1, 2, 3
 _DECODERS: dict[int, msgspec.json.Decoder[Any]] = {
              PLAIN: msgspec.json.Decoder(list[_Event]),
              SHAPES: msgspec.json.Decoder(list[_ShapeEvent]),
-             COSTS: msgspec.json.Decoder(list[_CostEvent])}
+             COSTS: msgspec.json.Decoder(list[_CostEvent]),
+             CALLS: msgspec.json.Decoder(list[_CallEvent])}
 _NEEDLES = {name: b'"name": "' + name.encode() + b'"' for name in FORMULAS}
 
 
@@ -195,14 +207,15 @@ def _coerce(events: list[Any]) -> list[_Event]:
             continue
         args = e.get("args")
         if isinstance(args, dict):
-            args = _ShapeArgs(ext=_id(args.get("External id")),
+            args = _CallArgs(ext=_id(args.get("External id")),
                               ext_old=_id(args.get("external id")),
                               corr=_id(args.get("correlation")), nbytes=args.get("Bytes"),
                               device_type=args.get("Device Type"),
                               seq=args.get("Sequence number"), copied=args.get("bytes"),
                               dims=args.get("Input Dims"),
                               dims_old=args.get("Input dims"), types=args.get("Input type"),
-                              concrete=args.get("Concrete Inputs"))
+                              concrete=args.get("Concrete Inputs"),
+                              strides=args.get("Input Strides"))
         else:
             args = None
         out.append(_ShapeEvent(ph=ph, cat=cat, name=name, pid=_id(e.get("pid")),
@@ -847,6 +860,9 @@ def _shape_key(dims: Any) -> str:
                 for d in dims])
 
 
+shape_key = _shape_key  # the key of Profile.ops_by_shape rows, for the what-ifs
+
+
 def _kind(name: str, cat: str) -> str:
     if cat in RUNTIME_CATS:
         return KIND_RUNTIME
@@ -998,6 +1014,57 @@ def _release(source: list) -> None:
         except BufferError:  # a chunk reader that an error interrupted still holds a view
             pass
     source.clear()
+
+
+def host_calls(path: Path) -> list[Call]:
+    """The operators the host called, in order on each thread, each with its inputs (shapes,
+    strides, types, concrete values) and the index of the call that encloses it: the
+    sequence the aggregated profile does not keep (which call's output the next one read).
+    Read from the runner's own trace, for the replacements it times. Runtime calls (kernel
+    launches, inside the operators) are left out."""
+    wanted = HOST_CATS - RUNTIME_CATS
+    source = [_load(path)]
+    meta: dict[str, Any] = {}
+    try:
+        _check_fits(path, source[0], BYTES_PER_EVENT)
+        chunks: Iterable[list[Any]] = _chunked_events(source, meta, CALLS)
+        threads: dict[Any, list[Any]] = defaultdict(list)
+        try:
+            for events in chunks:
+                for e in events:
+                    if e.ph == "X" and e.cat in wanted:
+                        threads[(e.pid, e.tid)].append(e)
+        except _NotChunkable:
+            threads.clear()
+            raw = bytes(source[0])
+            _release(source)
+            for events in _whole_events(path, raw, meta):
+                for e in events:
+                    if e.ph == "X" and e.cat in wanted:
+                        threads[(e.pid, e.tid)].append(e)
+    finally:
+        _release(source)
+    calls: list[Call] = []
+    for thread, evs in enumerate(threads.values()):
+        evs.sort(key=lambda e: (e.ts, -e.dur))
+        stack: list[int] = []
+        for e in evs:
+            end = e.ts + max(e.dur, 0)
+            while stack and calls[stack[-1]].end <= e.ts + _EPS:
+                stack.pop()
+            if stack and end > calls[stack[-1]].end + _EPS:
+                stack.clear()  # overlapping but not nested: a new top level
+            a = e.args
+            strides = getattr(a, "strides", None) if a is not None else None
+            calls.append(Call(
+                name=e.name, thread=thread, start=e.ts, end=end,
+                parent=stack[-1] if stack else None, op=e.cat in OP_CATS,
+                dims=(a.dims if a.dims is not None else a.dims_old) if a is not None else None,
+                strides=strides, types=a.types if a is not None else None,
+                concrete=a.concrete if a is not None else None,
+                seq=a.seq if a is not None and type(a.seq) is int else None))
+            stack.append(len(calls) - 1)
+    return calls
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")
