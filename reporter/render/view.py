@@ -291,6 +291,13 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
     view["op"] = md_name(f.evidence["op"]) if f.evidence.get("op") else ""
     for key in ("materialisers", "others"):
         view[key] = [md_name(n) for n in f.evidence.get(key, [])]
+    made = f.evidence.get("materialised_share")
+    if isinstance(made, float) and 0 < made < 0.0005:  # not "0.0%" for copies that cost little
+        view["materialised_share"] = markup.Md("<" + fmt.pct(0.001))  # "<" then a digit: text
+    if saving is not None and saving.saving_us is not None and "saving_us" in f.evidence:
+        # A saving the evidence states (savings.stated) is of the profiled step; the worth
+        # line below it, of the step without the profiler: the sentence says the latter.
+        view["saving"] = fmt.time(saving.saving_us)
     if saving is not None:  # what the finding is worth (reporter.analyze.savings)
         view["worth"] = {
             "accounts": fmt.time(saving.accounts_us) if saving.accounts_us else None,
