@@ -64,6 +64,47 @@ def test_a_step_with_a_known_critical_path(tmp_path):
     assert c["device_total_us"]["compute"] == 700
 
 
+KNOWN = [
+    _x("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+    _x("forward", 0, 140, cat="user_annotation"),
+    _launch(100, 1), _launch(130, 2),
+    _x("cudaDeviceSynchronize", 150, 680, cat="cuda_runtime"),
+    _x("Optimizer.step#SGD.step", 900, 100, cat="user_annotation"),
+    _kernel("void k1", 120, 400, corr=1), _kernel("void k2", 520, 300, corr=2),
+]
+
+
+def test_json_and_the_report_carry_it_in_each_language(tmp_path):
+    """--json has the path under the breakdown; each language's report has its section
+    (the compute row: 700 us, 70% of the step, all of the compute on the path); a CPU
+    trace's report has none (its path is its host phases, already shown)."""
+    from conftest import cli
+    from reporter.render.view import LANGUAGES, Fmt
+
+    path = tmp_path / "known.json"
+    path.write_text(json.dumps({"traceEvents": KNOWN}))
+    res = cli("analyze", path, "--json")
+    assert res.code == 0, res.err
+    c = json.loads(res.out)["profiles"][0]["breakdown"]["critical"]
+    assert c["device_us"]["compute"] == 700 and c["between_us"]["launch"] == 20
+    heading = {"en": "**Critical path:**", "ru": "**Критический путь:**", "zh": "**关键路径：**"}
+    for lang in LANGUAGES:
+        res = cli("analyze", path, "--lang", lang, "--out", tmp_path)
+        assert res.code == 0, res.err
+        md = Path(res.out.strip().splitlines()[-1]).read_text()
+        fmt = Fmt(lang)
+        assert heading[lang] in md, lang
+        row = next(line for line in md.splitlines()
+                   if line.startswith("| GPU") and fmt.time(700) in line)
+        assert row.split("|")[2:5] == [f" {fmt.time(700)} ", f" {fmt.pct(0.7)} ",
+                                       f" {fmt.pct(1.0)} "], row
+        assert "{{" not in md and "None" not in md
+    cpu = tmp_path / "cpu.json"
+    cpu.write_text(json.dumps({"traceEvents": [e for e in KNOWN if e["cat"] != "kernel"]}))
+    res = cli("analyze", cpu, "--lang", "en", "--out", tmp_path)
+    assert res.code == 0 and "Critical path" not in Path(res.out.strip()).read_text()
+
+
 def test_launch_bound_event_waits_and_waiting(tmp_path):
     """A kernel that waits for its launch sends the path back to the launching thread
     (here another thread than the step's); one that starts 5 us after another stream's

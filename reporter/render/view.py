@@ -24,6 +24,7 @@ from babel.units import format_unit
 from ..analyze.analyzer import Analysis, Finding, analyze_run, analyze_section, step_wall_us
 from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 from ..analyze.compiled import KERNEL_ROWS, compiled
+from ..analyze.critical_path import BETWEEN, DEVICE_KINDS
 from ..analyze.contention import mean_share
 from ..analyze.efficiency import of_section
 from ..analyze.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
@@ -436,6 +437,7 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
                "link": r["link"] if str(r.get("link")).startswith("PCIe") else None,
                "peak_share": fmt.pct(r["peak_share"]) if r.get("peak_share") is not None
                else "—"} for r in b.copies]
+    critical = _critical_view(b.critical, fmt)
     st = section.profile.stragglers
     stragglers = ({"rows": [{"rank": str(r["rank"]).replace("rank ", ""),
                              "step": fmt.time(r["step_us"]),
@@ -448,7 +450,7 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
     return {
         "breakdown": {
             "modules": module_rows, "streams": streams, "launch": launch, "copies": copies,
-            "stragglers": stragglers,
+            "stragglers": stragglers, "critical": critical,
             "host": host, "device": device, "step": fmt.time(step), "steps": len(b.steps_us),
             "marked": b.marked, "phases_found": b.phases_found, "long_steps": long_steps,
             **reading,
@@ -456,6 +458,35 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
         "breakdown_rows": b,  # for the chart
         "breakdown_note": None,
     }
+
+
+def _critical_view(c: dict[str, Any], fmt: Fmt) -> dict[str, Any] | None:
+    """The critical path of a step (analyze.critical_path), mean per step: its parts on
+    the host (by phase), on the device (by activity) and between them, each with its share
+    of the step and, for phases and activities, the share of their time in the step that
+    lies on the path. None without a device (the path of a CPU trace is its host phases,
+    already shown) or for runs stored before it."""
+    step = c.get("step_us") or 0.0
+    if not c.get("device") or step <= 0:
+        return None
+    rows = []
+    for group, keys, on, whole in (("host", HOST_PHASES, "host_us", "host_total_us"),
+                                   ("device", DEVICE_KINDS, "device_us", "device_total_us"),
+                                   ("link", BETWEEN, "between_us", None)):
+        for k in keys:
+            us = c.get(on, {}).get(k, 0.0)
+            if us <= 0.0005 * step:  # under 0.05% of the step: not worth a row
+                continue
+            total = c.get(whole, {}).get(k, 0.0) if whole else 0.0
+            rows.append({"group": group, "name": k, "time": fmt.time(us),
+                         "share": fmt.pct(us / step),
+                         "on_path": fmt.pct(min(1.0, us / total)) if total > 0 else "—"})
+    parts = {g: sum(c.get(key, {}).values()) / step
+             for g, key in (("host", "host_us"), ("device", "device_us"),
+                            ("link", "between_us"))}
+    return {"rows": rows, "step": fmt.time(step), "steps": int(c.get("steps", 0)),
+            "steps_text": fmt.int(int(c.get("steps", 0))),
+            **{f"{g}_share": fmt.pct(v) for g, v in parts.items()}}
 
 
 def _compiled_view(section: Section, fmt: Fmt) -> dict[str, Any]:
