@@ -443,6 +443,8 @@ def _breakdown_view(section: Section, fmt: Fmt) -> dict[str, Any]:
                              "step": fmt.time(r["step_us"]),
                              **{k: fmt.time(r[k]) for k in ("compute", "communication", "host",
                                                             "waiting")}} for r in st["ranks"]],
+                   # ranks on the CPU (gloo): no device time, no queued waits
+                   "device": bool(st.get("device", True)),
                    "slowest": str(st["slowest"]).replace("rank ", ""),
                    "extra": fmt.time(st["extra_us"]), "extra_share": fmt.pct(st["extra_share"]),
                    "reference": fmt.time(st["reference_step_us"]), "cause": st["cause"]}
