@@ -38,7 +38,7 @@ or a queue) are not in the trace's events: the chain stays on the thread it is o
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from typing import Any
 
 from .breakdown import (
@@ -46,7 +46,6 @@ from .breakdown import (
     LATENCY_US,
     PRIORITY,
     Interval,
-    _clip,
     _copy_kind,
     _length,
     overlap,
@@ -87,23 +86,35 @@ def _intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
     return out
 
 
+def _within(u: list[Interval], lo: float, hi: float) -> list[Interval]:
+    """breakdown._clip by bisection: the part of a sorted, disjoint union inside [lo, hi]
+    (its starts and its ends are both sorted)."""
+    i = bisect_right(u, (lo, float("inf")))
+    if i > 0 and u[i - 1][1] > lo:
+        i -= 1
+    j = bisect_left(u, (hi, float("-inf")))
+    return [(max(a, lo), min(b, hi)) for a, b in u[i:j] if b > lo and a < hi]
+
+
 class _Device:
     """Device work (kernels, copies, sets) indexed for the walk."""
 
     def __init__(self, device: list[Any], launch_of: dict[Any, tuple[Any, float]]):
         items = []
-        kinds: dict[tuple[str, str], str] = {}
-        self.spans: dict[str, list[Interval]] = {k: [] for k in DEVICE_KINDS}
+        kinds: dict[str, str] = {}  # by name: a kernel's name is never a copy's
+        spans: dict[str, list[Interval]] = {k: [] for k in DEVICE_KINDS}
+        launched = launch_of.get
         for e in device:
-            corr = e.args.corr if e.args is not None else None
-            kind = kinds.get((e.cat, e.name))
+            args, name, ts, d = e.args, e.name, e.ts, e.dur
+            kind = kinds.get(name)
             if kind is None:
-                kind = kinds[(e.cat, e.name)] = _kind(e.cat, e.name)
-            d = e.dur
-            end = e.ts + d if d > 0 else e.ts
-            self.spans[kind].append((e.ts, end))
-            items.append((e.ts, end, (e.pid, e.tid), kind,
-                          launch_of.get(corr) if corr is not None else None))
+                kind = kinds[name] = _kind(e.cat, name)
+            end = ts + d if d > 0 else ts
+            spans[kind].append((ts, end))
+            items.append((ts, end, (e.pid, e.tid), kind,
+                          launched(args.corr) if args is not None and args.corr is not None
+                          else None))
+        self.spans = spans
         # Sorted by start; each item's index; the one before it on its stream.
         items.sort(key=lambda w: (w[0], w[1]))
         self.items = items
@@ -129,8 +140,8 @@ def critical_path(threads: dict[Any, list[Any]], device: list[Any], scale: float
     """The critical path of each profiled step (``ProfilerStep#N`` ranges; without them,
     the trace from its first host event to its last is one step), mean per step, in us:
     ``host_us`` per host phase, ``device_us`` per device activity, ``between_us`` (launch,
-    latency, waiting, sync, unknown: see the module's doc), and the step's whole time of each host
-    phase and device activity (``host_total_us``, ``device_total_us``: the union of its
+    latency, waiting, sync, unknown: see the module's doc), and the step's whole time of each
+    host phase and device activity (``host_total_us``, ``device_total_us``: the union of its
     work inside the step). ``threads`` maps a thread to its host events sorted by start,
     ``device`` is the kernels, copies and sets; times times ``scale`` are microseconds.
     Empty without host events."""
@@ -138,21 +149,11 @@ def critical_path(threads: dict[Any, list[Any]], device: list[Any], scale: float
     marks: dict[str, list[Interval]] = {p: [] for p in PRIORITY}
     syncs: dict[Any, list[tuple[float, float]]] = {}
     launch_of: dict[Any, tuple[Any, float]] = {}
-    first = float("inf")
-    last = float("-inf")
-    last_key = None
     names: dict[str, Any] = {}  # name -> its phase, _STEP, _WAIT or None
     runtime = _RUNTIME
     for key, events in threads.items():
-        if not events:
-            continue
-        first = min(first, events[0].ts)  # sorted by start
         waits = []
         for e in events:
-            d = e.dur
-            end = e.ts + d if d > 0 else e.ts
-            if end > last:
-                last, last_key = end, key
             name = e.name
             what = names.get(name, _UNSEEN)
             if what is _UNSEEN:
@@ -160,21 +161,28 @@ def critical_path(threads: dict[Any, list[Any]], device: list[Any], scale: float
                                       (_STEP if name.startswith("ProfilerStep#") else
                                        _WAIT if WAITS.search(name) else None))
             if e.cat in runtime:
-                if e.args is not None and e.args.corr is not None:
-                    launch_of[e.args.corr] = (key, e.ts)
+                args = e.args
+                if args is not None and args.corr is not None:
+                    launch_of[args.corr] = (key, e.ts)
                 if what is _WAIT:
-                    waits.append((end, e.ts))
+                    waits.append((e.ts + max(e.dur, 0), e.ts))
             elif what is None or what is _WAIT:
                 continue
             elif what is _STEP:
-                steps.append((e.ts, end, key))
+                steps.append((e.ts, e.ts + max(e.dur, 0), key))
             else:
-                marks[what].append((e.ts, end))
+                marks[what].append((e.ts, e.ts + max(e.dur, 0)))
         if waits:
             syncs[key] = sorted(waits)
-    if last_key is None:
-        return {}
-    windows = sorted(steps) if steps else [(first, last, last_key)]
+    if not steps:  # the trace is one step, from its first host event to its last
+        ends: list[tuple[float, Any]] = [(max(e.ts + max(e.dur, 0) for e in evs), key)
+                                         for key, evs in threads.items() if evs]
+        if not ends:
+            return {}
+        last, last_key = max(ends, key=lambda x: x[0])
+        first = min(evs[0].ts for evs in threads.values() if evs)  # sorted by start
+        steps = [(first, last, last_key)]
+    windows = sorted(steps, key=lambda w: (w[0], w[1]))
     phases = {p: union(v) for p, v in marks.items()}
     dev = _Device(device, launch_of) if device else None
     kinds_u = {k: union(v) for k, v in dev.spans.items()} if dev is not None else {}
@@ -199,7 +207,7 @@ def critical_path(threads: dict[Any, list[Any]], device: list[Any], scale: float
         covered: list[Interval] = []
         whole: list[Interval] = []
         for p in PRIORITY:
-            part = _clip(phases[p], lo, hi)
+            part = _within(phases[p], lo, hi)
             host_all[p] += _length(part) - overlap(part, whole)
             whole = union(whole + part)
             mine = _intersect(part, on_path)
@@ -208,7 +216,7 @@ def critical_path(threads: dict[Any, list[Any]], device: list[Any], scale: float
         host_all["other"] += (hi - lo) - _length(whole)
         host_on["other"] += _length(on_path) - _length(covered)
         for k, u in kinds_u.items():
-            dev_all[k] += _length(_clip(u, lo, hi))
+            dev_all[k] += _length(_within(u, lo, hi))
 
     def mean(d: dict[str, float]) -> dict[str, float]:
         return {k: v * scale / n for k, v in d.items()}
