@@ -371,3 +371,54 @@ def test_stragglers_by_hand(tmp_path):
         assert "{{" not in text and "None" not in text, text
     rank(1, 103, 83)  # 3% slower: under the 5% threshold
     assert "straggler-rank" not in {f.rule for f in analyze(read_trace_folder(tmp_path)[0])}
+
+
+def test_stragglers_of_a_stored_cpu_run_by_hand():
+    """A stored two-rank run on the CPU (gloo): rank 1 is the fixture's own profile with
+    every step 30% longer and 2 ms per step of collectives, none hidden. Its ranks go side
+    by side (stragglers.of_run, called by analyze_run): rank 1 is 30% slower, its causes
+    from the host (communication, data loading, compute the rest); straggler-rank fires,
+    and each language's report shows the table without the GPU's queued-waits column."""
+    import copy
+
+    from reporter.analyze.analyzer import analyze_run
+    from reporter.render.report import render_markdown
+    from reporter.render.view import LANGUAGES, Fmt, run_view
+    from reporter.store import load
+    from conftest import FIXTURES
+
+    run = load(FIXTURES / "runs" / "cpu-transformer")
+    other = copy.deepcopy(run.sections)
+    for s in other:
+        b = s.profile.breakdown
+        b.steps_us = [us * 1.3 for us in b.steps_us]
+        s.profile.comm_us, s.profile.comm_overlap_us = 2000.0 * len(b.steps_us), 0.0
+    run.ranks = [{"rank": 0, "status": "ok", "error": None, "main": True, "sections": None},
+                 {"rank": 1, "status": "ok", "error": None, "main": False, "sections": other}]
+    analyses = analyze_run(run)
+    train = run.sections[0].profile
+    s = train.stragglers
+    b0, b1 = train.breakdown, other[0].profile.breakdown
+    assert not s["device"] and [r["rank"] for r in s["ranks"]] == ["rank 0", "rank 1"]
+    assert s["slowest"] == "rank 1" and s["extra_share"] == pytest.approx(0.3)
+    r0, r1 = s["ranks"]
+    data0 = b0.mean(b0.host_us["data"]) + b0.mean(b0.host_us["input_copy"])
+    assert r0 == pytest.approx({"rank": "rank 0", "steps": 4, "step_us": b0.mean(b0.steps_us),
+                                "compute": b0.mean(b0.steps_us) - data0, "communication": 0.0,
+                                "host": data0, "waiting": 0.0})
+    assert r1["communication"] == 2000.0 and r1["step_us"] == pytest.approx(b1.mean(b1.steps_us))
+    assert r1["compute"] + r1["communication"] + r1["host"] == pytest.approx(r1["step_us"])
+    assert s["cause"] == "compute"  # 30% longer steps, 2 ms of them in collectives
+    rules = {f.rule for f, _ in analyses[0].main + analyses[0].minor}
+    assert "straggler-rank" in rules
+    header = {"en": "| Rank | Step | Compute | Communication (not hidden) | Data loading |",
+              "ru": "| Ранг | Шаг | Вычисления | Коммуникация (не скрытая) | Загрузка данных |",
+              "zh": "| Rank | 单步 | 计算 | 通信（未掩盖） | 数据加载 |"}
+    for lang in LANGUAGES:
+        md = render_markdown(run_view(run, lang, analyses))
+        assert header[lang] in md, lang
+        lines = md.splitlines()
+        row = lines[lines.index(header[lang]) + 3]  # the header, its rule, rank 0, rank 1
+        assert row.startswith("| 1 | ") and row.count("|") == 6, row
+        assert Fmt(lang).time(2000.0) in row, row
+        assert "{{" not in md and "None" not in md

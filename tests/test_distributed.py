@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -42,10 +43,29 @@ def test_two_ranks_with_gloo(tmp_path):
         assert any(o["name"].startswith("gloo:") for o in p["ops"])
     md = report.read_text()
     assert "## Ranks" in md and "over 2 ranks" in md
-    rows = [line for line in md.splitlines() if line.startswith(("| 0 |", "| 1 |"))]
+    rows = [line for line in md.splitlines()  # the Ranks table's (its last cell: a status)
+            if line.startswith(("| 0 |", "| 1 |")) and line.endswith("| ok |")]
     assert len(rows) == 2 and all("%" in row.split("|")[4] for row in rows)  # communication share
     traces = sorted(p.name for p in report.parent.glob("trace-*.gz"))
     assert traces == ["trace-train.json.gz", "trace-train.rank1.json.gz"]
+    # The ranks side by side (stragglers.of_run): each rank's mean step is its trace's
+    # mean ProfilerStep; the host's causes sum to it; straggler-rank fires past 5%.
+    res = cli("analyze", report.parent, "--json")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)["profiles"][0]
+    s = doc["stragglers"]
+    assert not s["device"] and [r["rank"] for r in s["ranks"]] == ["rank 0", "rank 1"]
+    for row, name in zip(s["ranks"], traces):
+        steps = [e["dur"] for e in json.loads(gzip.decompress(
+            (report.parent / name).read_bytes()))["traceEvents"]
+            if str(e.get("name", "")).startswith("ProfilerStep#")]
+        assert row["steps"] == len(steps)
+        assert row["step_us"] == pytest.approx(sum(steps) / len(steps), rel=1e-6)
+        assert row["compute"] + row["communication"] + row["host"] == \
+            pytest.approx(row["step_us"], rel=1e-9)
+    fired = "straggler-rank" in {f["rule"] for f in doc["findings"]}
+    assert fired == (s["extra_share"] > 0.05)
+    assert "**Ranks side by side:**" in md and "| Rank | Step | Compute |" in md
     # The same per-rank traces, analyzed as a folder, give the same ranks table.
     folder = tmp_path / "traces"
     folder.mkdir()
@@ -55,7 +75,8 @@ def test_two_ranks_with_gloo(tmp_path):
     assert res.code == 0, res.err
     again = Path(res.out.strip()).read_text()
     assert [r.split("|")[3:6] for r in rows] == [
-        r.split("|")[3:6] for r in again.splitlines() if r.startswith(("| 0 |", "| 1 |"))]
+        r.split("|")[3:6] for r in again.splitlines()
+        if r.startswith(("| 0 |", "| 1 |")) and r.endswith("| ok |")]
 
 
 FAULTY = '''

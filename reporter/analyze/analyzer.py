@@ -46,6 +46,7 @@ from .findings import (
 )
 from .reading import StepReading, read_step, short_kernels_us
 from .roofline import MATRIX_BOUND, NEAR_ROOFLINE
+from .stragglers import of_run
 
 __all__ = ["Analysis", "analyze", "analyze_run", "analyze_section", "finding_ids",
            "profiles_json", "NEAR_ROOFLINE", "MATRIX_BOUND",
@@ -140,7 +141,9 @@ def analyze_section(section: Section, batch_size: int | None = None,
 
 
 def analyze_run(run: Run) -> list[Analysis]:
-    """analyze_section of each section of a run (reporter.model.run.Run), with its batch size."""
+    """analyze_section of each section of a run (reporter.model.run.Run), with its batch
+    size; a distributed run's ranks side by side first (stragglers.of_run)."""
+    of_run(run)
     return [analyze_section(s, run.target.get("batch_size")) for s in run.sections]
 
 

@@ -599,7 +599,8 @@ def straggler_rank(profile: Profile, limits: dict[str, float]) -> Finding | None
     return Finding("straggler-rank", _severity(s["extra_share"], limits["high"]),
                    {"basis": "step", "share": s["extra_share"], "threshold": limits["share"],
                     "rank": str(s["slowest"]).replace("rank ", ""), "ranks": len(s["ranks"]),
-                    "cause": s["cause"], "op_time_us": s["extra_us"],
+                    "cause": s["cause"], "device": bool(s.get("device", True)),
+                    "op_time_us": s["extra_us"],
                     "saving_us": s["extra_us"], "slowest_step_us": s["slowest_step_us"],
                     "reference_step_us": s["reference_step_us"],
                     **{f"{cause}_us": by[cause] for cause in by}, "calls": 0})

@@ -30,6 +30,7 @@ import msgspec
 from .. import memory
 from ..analyze.breakdown import overlap, step_breakdown, union
 from ..analyze.compiled import GRAPH_LAUNCHES
+from ..analyze.critical_path import critical_path
 from ..analyze.flops import FORMULAS, MATRIX, cost, modelled
 from ..analyze.shapes import Call
 from ..analyze.stragglers import stragglers
@@ -649,6 +650,8 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     breakdown = step_breakdown(threads, step_ranges, device, scale, py_modules, launches,
                                device_name=_device_name(props),
                                device_mem_b=_device_memory(props))
+    if breakdown is not None:
+        breakdown.critical = critical_path(threads, device, scale)
     return Profile(device_type="cuda" if device else None,
                    comm_us=comm[0] * scale if comm else None,
                    comm_overlap_us=comm[1] * scale if comm else None,

@@ -99,6 +99,10 @@ class Breakdown:
     module_forward_us: dict[str, float] = field(default_factory=dict)
     module_backward_us: dict[str, float] = field(default_factory=dict)
     module_depth: dict[str, int] = field(default_factory=dict)
+    # The chain of host and device work that sets each step's length (analyze.
+    # critical_path): mean per step on it by host phase, device activity and the links
+    # between, and each one's whole time in the step. Empty for runs stored before it.
+    critical: dict[str, Any] = field(default_factory=dict)
     marked: bool = True
     phases_found: bool = True
 

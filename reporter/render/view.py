@@ -27,6 +27,7 @@ from ..analyze.analyzer import Analysis
 from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 from ..analyze.compiled import KERNEL_ROWS, Compiled
 from ..analyze.reading import RankRow, RanksReading, StepReading
+from ..analyze.critical_path import BETWEEN, DEVICE_KINDS
 from ..errors import WorkFailed
 from ..model.contention import mean_share
 from ..model.finding import Finding, Saving
@@ -416,11 +417,14 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt) -> dict[s
                "link": r["link"] if str(r.get("link")).startswith("PCIe") else None,
                "peak_share": fmt.pct(r["peak_share"]) if r.get("peak_share") is not None
                else "—"} for r in b.copies]
+    critical = _critical_view(b.critical, fmt)
     st = section.profile.stragglers
     stragglers = ({"rows": [{"rank": str(r["rank"]).replace("rank ", ""),
                              "step": fmt.time(r["step_us"]),
                              **{k: fmt.time(r[k]) for k in ("compute", "communication", "host",
                                                             "waiting")}} for r in st["ranks"]],
+                   # ranks on the CPU (gloo): no device time, no queued waits
+                   "device": bool(st.get("device", True)),
                    "slowest": str(st["slowest"]).replace("rank ", ""),
                    "extra": fmt.time(st["extra_us"]), "extra_share": fmt.pct(st["extra_share"]),
                    "reference": fmt.time(st["reference_step_us"]), "cause": st["cause"]}
@@ -428,7 +432,7 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt) -> dict[s
     return {
         "breakdown": {
             "modules": module_rows, "streams": streams, "launch": launch, "copies": copies,
-            "stragglers": stragglers,
+            "stragglers": stragglers, "critical": critical,
             "host": host, "device": device, "step": fmt.time(step), "steps": len(b.steps_us),
             "marked": b.marked, "phases_found": b.phases_found, "long_steps": long_steps,
             **reading,
@@ -436,6 +440,35 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt) -> dict[s
         "breakdown_rows": b,  # for the chart
         "breakdown_note": None,
     }
+
+
+def _critical_view(c: dict[str, Any], fmt: Fmt) -> dict[str, Any] | None:
+    """The critical path of a step (analyze.critical_path), mean per step: its parts on
+    the host (by phase), on the device (by activity) and between them, each with its share
+    of the step and, for phases and activities, the share of their time in the step that
+    lies on the path. None without a device (the path of a CPU trace is its host phases,
+    already shown) or for runs stored before it."""
+    step = c.get("step_us") or 0.0
+    if not c.get("device") or step <= 0:
+        return None
+    rows = []
+    for group, keys, on, whole in (("host", HOST_PHASES, "host_us", "host_total_us"),
+                                   ("device", DEVICE_KINDS, "device_us", "device_total_us"),
+                                   ("link", BETWEEN, "between_us", None)):
+        for k in keys:
+            us = c.get(on, {}).get(k, 0.0)
+            if us <= 0.0005 * step:  # under 0.05% of the step: not worth a row
+                continue
+            total = c.get(whole, {}).get(k, 0.0) if whole else 0.0
+            rows.append({"group": group, "name": k, "time": fmt.time(us),
+                         "share": fmt.pct(us / step),
+                         "on_path": fmt.pct(min(1.0, us / total)) if total > 0 else "—"})
+    parts = {g: sum(c.get(key, {}).values()) / step
+             for g, key in (("host", "host_us"), ("device", "device_us"),
+                            ("link", "between_us"))}
+    return {"rows": rows, "step": fmt.time(step), "steps": int(c.get("steps", 0)),
+            "steps_text": fmt.int(int(c.get("steps", 0))),
+            **{f"{g}_share": fmt.pct(v) for g, v in parts.items()}}
 
 
 def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, Any]:
