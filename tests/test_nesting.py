@@ -42,7 +42,8 @@ def _tree(rng: random.Random, start: float, length: float, depth: int, out: list
             ("gloo:all_reduce", {}), ("aten::relu", ADD)])
         cat = "cpu_op"
         if rng.random() < 0.05:
-            name, cat, args = rng.choice(["forward", "backward", "loss"]), "user_annotation", {}
+            name = rng.choice(["forward", "backward", "loss", "module::enc"])
+            cat, args = "user_annotation", {}
         out.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": t,
                     "dur": dur, "args": {**args, "Sequence number": len(out)}})
         if name == "aten::to" and rng.random() < 0.5:  # a self call: folds into its parent

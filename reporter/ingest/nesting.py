@@ -29,21 +29,25 @@ _BIG = 1 << 62  # memory sums stay exact in int64 below this
 
 def aggregate_threads(threads: dict[Any, list[Any]], memory: dict[Any, list], eps: float,
                       facts_of: dict[str, dict[str, tuple]], facts: Callable[[str, str], tuple],
-                      costs: bool, call_cost: Callable[[Any, Any], Any],
-                      matrix: str) -> tuple | None:
+                      costs: bool, call_cost: Callable[[Any, Any], Any], matrix: str,
+                      reads_name: Callable[[str], bool] | None = None,
+                      whole_prefix: str = "") -> tuple | None:
     """The rows' sums of the host events in ``threads`` (each thread's list is sorted
     in place, as the caller's loop sorts it), or None when the bulk path does not apply.
 
     ``facts(name, cat)`` is the (row, collective, step, runtime, formula, phase) of an
     event's name, memoised in ``facts_of``; ``call_cost(name, args)`` the flops.Cost of a
     modelled operator's call (or None). Returns (steps, step ranges, collective work,
-    collective calls, costed): the last as the caller's records, for ``_costs``."""
+    collective calls, costed, brief): costed as the caller's records, for ``_costs``;
+    brief, with ``reads_name``, each thread's events that the step breakdown reads (the
+    first, the one that ends last, those whose name ``reads_name`` picks; the whole
+    thread where a name starts with ``whole_prefix``), in order; else None."""
     import numpy as np
 
     rows: dict[int, int] = {}  # id(row) -> its index
     row_list: list[Any] = []
     known: dict[tuple[str, str], int] = {}  # (name, category) -> index in fact_list
-    fact_list: list[tuple] = []  # (facts, row index)
+    fact_list: list[tuple] = []  # (facts, row index, name)
     fact_index: dict[int, int] = {}  # id(facts) -> index in fact_list
     per_thread: list[tuple] = []
     steps = 0
@@ -51,6 +55,7 @@ def aggregate_threads(threads: dict[Any, list[Any]], memory: dict[Any, list], ep
     comm_work: list[tuple] = []
     comm_calls: list[tuple] = []
     costed: list[list] = []
+    brief: dict[Any, list[Any]] | None = {} if reads_name is not None else None
     for key, evs in threads.items():
         n = len(evs)
         if n == 0:
@@ -129,10 +134,10 @@ def aggregate_threads(threads: dict[Any, list[Any]], memory: dict[Any, list], ep
         del names, cats
         fi_a = np.array(fi_list, dtype=np.int64)
         fact_of = [fact_list[k][0] for k in fi_list]
-        row_a = np.array([r for _, r in fact_list], dtype=np.int64)[fi_a]
+        row_a = np.array([x[1] for x in fact_list], dtype=np.int64)[fi_a]
         row_of = row_a.tolist()
         # Collectives and steps, in the records' order.
-        flags = np.array([(f[1], f[2]) for f, _ in fact_list], dtype=np.int64)[fi_a]
+        flags = np.array([(f[1], f[2]) for f, *_ in fact_list], dtype=np.int64)[fi_a]
         for i in np.nonzero(flags[:, 0])[0].tolist():
             (comm_work if fact_of[i][1] == 1 else comm_calls).append((ts[i], ends[i]))
         for i in np.nonzero(flags[:, 1])[0].tolist():
@@ -203,7 +208,7 @@ def aggregate_threads(threads: dict[Any, list[Any]], memory: dict[Any, list], ep
                 mem[root[i], 2] += mem[i, 2]
         if costs:
             # Only events inside a modelled operator, or modelled, can take part.
-            modelled = np.array([f[4] for f, _ in fact_list], dtype=bool)[fi_a]
+            modelled = np.array([f[4] for f, *_ in fact_list], dtype=bool)[fi_a]
             where = np.nonzero(modelled)[0]
             cover = np.zeros(n + 1, dtype=np.int64)
             np.add.at(cover, where, 1)
@@ -211,11 +216,21 @@ def aggregate_threads(threads: dict[Any, list[Any]], memory: dict[Any, list], ep
             visit = np.nonzero(np.cumsum(cover[:n]) > 0)[0].tolist()
             _thread_costs(evs, visit, parents, fact_of, durs, ends, root, call_cost, matrix,
                           costed)
+        if brief is not None and reads_name is not None:
+            reads = np.array([2 if name.startswith(whole_prefix) else 1 if reads_name(name) else 0
+                              for _, _, name in fact_list], dtype=np.int8)[fi_a]
+            if reads.max(initial=0) == 2:
+                brief[key] = evs
+            else:
+                reads[0] = 1
+                reads[int(np.argmax(np.array(ends, dtype=np.float64))) if kinds == {float}
+                      else max(range(n), key=ends.__getitem__)] = 1
+                brief[key] = [evs[i] for i in np.nonzero(reads)[0].tolist()]
         kept = ~same
         per_thread.append((np.array(row_of, dtype=np.int64)[kept], dur_a[kept], child[kept],
                            mem[kept] if mem is not None else None))
     if not per_thread:
-        return steps, step_ranges, comm_work, comm_calls, costed
+        return steps, step_ranges, comm_work, comm_calls, costed, brief
     # The rows' sums, in the records' order (bincount adds in index order).
     row_a = np.concatenate([t[0] for t in per_thread])
     dur_a = np.concatenate([t[1] for t in per_thread])
@@ -238,7 +253,7 @@ def aggregate_threads(threads: dict[Any, list[Any]], memory: dict[Any, list], ep
             agg.cpu_mem += int(mem_rows[r, 1])
             agg.self_dev_mem += int(mem_rows[r, 2])
             agg.dev_mem += int(mem_rows[r, 3])
-    return steps, step_ranges, comm_work, comm_calls, costed
+    return steps, step_ranges, comm_work, comm_calls, costed, brief
 
 
 def _fact(name: str, cat: str, facts_of: dict, facts: Callable[[str, str], tuple],
@@ -256,7 +271,7 @@ def _fact(name: str, cat: str, facts_of: dict, facts: Callable[[str, str], tuple
         if r is None:
             r = rows[id(agg)] = len(row_list)
             row_list.append(agg)
-        fact_list.append((f, r))
+        fact_list.append((f, r, name))
     known[(name, cat)] = fi
     return fi
 

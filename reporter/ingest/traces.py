@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional, Union
 
 import msgspec
 
-from ..analyze.breakdown import overlap, step_breakdown, union
+from ..analyze.breakdown import MODULE_MARK, overlap, reads_events_named, step_breakdown, union
 from ..analyze.flops import FORMULAS, MATRIX, cost, modelled
 from ..analyze.stragglers import stragglers
 from ..analyze.profile import (
@@ -521,9 +521,9 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     # or where that does not apply (None), record by record below.
     bulk = None if device or shapes else aggregate_threads(
         threads, memory, eps, facts_of, lambda name, cat: _facts(name, cat, aggs, comm_of),
-        costs, _call_cost, MATRIX)
+        costs, _call_cost, MATRIX, None if py_modules else reads_events_named, MODULE_MARK)
     if bulk is not None:
-        steps, step_ranges, comm_work, comm_calls, costed = bulk
+        steps, step_ranges, comm_work, comm_calls, costed, brief = bulk
     for key, evs in threads.items() if bulk is None else ():
         # By start, and at equal starts the longer (enclosing) event first. Kineto
         # writes a thread's events nearly in order, which one sort on the start
@@ -641,7 +641,8 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     launches = [(e.ts, rt[_EVENT].ts if rt is not None else never) for e in device
                 for rt in [correlation_rt.get(e.args.corr) if e.args is not None
                            and e.args.corr is not None else None]]
-    breakdown = step_breakdown(threads, step_ranges, device, scale, py_modules, launches,
+    breakdown = step_breakdown(brief if bulk is not None and brief is not None else threads,
+                               step_ranges, device, scale, py_modules, launches,
                                device_name=_device_name(props),
                                device_mem_b=_device_memory(props))
     return Profile(device_type="cuda" if device else None,
