@@ -80,15 +80,6 @@ def phase_of(name: str) -> str | None:
     return None
 
 
-def reads_events_named(name: str) -> bool:
-    """Whether ``step_breakdown`` reads a host event of this name for itself, beyond each
-    thread's first event and the one that ends last: a phase's mark, a synchronisation,
-    a module's mark (a thread with module marks is read whole: its operators' sequence
-    numbers tie the backward pass to the modules)."""
-    return (phase_of(name) is not None or bool(_SYNC_CALL.search(name))
-            or name.startswith(MODULE_MARK))
-
-
 def union(intervals: Iterable[Interval]) -> list[Interval]:
     """Sorted, disjoint intervals covering the same time."""
     merged: list[list[float]] = []

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional, Union
 
 import msgspec
 
-from ..analyze.breakdown import MODULE_MARK, overlap, reads_events_named, step_breakdown, union
+from ..analyze.breakdown import overlap, step_breakdown, union
 from ..analyze.flops import FORMULAS, MATRIX, cost, modelled
 from ..analyze.stragglers import stragglers
 from ..analyze.profile import (
@@ -43,7 +43,6 @@ from ..analyze.profile import (
 from .. import memory
 from ..analyze.compiled import GRAPH_LAUNCHES
 from ..errors import BadInput, read_error
-from .nesting import aggregate_threads
 
 # Host events that nest on a thread and count as CPU time, like key_averages' events.
 HOST_CATS = {"cpu_op", "Operator", "user_annotation", "cuda_runtime", "Runtime",
@@ -517,14 +516,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     steps = 0
     step_ranges: list[tuple[float, float]] = []
     eps = _EPS / scale
-    # A CPU trace's host events in bulk (reporter.ingest.nesting), the same sums; else,
-    # or where that does not apply (None), record by record below.
-    bulk = None if device or shapes else aggregate_threads(
-        threads, memory, eps, facts_of, lambda name, cat: _facts(name, cat, aggs, comm_of),
-        costs, _call_cost, MATRIX, None if py_modules else reads_events_named, MODULE_MARK)
-    if bulk is not None:
-        steps, step_ranges, comm_work, comm_calls, costed, brief = bulk
-    for key, evs in threads.items() if bulk is None else ():
+    for key, evs in threads.items():
         # By start, and at equal starts the longer (enclosing) event first. Kineto
         # writes a thread's events nearly in order, which one sort on the start
         # time (floats) takes in linear time; only when starts tie, which integer
@@ -641,8 +633,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     launches = [(e.ts, rt[_EVENT].ts if rt is not None else never) for e in device
                 for rt in [correlation_rt.get(e.args.corr) if e.args is not None
                            and e.args.corr is not None else None]]
-    breakdown = step_breakdown(brief if bulk is not None and brief is not None else threads,
-                               step_ranges, device, scale, py_modules, launches,
+    breakdown = step_breakdown(threads, step_ranges, device, scale, py_modules, launches,
                                device_name=_device_name(props),
                                device_mem_b=_device_memory(props))
     return Profile(device_type="cuda" if device else None,
@@ -665,14 +656,6 @@ def _device_name(props: list) -> str | None:
 def _device_memory(props: list) -> int | None:
     mem = props[0].get("totalGlobalMem") if props and isinstance(props[0], dict) else None
     return mem if type(mem) is int and mem > 0 else None
-
-
-def _call_cost(name: str, args: Any) -> Any:
-    """The flops.Cost of one call of a modelled operator, or None (as _cost_of reads it)."""
-    if type(args) is _CostArgs:
-        return args.computed  # _scan_costs
-    dims = args.dims if args.dims is not None else args.dims_old
-    return cost(name, dims, args.types, args.concrete)
 
 
 def _cost_of(rec: list, args: Any) -> bool:
