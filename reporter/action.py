@@ -336,7 +336,7 @@ def set_outputs(**values: Any) -> None:
 
 
 def run(inputs: Inputs, say: Callable[[str], None]) -> int:
-    from .render.options import GITHUB_COMMENT_LIMIT
+    from .render.report import GITHUB_COMMENT_LIMIT
 
     out = inputs.out_dir.resolve()
     if out.exists() and any(out.iterdir()):

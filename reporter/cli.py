@@ -66,7 +66,7 @@ def _rank_timeout(text: str) -> float:
 
 def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:
     from .render.languages import codes, default_language
-    from .render.options import GITHUB_COMMENT_LIMIT
+    from .render.report import GITHUB_COMMENT_LIMIT
 
     p.add_argument("--lang", default=None, metavar="|".join(codes()),
                    help=f"report language (default: from your locale, else en; "

@@ -13,14 +13,11 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from .errors import BadInput, ReporterError, WorkFailed
-# Not the renderers (Jinja, Babel, matplotlib): analyze --json never imports them.
-from .render.options import GITHUB_COMMENT_LIMIT, RenderOptions, parse_formats
-
-if TYPE_CHECKING:
-    from .render.view import View
+from .render.report import GITHUB_COMMENT_LIMIT, RenderOptions, parse_formats, write_reports
+from .render.view import View
 
 Say = Callable[[str], None]
 
@@ -43,11 +40,11 @@ class Output:
     def parse(cls, lang: str, formats: str, max_chars: int, github: bool,
               published: Callable[[Path], None]) -> Output:
         """Check the options as a user typed them (BadInput when wrong)."""
-        from .render.languages import language
+        from .render.view import check_language
 
         if max_chars < 0:
             raise BadInput("--max-chars must be 0 (no limit) or more", error_id="usage")
-        return cls(language(lang).code, tuple(parse_formats(formats)), max_chars or None,
+        return cls(check_language(lang), tuple(parse_formats(formats)), max_chars or None,
                    github, published)
 
     @property
@@ -57,8 +54,6 @@ class Output:
     def write(self, view: View, folder: Path, stem: str = "report",
               publish: bool = True) -> list[Path]:
         """The view in each format, written into ``folder``; each file published."""
-        from .render.report import write_reports
-
         paths = write_reports(view, folder, self.formats, self.options, stem)
         if publish:
             for path in paths:
@@ -254,14 +249,13 @@ def analysis_json(path: str, runs: Path) -> dict[str, Any]:
     from .analyze.analyzer import analyze_run, analyze_section, profiles_json
     from .inputs import read_profiles, run_folder
     from .run import Section
+    from .store import load
 
     folder = run_folder(path, runs)
     if folder is None:
         profiles = read_profiles(Path(path))
         return profiles_json(profiles, [analyze_section(Section(p.label, None, p))
                                         for p in profiles])
-    from .store import load
-
     run = load(folder)
     return profiles_json(
         [s.profile for s in run.sections], analyze_run(run),

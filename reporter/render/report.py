@@ -14,15 +14,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from ..errors import WorkFailed
+from ..errors import BadInput, WorkFailed
 from ..store import write_atomic
 from . import markup
 from .charts import NO_CHARTS, Charts
 from .languages import builtin_templates, language
-from .options import FORMATS, GITHUB_COMMENT_LIMIT, RenderOptions, parse_formats  # noqa: F401
 from .view import CompareView, Fmt, ReportView, View
-
-DEFAULT_OPTIONS = RenderOptions()
 
 
 @lru_cache(maxsize=None)
@@ -86,7 +83,18 @@ def terms(lang: str) -> Any:
         return environment(lang).get_template("terms.j2").module
 
 
-def render_markdown(view: Any, options: RenderOptions = DEFAULT_OPTIONS,
+GITHUB_COMMENT_LIMIT = 65_536  # characters in a GitHub issue or pull-request comment
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """How a report is rendered, besides its view (which holds what it says)."""
+
+    max_chars: int | None = None  # Markdown: shorten the folded logs to fit (None: no limit)
+    github: bool = False  # Markdown: charts as Mermaid, which a GitHub comment draws
+
+
+def render_markdown(view: Any, options: RenderOptions = RenderOptions(),
                     charts: Charts = NO_CHARTS, template: str | None = None) -> str:
     """The Markdown report of a view (view.ReportView or CompareView; a mapping for a
     single template, with ``template``); with ``options.max_chars``, shortened to fit,
@@ -151,11 +159,17 @@ RENDERERS: dict[str, Renderer] = {
 }
 
 
-assert tuple(RENDERERS) == FORMATS  # the command line checks formats against FORMATS
+def parse_formats(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in RENDERERS]
+    if unknown or not names:
+        raise BadInput(f"unknown format {','.join(unknown) or text!r}; "
+                       f"available: {', '.join(RENDERERS)}", error_id="bad-format")
+    return list(dict.fromkeys(names))
 
 
 def write_reports(view: View, folder: Path, formats: Sequence[str],
-                  options: RenderOptions = DEFAULT_OPTIONS, stem: str = "report"
+                  options: RenderOptions = RenderOptions(), stem: str = "report"
                   ) -> list[Path]:
     """Draw the report's charts into ``folder`` once, render the report in every format,
     then write the files: when a format fails, none is written, and the charts drawn for
@@ -178,6 +192,6 @@ def write_reports(view: View, folder: Path, formats: Sequence[str],
 
 
 def write_report(view: View, folder: Path, fmt: str,
-                 options: RenderOptions = DEFAULT_OPTIONS, stem: str = "report") -> Path:
+                 options: RenderOptions = RenderOptions(), stem: str = "report") -> Path:
     """write_reports in one format."""
     return write_reports(view, folder, [fmt], options, stem)[0]
