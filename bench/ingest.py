@@ -15,7 +15,10 @@ ratios, CPU time (user + system) beside wall time, and each process's peak memor
     .venv/bin/python bench/ingest.py --grow TRACE --from SMALL --size-gb 2
 
 ``--make`` profiles the seq2seq target on the CPU (``record_shapes=True``, memory on, as
-reporter's runner does) until the trace holds ``--min-events`` events, and exports it.
+reporter's runner does) for as many steps as a short probe says make ``--min-events``
+events, and exports it (the probe counts fewer events than the trace holds: 90,000 asked
+gave 8 steps and 201,907 events). One profile of many steps holds them all in memory
+(55 steps had passed 22 GB): ``--grow`` a trace of a few steps instead.
 ``--grow`` writes a larger trace of the same event mix: SMALL's events repeated, each copy
 shifted in time after the one before, until the file holds ``--size-gb`` GB.
 ``--before`` times an older checkout (``git archive COMMIT | tar -x -C DIR``) in the
