@@ -1,0 +1,226 @@
+"""Benchmark: ``reporter analyze TRACE --json`` against the floor, a bare decode (#32).
+
+The floor is a fresh process that reads the trace and decodes it with msgspec into a
+typed struct of the five fields any aggregation reads (``ph``, ``name``, ``ts``, ``dur``,
+``tid``), skipping the rest of each event: what no reader of the file can avoid. Each
+round runs the floor and then ``reporter analyze TRACE --json`` (a fresh process too:
+imports, reading, aggregation, the breakdown, FLOPs, findings and the JSON printed), so
+the two are measured side by side under the same load. It prints the medians with their
+range (min-max), the ratio of the medians (the goal: at most 2), the median of the paired
+ratios, CPU time (user + system) beside wall time, and each process's peak memory
+(VmHWM) in bytes per event and against the file's size.
+
+    .venv/bin/python bench/ingest.py TRACE [--rounds 5] [--before CHECKOUT]
+    .venv/bin/python bench/ingest.py --make TRACE [--min-events 900000]
+    .venv/bin/python bench/ingest.py --grow TRACE --from SMALL --size-gb 2
+
+``--make`` profiles the seq2seq target on the CPU (``record_shapes=True``, memory on, as
+reporter's runner does) for as many steps as a short probe says make ``--min-events``
+events, and exports it (the probe counts fewer events than the trace holds: 90,000 asked
+gave 8 steps and 201,907 events). One profile of many steps holds them all in memory
+(55 steps had passed 22 GB): ``--grow`` a trace of a few steps instead.
+``--grow`` writes a larger trace of the same event mix: SMALL's events repeated, each copy
+shifted in time after the one before, until the file holds ``--size-gb`` GB.
+``--before`` times an older checkout (``git archive COMMIT | tar -x -C DIR``) in the
+same rounds. ``--profile`` runs analyze once under cProfile in this process instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_PEAK = ("sys.stderr.write('PEAK_KB ' + [l.split()[1] for l in open('/proc/self/status') "
+         "if l.startswith('VmHWM')][0] + '\\n')")
+FLOOR = """\
+import sys
+from typing import Union
+import msgspec
+
+class Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    name: str = ""
+    ts: Union[int, float] = 0
+    dur: Union[int, float] = 0
+    tid: Union[int, str, None] = None
+
+class Trace(msgspec.Struct, gc=False):
+    traceEvents: list[Event]
+
+with open(sys.argv[1], "rb") as f:
+    events = msgspec.json.decode(f.read(), type=Trace).traceEvents
+print(len(events))
+""" + _PEAK
+ANALYZE = ("import sys; from reporter.cli import main; rc = main(sys.argv[1:]); "
+           + _PEAK + "; sys.exit(rc)")
+
+
+def _run(code: str, args: list[str], root: Path) -> tuple[float, float, int, str]:
+    """Wall seconds, CPU seconds (user + system), peak memory in bytes and stdout."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(root)}, cwd=root)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if res.returncode != 0:
+        raise SystemExit(f"failed ({res.returncode}): {res.stderr.strip()[-2000:]}")
+    peak = next((int(line.split()[1]) * 1024 for line in res.stderr.splitlines()
+                 if line.startswith("PEAK_KB")), 0)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, cpu, peak, res.stdout
+
+
+def _spread(samples: list[float]) -> str:
+    return f"{statistics.median(samples):6.2f} s [{min(samples):.2f}-{max(samples):.2f}]"
+
+
+def bench(trace: Path, rounds: int, before: Path | None) -> None:
+    size = trace.stat().st_size
+    cases = [("floor", FLOOR, [str(trace)], ROOT),
+             ("reporter", ANALYZE, ["analyze", str(trace), "--json"], ROOT)]
+    if before is not None:
+        cases.append(("before", ANALYZE, ["analyze", str(trace), "--json"], before))
+    wall: dict[str, list[float]] = {c[0]: [] for c in cases}
+    cpu: dict[str, list[float]] = {c[0]: [] for c in cases}
+    peak: dict[str, int] = {c[0]: 0 for c in cases}
+    load = os.getloadavg()
+    n_events = 0
+    for _ in range(rounds):
+        for label, code, args, root in cases:
+            w, c, p, out = _run(code, args, root)
+            wall[label].append(w)
+            cpu[label].append(c)
+            peak[label] = max(peak[label], p)
+            if label == "floor":
+                n_events = int(out.split()[0])
+    print(f"trace: {trace.name}, {n_events:,} events, {size / 2**20:,.0f} MiB uncompressed; "
+          f"{rounds} rounds; {os.cpu_count()} CPUs; load average "
+          f"{load[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+    floor_w, floor_c = statistics.median(wall["floor"]), statistics.median(cpu["floor"])
+    for label, *_ in cases:
+        w, c = wall[label], cpu[label]
+        line = f"{label:9s} wall {_spread(w)}  cpu {_spread(c)}"
+        if label != "floor":
+            paired = [x / y for x, y in zip(w, wall["floor"])]
+            line += (f"  ratio {statistics.median(w) / floor_w:.2f}x "
+                     f"(paired {statistics.median(paired):.2f}x "
+                     f"[{min(paired):.2f}-{max(paired):.2f}], "
+                     f"cpu {statistics.median(c) / floor_c:.2f}x)")
+        print(line)
+    for label, *_ in cases:
+        print(f"{label:9s} peak memory {peak[label] / 2**20:,.0f} MiB = "
+              f"{peak[label] / max(n_events, 1):,.0f} bytes per event, "
+              f"{peak[label] / size:.2f}x the file")
+    print("goal (#32): reporter within 2x the floor")
+
+
+def make(trace: Path, min_events: int) -> None:
+    import torch  # noqa: F401  (only to profile)
+    from torch.profiler import ProfilerActivity, profile
+
+    sys.path.insert(0, str(ROOT))
+    from reporter.collect.runner import _Stepper
+    from reporter.collect.target import build, resolve
+
+    spec, builder = resolve("seq2seq")
+    step = _Stepper(build(spec, builder, "cpu", "default"), "train", "cpu")
+    step()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 profile_memory=True) as probe:
+        for _ in range(2):
+            step()
+    steps = -(-min_events // max(1, len(probe.events()) // 2)) + 2
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 profile_memory=True) as prof:
+        for _ in range(steps):
+            step()
+    prof.export_chrome_trace(str(trace))
+    print(f"{trace}: {steps} steps, {trace.stat().st_size / 2**20:,.0f} MiB")
+
+
+_TS = re.compile(rb'"ts": (\d+)(\.\d+)?')
+_DUR = re.compile(rb'"dur": (\d+)')
+
+
+def grow(trace: Path, small: Path, size_gb: float) -> None:
+    """SMALL's events again and again, each copy shifted by the span of the one before."""
+    data = small.read_bytes()
+    start = data.index(b'"traceEvents": [') + len(b'"traceEvents": [')
+    end = data.rindex(b"]")
+    head, body, tail = data[:start], data[start:end].strip().rstrip(b","), data[end:]
+    stamps = [int(m.group(1)) for m in _TS.finditer(body)]
+    span = max(stamps) - min(stamps) + max(int(m.group(1)) for m in _DUR.finditer(body)) + 1000
+    target = int(size_gb * 1e9)
+    written, copy = len(head) + len(tail), 0
+    with open(trace, "wb") as out:
+        out.write(head)
+        while written < target:
+            shift = copy * span
+            piece = body if copy == 0 else _TS.sub(
+                lambda m, s=shift: b'"ts": ' + str(int(m.group(1)) + s).encode()
+                + (m.group(2) or b""), body)
+            if copy:
+                out.write(b",\n")
+            out.write(piece)
+            written += len(piece) + 2
+            copy += 1
+        out.write(tail)
+    print(f"{trace}: {copy} copies of {small.name}, {trace.stat().st_size / 1e9:.2f} GB")
+
+
+def profile_once(trace: Path) -> None:
+    import cProfile
+    import pstats
+
+    sys.path.insert(0, str(ROOT))
+    from reporter.cli import main
+
+    with open(os.devnull, "w") as null:
+        stdout, sys.stdout = sys.stdout, null
+        try:
+            prof = cProfile.Profile()
+            prof.runcall(main, ["analyze", str(trace), "--json"])
+        finally:
+            sys.stdout = stdout
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
+    pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trace", nargs="?", type=Path)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--before", type=Path)
+    parser.add_argument("--make", type=Path, help="profile seq2seq into this trace")
+    parser.add_argument("--min-events", type=int, default=900_000)
+    parser.add_argument("--grow", type=Path, help="write a larger trace here")
+    parser.add_argument("--from", dest="small", type=Path, help="the trace --grow repeats")
+    parser.add_argument("--size-gb", type=float, default=2.0)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    if args.make:
+        make(args.make, args.min_events)
+    elif args.grow:
+        if args.small is None:
+            parser.error("--grow needs --from SMALL")
+        grow(args.grow, args.small, args.size_gb)
+    elif args.trace is None:
+        parser.error("give a TRACE, --make or --grow")
+    elif args.profile:
+        profile_once(args.trace)
+    else:
+        bench(args.trace, args.rounds, args.before)
+
+
+if __name__ == "__main__":
+    main()
