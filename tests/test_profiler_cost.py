@@ -99,3 +99,32 @@ def test_the_distorted_finding_says_so_in_each_language(lang):
                           Saving(6900.0, 6900.0, 3000.0, 6900.0, 10_000.0))
     assert head not in "".join(block(template.new_context({"f": plain, "plural": fmt.plural,
                                                            "lang": lang})))
+
+
+def test_a_stored_profiler_cost_is_checked_and_reaches_the_report(tmp_path):
+    """Through run.json: a well-formed cost is read back and, 29 times the faults, every
+    main finding's "Worth" line says so; a malformed one is refused in one line."""
+    import json
+    import shutil
+
+    from reporter.errors import BadInput
+    from reporter.render.report import render_markdown
+    from reporter.render.view import run_view
+    from reporter.store import load
+
+    from conftest import FIXTURES
+
+    folder = tmp_path / "run"
+    shutil.copytree(FIXTURES / "runs" / "cpu-transformer", folder)
+    doc = json.loads((folder / "run.json").read_text())
+    doc["run"]["sections"][0]["profiler_cost"] = COST
+    (folder / "run.json").write_text(json.dumps(doc))
+    run = load(folder)
+    assert run.sections[0].profiler_cost == COST
+    for lang in LANGUAGES:
+        text = render_markdown(run_view(run, lang))
+        assert WORDS[lang][0] in text, lang
+    doc["run"]["sections"][0]["profiler_cost"] = {"profiled_minor_faults": "many"}
+    (folder / "run.json").write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match="profiler_cost"):
+        load(folder)
