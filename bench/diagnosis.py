@@ -14,6 +14,7 @@ the measurement's noise.
 Not a test: run it by hand.
 
     .venv/bin/python bench/diagnosis.py [--device cpu|cuda] [--preset P] [--time-budget 3]
+                                        [--only transformer,dropout_heavy]
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ def main() -> None:
     parser.add_argument("--preset", default=None,
                         help="model sizes (default: what `reporter run` takes on the device)")
     parser.add_argument("--time-budget", type=float, default=3.0)
+    parser.add_argument("--only", default=None,
+                        help="the pairs whose table name is one of these (comma-separated)")
     args = parser.parse_args()
+    only = set(args.only.split(",")) if args.only else None
     opts = RunOptions(device=args.device, time_budget_s=args.time_budget,
                       preset=default_preset(args.device, args.preset))
     print(f"device {args.device}, preset {opts.preset}\n")
@@ -63,6 +67,8 @@ def main() -> None:
     print("| --- | --- | --- | ---: | ---: | ---: | --- |")
     errors = []
     for baseline, fix, name in PAIRS:
+        if only is not None and name not in only:
+            continue
         base, twin = run(baseline, opts, scratch), run(fix, opts, scratch)
         for mode, (s, found) in base.items():
             if mode not in twin:

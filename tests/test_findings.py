@@ -149,6 +149,13 @@ SYNTHETIC = {
         Op("module::mlp", calls=128, self_cpu_us=3000, cpu_total_us=9000, kind="annotation"),
         Op("aten::addmm", calls=384, self_cpu_us=3000, cpu_total_us=4000),
         Op("aten::relu", calls=256, self_cpu_us=1000, cpu_total_us=1000)]),
+    "dispatch-bound": Profile(label="inference", self_cpu_us=10_000, steps=2, ops=[
+        Op("ProfilerStep*", calls=2, self_cpu_us=100, cpu_total_us=10_000, kind="annotation"),
+        Op("aten::view", calls=1024, self_cpu_us=2048, cpu_total_us=2048),
+        Op("aten::select", calls=128, self_cpu_us=256, cpu_total_us=256),
+        Op("aten::addmm", calls=384, self_cpu_us=3000, cpu_total_us=3000)],
+        ops_by_shape=[Op("aten::select", calls=128, self_cpu_us=256, cpu_total_us=256,
+                         input_shapes="[[64, 32], [], []]")]),
     "dropout-cost": Profile(label="train", self_cpu_us=10_000, ops=[
         Op("aten::dropout", calls=6, self_cpu_us=200, cpu_total_us=2500),
         Op("aten::bernoulli_", calls=6, self_cpu_us=1800, cpu_total_us=1800),

@@ -165,6 +165,49 @@ def test_a_per_sample_loop_fires_and_the_batched_call_does_not(tmp_path):
     assert found["op"] == "mlp" and found["calls"] == len(marks)
     assert found["calls_per_step"] == len(marks) // len(steps) == 64
     assert found["op_time_us"] == pytest.approx(sum(e["dur"] for e in marks), rel=1e-6)
+    # with the module marks, per-sample-loop tells it; dispatch-bound stays silent
+    assert not any(f["rule"] == "dispatch-bound"
+                   for f in json.loads(res.out)["profiles"][0]["findings"])
+
+
+def _plain_trace(name: str, path: Path) -> Path:
+    """A planted model's inference profiled as a user would (torch.profiler with a
+    schedule, shapes recorded, no module marks), its Chrome trace written to ``path``."""
+    import torch
+    from torch.profiler import profile, schedule
+
+    from reporter.collect.target import resolve
+
+    spec, builder = resolve(f"{PLANTED}:{name}")
+    target = builder("cpu", "default")
+    (x,) = target.batches[0]
+    with profile(schedule=schedule(wait=1, warmup=1, active=3), record_shapes=True) as prof:
+        for _ in range(5):
+            with torch.inference_mode():
+                target.model(x)
+            prof.step()
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+def test_dispatch_bound_on_a_users_trace_of_a_per_sample_loop_and_not_of_its_fix(tmp_path):
+    """Issue #27: without the runner's module marks, the loop is told by its operators:
+    a batch of 64 taken row by row, many operator calls per row, each short."""
+    import json
+
+    from conftest import cli
+
+    found = {}
+    for name in ("per_sample_loop", "per_sample_batched"):
+        res = cli("analyze", _plain_trace(name, tmp_path / f"{name}.json"), "--json")
+        assert res.code == 0, res.err
+        found[name] = {f["rule"]: f for f in json.loads(res.out)["profiles"][0]["findings"]}
+    assert "dispatch-bound" not in found["per_sample_batched"]
+    f = found["per_sample_loop"]["dispatch-bound"]
+    assert f["rows"] == 64 and f["selected_per_step"] == 64
+    assert f["calls_per_row"] >= RULES["dispatch-bound"].limits["calls_per_row"]
+    assert f["mean_op_us"] <= RULES["dispatch-bound"].limits["op_us"]
+    assert f["share"] > RULES["dispatch-bound"].limits["share"]
 
 
 def test_a_blow_up_owns_the_dense_copies_of_its_operands_and_no_other_copy():

@@ -27,6 +27,20 @@ def test_attention_shapes_from_the_recorded_products():
     assert shape["calls"] > 0
 
 
+def test_the_attention_what_if_reads_the_chain_the_model_recorded():
+    """Issue #27: the what-if timed contiguous bmm-softmax-bmm and predicted 7% where the
+    fused twin saved 14-20%. The fixture's attention divides the scores, masks the
+    decoder's self-attention with a triangle built each call (2 of 6 calls a step) and
+    copies its transposed heads inside matmul; the recipe times all of that."""
+    train, inference = (load(FIXTURE).sections[i] for i in (0, 1))
+    for section in (train, inference):
+        shape = attention_shapes(section.profile)
+        assert shape is not None
+        assert shape["scale"] == "aten::div" and shape["causal"]
+        assert shape["batch"] == [8, 4] and shape["copies"] == ["k", "q", "v"]
+        assert 3 * shape["masked"] == shape["calls"]  # the decoder's self-attention
+
+
 def test_timed_on_the_cpu_and_used_over_the_estimate():
     section = load(FIXTURE).sections[0]
     timed = measure(section, {"unfused-attention"}, "cpu")["unfused-attention"]

@@ -119,6 +119,51 @@ class Analysis:
     compiled: Compiled | None = None
 
 
+# Operators whose time is mostly the first touch of fresh memory (page faults) on the
+# CPU: filling, zeroing and allocating. The profiler's own buffers and records change
+# what the allocator hands out, and the faults land in these operators' time.
+FIRST_TOUCH = {"aten::fill_", "aten::zero_", "aten::zeros", "aten::zeros_like",
+               "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::ones",
+               "aten::ones_like", "aten::full", "aten::full_like", "aten::new_zeros",
+               "aten::new_empty", "aten::new_full"}
+# Page faults under the profiler this many times those without it, and this many more per
+# step: every share of the profiled step is distorted, not only the first-touch operators'.
+FAULTS_RATIO = 5.0
+FAULTS_MORE = 100.0
+
+
+def profiler_distortion(findings: list[Finding], cost: dict[str, float] | None) -> None:
+    """Say, in the findings whose share it distorts, what the profiler did to the step
+    (``cost``: the runner's measurement, Section.profiler_cost): the step's time and page
+    faults with and without it. A finding of first-touch operators (``FIRST_TOUCH``: its
+    named operators or its top one) is distorted as soon as the profiler adds faults;
+    every finding is when the faults under it are ``FAULTS_RATIO`` times those without it
+    and ``FAULTS_MORE`` more per step."""
+    if not cost:
+        return
+    try:
+        with_ = float(cost["profiled_minor_faults"]) + float(cost["profiled_major_faults"])
+        without = float(cost["unprofiled_minor_faults"]) + float(
+            cost["unprofiled_major_faults"])
+        step_with, step_without = float(cost["profiled_step_us"]), float(
+            cost["unprofiled_step_us"])
+    except (KeyError, TypeError, ValueError):
+        return
+    more = with_ - without
+    if more < FAULTS_MORE / 10:
+        return  # the profiler added next to no faults
+    everywhere = more >= FAULTS_MORE and with_ >= FAULTS_RATIO * max(without, 1.0)
+    for f in findings:
+        names = {*f.ops, str(f.evidence.get("op") or "")}
+        first_touch = bool(names & FIRST_TOUCH)
+        if not (everywhere or first_touch):
+            continue
+        f.evidence.update({"profiled_faults": round(with_), "unprofiled_faults": round(without),
+                           "profiled_faults_step_us": step_with,
+                           "unprofiled_faults_step_us": step_without,
+                           "first_touch": first_touch})
+
+
 def analyze_section(section: Section, batch_size: int | None = None,
                     overrides: dict[str, dict[str, float]] | None = None) -> Analysis:
     """The analysis of a run's section (reporter.model.run.Section) or of an imported profile
@@ -130,6 +175,7 @@ def analyze_section(section: Section, batch_size: int | None = None,
 
     eff = of_section(section, batch_size)
     findings = analyze(section.profile, overrides, eff)
+    profiler_distortion(findings, getattr(section, "profiler_cost", None))
     t = section.throughput
     # A step timed while the machine was busy is no yardstick: the profiled one is used.
     real_step_us = t.step_us(batch_size) if t is not None and t.reliable else None

@@ -746,3 +746,100 @@ def per_sample_loop(profile: Profile, limits: dict[str, float]) -> Finding | Non
                     "op_calls_per_step": round(op_calls / steps),
                     "mean_op_us": sum(o.self_cpu_us for o in ops) / op_calls if op_calls else 0.0},
                    ops=[top.name])
+
+
+# Operators that only make a view of a tensor: their time is the framework's per-call
+# cost alone (Python, dispatch, the profiler's record), no compute.
+_VIEW_OPS = {"aten::view", "aten::as_strided", "aten::t", "aten::transpose", "aten::expand",
+             "aten::resolve_conj", "aten::resolve_neg", "aten::select", "aten::slice",
+             "aten::unsqueeze", "aten::squeeze", "aten::permute", "aten::reshape",
+             "aten::_unsafe_view", "aten::alias", "aten::detach", "aten::narrow",
+             "aten::unbind", "aten::split", "aten::chunk"}
+# Taking a tensor's rows one by one: `for row in x` (unbind, a select per row), `x[i]`.
+_ROW_OPS = ("aten::select",)
+
+
+def _row_loop(profile: Profile, steps: int, least: float) -> tuple[int, int] | None:
+    """A tensor of at least ``least`` rows whose rows were taken one by one, as a Python
+    loop over a batch takes them: (its rows, the row selections per step), the largest
+    such tensor; None without one. With the recorded shapes (a run's profile), the
+    selected tensor's first dimension; without them (``reporter analyze`` reads a trace's
+    operators only), the selections per ``unbind`` (``for row in x``), or per step
+    (``x[i]``)."""
+    from .shapes import dims
+
+    found: dict[int, int] = {}
+    for o in profile.ops_by_shape:
+        if o.name in _ROW_OPS:
+            d = dims(o)
+            if d and d[0] and d[0][0] >= least:
+                found[d[0][0]] = found.get(d[0][0], 0) + o.calls
+    if not profile.ops_by_shape:
+        selected = sum(o.calls for o in operators(profile) if o.name in _ROW_OPS) / steps
+        unbinds = sum(o.calls for o in operators(profile) if o.name == "aten::unbind") / steps
+        rows = round(selected / unbinds) if unbinds >= 1 else round(selected)
+        if rows >= least:
+            found[rows] = round(selected * steps)
+    loops = [(rows, round(calls / steps)) for rows, calls in found.items()
+             if calls / steps >= rows]
+    return max(loops) if loops else None
+
+
+def _overhead_saving(w: Worth) -> Saving:
+    """One call on the stacked batch instead of one per row: the step's framework time
+    (all of it but what the operators compute: Python between the calls, dispatch, each
+    call's fixed cost) falls by the loop's rows, at most; at least the operator calls' own
+    fixed cost does (each call at the view operators' mean time: they compute nothing),
+    the Python between them kept."""
+    e = w.finding.evidence
+    rows, per_call = float(e.get("rows") or 0), float(e.get("overhead_us") or 0)
+    if rows < 2 or not w.accounts_us:
+        return w.unquantified()
+    fewer = 1 - 1 / rows
+    high = w.accounts_us * fewer
+    low = min(high, float(e["op_calls_per_step"]) * per_call * fewer)
+    return Saving(w.accounts_us, high, low, high, w.step_us, host_saving=True)
+
+
+@rule("dispatch-bound", saving=_overhead_saving, rows=16, calls_per_row=4, op_us=50.0,
+      share=0.30)
+def dispatch_bound(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """Many small operators whose framework cost outweighs their work, in a loop over the
+    rows of a batch: read from the operators alone (a user's trace), where the runner's
+    module marks, which per-sample-loop counts, are absent. A tensor of ``rows`` or more
+    rows taken row by row each step, ``calls_per_row`` operator calls per row or more, a
+    mean operator call of at most ``op_us``, and the step's framework time (the step less
+    what the operators compute, each call's fixed cost measured by the view operators; on
+    a GPU, where the host waits for the device, the calls' fixed cost alone) over
+    ``share`` of the step."""
+    if any(o.kind == KIND_ANNOTATION and o.name.startswith(MODULE_MARK) for o in profile.ops):
+        return None  # the runner's marks: per-sample-loop counts the module's calls
+    steps = max(profile.steps, 1)
+    ops = operators(profile)
+    calls = sum(o.calls for o in ops)
+    own = sum(o.self_cpu_us for o in ops)
+    views = [o for o in ops if o.name in _VIEW_OPS and o.calls]
+    loop = _row_loop(profile, steps, limits["rows"])
+    if not calls or not views or loop is None or own <= 0:
+        return None
+    rows, selected = loop
+    per_step, mean = calls / steps, own / calls
+    overhead = sum(o.self_cpu_us for o in views) / sum(o.calls for o in views)
+    compute = max(0.0, own - calls * overhead)  # what the operators do beyond their calls
+    s, wall = step_share(profile, 0.0)
+    # On a GPU the host's time outside the operators is mostly waiting for the device:
+    # there, only the operator calls' fixed cost counts
+    framework = calls * overhead if profile.has_device else max(0.0, wall - compute)
+    s = framework / wall if wall > 0 else 0.0
+    if per_step < limits["calls_per_row"] * rows or mean > limits["op_us"] or \
+            s <= limits["share"]:
+        return None
+    top = max(ops, key=lambda o: o.calls)
+    return Finding("dispatch-bound", _severity(s, 0.6),
+                   {"basis": "step", "share": s, "threshold": limits["share"],
+                    "op": top.name, "calls": top.calls, "op_time_us": framework,
+                    "step_us": wall, "rows": rows, "selected_per_step": selected,
+                    "op_calls_per_step": round(per_step),
+                    "calls_per_row": round(per_step / rows), "mean_op_us": mean,
+                    "overhead_us": overhead, "op_us_limit_us": limits["op_us"]},
+                   ops=sorted({o.name for o in ops if o.calls / steps >= rows}))

@@ -155,6 +155,24 @@ def _host_peak_b() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
+def _faults() -> tuple[int, int]:
+    """The process's (minor, major) page faults so far (resource.getrusage)."""
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return int(use.ru_minflt), int(use.ru_majflt)
+
+
+def _unprofiled_cost(stepper: Callable[[], None], device: str, steps: int) -> dict[str, float]:
+    """``steps`` steps without the profiler, as the profiled ones run just after: their
+    seconds and page faults (minor, major) per step, the yardstick of the profiler's own
+    cost (``_profile_section``)."""
+    before = _faults()
+    seconds = _timed(stepper, device, steps)
+    after = _faults()
+    return {"steps": steps, "step_us": seconds * 1e6 / steps,
+            "minor_faults": (after[0] - before[0]) / steps,
+            "major_faults": (after[1] - before[1]) / steps}
+
+
 def _to_device(batch: Any, device: str, non_blocking: bool) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=non_blocking)
@@ -273,7 +291,8 @@ def _timed(step: Callable[[], None], device: str, steps: int) -> float:
 
 
 def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped: int,
-                    active: int, align: Callable[[], Any] | None = None) -> float:
+                    active: int, align: Callable[[], Any] | None = None,
+                    faults: list[tuple[int, int]] | None = None) -> float:
     """Run the profiler's schedule; the seconds the ``active`` (recorded) steps took.
 
     On a GPU the recorded window is closed at both ends, so that it holds exactly the
@@ -297,12 +316,16 @@ def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped
                 # otherwise holds the peers' skew, counted as communication
                 align()
         prof.step()
+    if faults is not None:  # the recorded steps' page faults: counted at both ends
+        faults.append(_faults())
     if not on_gpu:
         total = 0.0
-        for _ in range(active):
+        for i in range(active):
             start = time.perf_counter()
             stepper()
             total += time.perf_counter() - start
+            if faults is not None and i == active - 1:
+                faults.append(_faults())
             prof.step()  # not timed: the last one stops the recording
         return total
     begin, end = dev.event(), dev.event()
@@ -315,6 +338,8 @@ def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped
                 # the whole device, not the current stream alone: work a target queued
                 # on its own streams ends inside the recording too
                 dev.synchronize()
+            if faults is not None:
+                faults.append(_faults())
         prof.step()  # after the last active step the recording stops
     return begin.elapsed_time(end) / 1e3
 
@@ -505,17 +530,20 @@ PROFILE_ATTEMPTS = 3
 
 
 def _profile_once(stepper: _Stepper, device: str, active: int, trace: Path,
-                  align: Callable[[], Any] | None = None) -> tuple[
+                  align: Callable[[], Any] | None = None,
+                  faults: list[tuple[int, int]] | None = None) -> tuple[
         Profile, float, Disturbance]:
     """Profile ``active`` steps into the Chrome trace ``trace`` and read it back: the
-    profile, the seconds the recorded steps took, and the window's disturbance."""
+    profile, the seconds the recorded steps took, and the window's disturbance. The page
+    faults (minor, major) at the recorded steps' start and end go into ``faults``."""
     wait, warm = 1, 1
     prof = profile(activities=devices.get(device).activities(),
                    schedule=schedule(wait=wait, warmup=warm, active=active, repeat=1),
                    record_shapes=True, profile_memory=True)
     watch = machine.Watch(torch.get_num_threads())
     with _filtered_native_stderr(), _module_marks(stepper.target.model), prof:
-        active_s = _profiled_steps(stepper, device, prof, wait + warm, active, align)
+        active_s = _profiled_steps(stepper, device, prof, wait + warm, active, align,
+                                   faults)
     disturbance = watch.stop()
     # The profile is read back from the exported trace: the same numbers as
     # key_averages() (tests/test_traces.py), in a fraction of its time.
@@ -553,7 +581,8 @@ def _unreadable_trace(trace: Path, exc: BadInput) -> WorkFailed:
 
 
 def _quietest_profile(stepper: _Stepper, device: str, opts: RunOptions, active: int,
-                      trace: Path, progress: Progress
+                      trace: Path, progress: Progress,
+                      faults: list[tuple[int, int]] | None = None
                       ) -> tuple[Profile, float, tuple[Disturbance, int]]:
     """Profile until a window is undisturbed, at most PROFILE_ATTEMPTS times (once in a
     distributed run: the ranks' collectives pair up); keep the least disturbed. Its
@@ -566,12 +595,15 @@ def _quietest_profile(stepper: _Stepper, device: str, opts: RunOptions, active: 
         progress(f"profiling {active} steps" + (f" (attempt {made})" if made > 1 else ""))
         candidate = trace.with_name(f"{trace.stem}.{made}{trace.suffix}")
         align = partial(opts.agree, 0) if opts.agree is not None else None  # a barrier
-        got = _profile_once(stepper, device, active, candidate, align)
+        counted: list[tuple[int, int]] = []
+        got = _profile_once(stepper, device, active, candidate, align, counted)
         if best is None or (got[2].share or 0.0) < (best[2].share or 0.0):
             if best is not None:
                 trace.unlink(missing_ok=True)
             os.replace(candidate, trace)
             best = got
+            if faults is not None:
+                faults[:] = counted
         else:
             candidate.unlink(missing_ok=True)
         if not got[2].disturbed:
@@ -607,8 +639,21 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
 
     active = _profiled_step_count(windows, batch, opts)
     trace_name = f"trace-{label}.json"
+    # The profiler's own cost, in the step's time and its page faults (its buffers, the
+    # recorded shapes and allocations; on the CPU that is first-touch work that a share
+    # of the profiled step then holds): as many steps without it, just before.
+    unprofiled = None if opts.agree is not None else _unprofiled_cost(stepper, device, active)
+    counted: list[tuple[int, int]] = []
     profile_obj, active_s, quiet = _quietest_profile(stepper, device, opts, active,
-                                                     scratch / trace_name, progress)
+                                                     scratch / trace_name, progress, counted)
+    profiler_cost = None
+    if unprofiled is not None and len(counted) == 2 and active_s > 0:
+        (minor0, major0), (minor1, major1) = counted
+        profiler_cost = {**{f"unprofiled_{k}": v for k, v in unprofiled.items()
+                            if k != "steps"},
+                         "steps": active, "profiled_step_us": active_s * 1e6 / active,
+                         "profiled_minor_faults": (minor1 - minor0) / active,
+                         "profiled_major_faults": (major1 - major0) / active}
     profile_obj.label = label
     if on_gpu:
         profile_obj.device_type = "cuda"
@@ -635,7 +680,8 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
                    profile=profile_obj, memory=memory, precision=precision,
                    trace=trace_name,
                    tensor_memory=tensors if not isinstance(tensors, str) else None,
-                   tensor_memory_note=tensors if isinstance(tensors, str) else None)
+                   tensor_memory_note=tensors if isinstance(tensors, str) else None,
+                   profiler_cost=profiler_cost)
 
 
 def _recorded_autocast(trace: Path) -> str | None:

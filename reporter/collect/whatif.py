@@ -43,6 +43,7 @@ from ..analyze.shapes import (
     blowup_chains,
     recorded_autocast,
 )
+from ..analyze.shapes import dims as _dims
 from ..analyze.shapes import shapes as _shapes
 from ..model.finding import Finding
 from ..model.profile import Profile
@@ -54,7 +55,14 @@ BUDGET_S = 0.3  # per variant
 
 def attention_shapes(profile: Profile) -> dict[str, Any] | None:
     """The unfused attention's shapes: the softmax over scores (..., L, S) that took the
-    most time, and the products around it: q (N, L, E), k (N, S, E), v (N, S, Ev)."""
+    most time, and the products around it: q (N, L, E), k (N, S, E), v (N, S, Ev), N the
+    product of the scores' batch dimensions (``batch``). And the rest of the chain as the
+    profile recorded it, which the fused kernel does away with too: the scaling of the
+    scores (``scale``: the ``aten::div`` or ``aten::mul`` of a scores-shaped tensor by a
+    scalar), the masked calls (``masked``: an ``aten::masked_fill`` of the scores, per
+    forward call; ``causal`` when an ``aten::triu``/``tril`` of the mask's shape built it)
+    and which operands the products copied to make them dense (``copies``: q, k, v; an
+    ``aten::clone`` of a view of their shape, as ``matmul`` makes of a transposed head)."""
     rows = sorted((o for o in profile.ops_by_shape if o.name in SOFTMAX),
                   key=lambda o: o.cpu_total_us + o.device_total_us, reverse=True)
     for soft in rows:
@@ -77,8 +85,44 @@ def attention_shapes(profile: Profile) -> dict[str, Any] | None:
                 ev = b[-1]  # p @ v
         if e:
             return {"n": n, "l": lq, "s": ls, "e": e, "ev": ev or e, "calls": soft.calls,
-                    "scores": list(dims[0])}
+                    "scores": list(dims[0]), "batch": list(batch),
+                    **_attention_chain(profile, list(dims[0]), e, ev or e, soft.calls)}
     return None
+
+
+def _attention_chain(profile: Profile, scores: list[int], e: int, ev: int,
+                     calls: int) -> dict[str, Any]:
+    """What the recorded chain does around the products and the softmax (see
+    ``attention_shapes``)."""
+    *batch, lq, ls = scores
+    scale = None
+    masks: list[list[int]] = []
+    masked = triangles = 0
+    copied: dict[str, bool] = {"q": False, "k": False, "v": False}
+    operands = {"q": batch + [lq, e], "k": batch + [e, ls], "v": batch + [ls, ev]}
+    train = any(o.name == "aten::_softmax_backward_data" for o in profile.ops_by_shape)
+    for o in profile.ops_by_shape:
+        d = _dims(o)
+        if not d:
+            continue
+        if o.name in ("aten::div", "aten::mul") and d[0] == scores and not any(d[1:]):
+            if scale is None or o.name == "aten::div":
+                scale = o.name  # by a scalar (recorded as [] or not at all)
+        elif o.name == "aten::masked_fill" and d[0] == scores:
+            # its backward is a masked_fill of the gradient: one forward call in two
+            masked += o.calls // 2 if train else o.calls
+            masks += d[1:2]
+        elif o.name in ("aten::clone", "aten::contiguous"):
+            for name, shape in operands.items():
+                copied[name] = copied[name] or (len(batch) > 1 and d[0] == shape)
+    for o in profile.ops_by_shape:
+        d = _dims(o)
+        if o.name in ("aten::triu", "aten::tril") and d and d[0] in masks \
+                and d[0][-2:] == [lq, ls]:
+            triangles += o.calls
+    masked = min(masked, calls)
+    return {"scale": scale, "masked": masked, "causal": bool(masked and triangles),
+            "copies": sorted(k for k, v in copied.items() if v)}
 
 
 GPU_SAMPLE_S = 1e-3  # on a GPU each sample runs back to back calls for about this long
@@ -170,10 +214,13 @@ def attention(profile: Profile, device: str, train: bool, steps: int,
               ) -> dict[str, Any] | None:
     """The attention as the model computed it and ``scaled_dot_product_attention``, both
     timed the same way at the recorded shapes, in the recorded dtype and under the
-    model's autocast: the "before" is the recorded pattern (the scores' product, the
-    scale, the mask the trace shows applied to the scores, the softmax, the second
-    product), the "after" SDPA with the same mask (``is_causal`` where the recorded mask is
-    causal). {"before_ms", "after_ms"} per step, or None when the shapes cannot be read."""
+    model's autocast: {"before_ms", "after_ms"} per step, or None when the shapes cannot
+    be read. The "before" is the recorded chain: the scores' product on operands as the
+    model held them (transposed heads its product copied dense), their scaling (a
+    division or a multiplication), the masked calls (a triangle built each call where
+    the profile shows one, else the mask the trace shows applied to the scores, boolean or
+    added), the softmax and the second product; the "after" SDPA with the same mask
+    (``is_causal`` where the mask is causal) on the same operands, views as they are."""
     import torch
     from torch.nn import functional as F
 
@@ -201,44 +248,76 @@ def attention(profile: Profile, device: str, train: bool, steps: int,
         raise Skipped(f"attention at the recorded shapes would allocate {need:,} bytes, over "
                       f"the cap of {cap:,}")
     gen = _generator(dev)
+    batch = shape.get("batch") or [n]
+    copies = set(shape.get("copies") or ())
 
-    def make(*size: int) -> Any:
-        return torch.randn(*size, generator=gen, device=dev.tensor_device
+    def make(name: str, rows: int, cols: int) -> Any:
+        """An operand (*batch, rows, cols) in the recorded dtype; where the model's was a
+        view that its product copied, one as heads split off a (batch, rows, heads, cols)
+        tensor are: rows and heads transposed, so that folding the batch copies it."""
+        if name in copies:
+            t = torch.randn(batch[0], rows, *batch[1:], cols, generator=gen,
+                            device=dev.tensor_device).to(dtype).requires_grad_(train)
+            return t.movedim(1, -2)
+        return torch.randn(*batch, rows, cols, generator=gen, device=dev.tensor_device
                            ).to(dtype).requires_grad_(train)
-    q, k, v = make(*batch, lq, e), make(*batch, ls, e), make(*batch, ls, ev)
+    q, k, v = make("q", lq, e), make("k", ls, e), make("v", ls, ev)
+    k_t = k.transpose(-1, -2)  # as the product reads it
     scale = 1 / math.sqrt(e)
-    mask = attn_mask = None
-    causal = bool(pattern["causal"])
-    if pattern["mask"] is not None:
-        if pattern["boolean"]:
-            mask = torch.ones(lq, ls, dtype=torch.bool, device=dev.tensor_device).triu(1)
-            mask = mask.expand(*pattern["mask"][:-2], lq, ls)[
-                tuple(slice(0, x) for x in pattern["mask"])].contiguous()
-            attn_mask = None if causal else ~mask
+    causal = bool(shape.get("causal")) or bool(pattern["causal"])
+    added = pattern["mask"] is not None and not pattern["boolean"]
+    mask_shape = pattern["mask"] or [lq, ls]
+    given = (torch.zeros(*mask_shape, dtype=dtype, device=dev.tensor_device) if added else
+             torch.rand(*mask_shape, generator=gen, device=dev.tensor_device) < 0.1)
+
+    def mask() -> Any:
+        if causal:  # built each call, as the recorded triangle was
+            return torch.ones(lq, ls, dtype=torch.bool, device=dev.tensor_device).triu(1)
+        return given
+
+    def unfused(masked: bool) -> None:
+        scores = torch.bmm(q.reshape(n, lq, e), k_t.reshape(n, e, ls)).view(*batch, lq, ls)
+        if shape.get("scale") == "aten::div":
+            scores = scores / math.sqrt(e)
         else:
-            mask = torch.zeros(*pattern["mask"], dtype=dtype, device=dev.tensor_device)
-            attn_mask = mask
-
-    def unfused() -> None:
-        s = torch.matmul(q, k.transpose(-2, -1)) * scale
-        if mask is not None:
-            s = s.masked_fill(mask, float("-inf")) if pattern["boolean"] else s + mask
-        out = torch.matmul(torch.softmax(s, -1), v)
+            scores = scores * scale
+        if masked:
+            scores = scores + given if added and not causal else scores.masked_fill(
+                mask(), float("-inf"))
+        p = torch.softmax(scores, -1).reshape(n, lq, ls)
+        out = torch.bmm(p, v.reshape(n, ls, ev))
         if train:
             out.sum().backward()
 
-    def fused() -> None:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal)
+    def fused(masked: bool) -> None:
+        if masked and causal:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif masked:
+            out = F.scaled_dot_product_attention(q, k, v,
+                                                 attn_mask=given if added else ~given)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v)
         if train:
             out.sum().backward()
-    per_step = shape["calls"] / max(steps, 1)
+    total = shape["calls"]
+    # The masked calls the profile counts; where it counts none but the trace shows a mask
+    # applied to the scores, every call is masked.
+    masked_calls = min(int(shape.get("masked") or 0), total)
+    if not masked_calls and (pattern["mask"] is not None or pattern["causal"]):
+        masked_calls = total
+    before = after = 0.0
     with _autocast(dev, section, calls):
-        before, after = _median_s(unfused, dev), _median_s(fused, dev)
-    return {"before_ms": before * 1e3 * per_step, "after_ms": after * 1e3 * per_step,
-            "shape": [n, lq, ls, e], "calls_per_step": per_step,
-            "dtype": pattern["dtype"], "mask": ("causal" if causal else
-                                                "boolean" if pattern["boolean"] else
-                                                "added" if pattern["mask"] else None)}
+        for masked, count in ((False, total - masked_calls), (True, masked_calls)):
+            if count:
+                before += count * _median_s(partial(unfused, masked), dev)
+                after += count * _median_s(partial(fused, masked), dev)
+    per_step = 1e3 / max(steps, 1)
+    return {"before_ms": before * per_step, "after_ms": after * per_step,
+            "shape": [n, lq, ls, e], "calls_per_step": total / max(steps, 1),
+            "masked_per_step": masked_calls / max(steps, 1), "causal": causal,
+            "copies": sorted(copies), "dtype": pattern["dtype"],
+            "mask": ("causal" if causal else "added" if added else
+                     "boolean" if masked_calls else None)}
 
 
 # Copies of parameters and gradients past this size are not made for a what-if.

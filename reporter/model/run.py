@@ -140,6 +140,11 @@ class Section:
     whatif_disturbance: Disturbance | None = None
     # Why the replacements could not be timed (the error they raised), or None.
     whatif_note: str | None = None
+    # The profiler's own cost, per step, measured by the runner on as many steps without
+    # it just before the profiled ones: {"steps", "unprofiled_step_us", "profiled_step_us",
+    # "unprofiled_minor_faults", "profiled_minor_faults", "unprofiled_major_faults",
+    # "profiled_major_faults"}; None for imported profiles, distributed and older runs.
+    profiler_cost: dict[str, float] | None = None
 
     @property
     def busy(self) -> bool:
@@ -197,6 +202,8 @@ class Section:
                                 if isinstance(data.get("whatif_disturbance"), dict)
                                 else None),
             whatif_note=data.get("whatif_note"),
+            profiler_cost=(dict(data["profiler_cost"])
+                           if isinstance(data.get("profiler_cost"), dict) else None),
         )
 
 

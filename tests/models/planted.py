@@ -69,3 +69,25 @@ def per_sample_loop(device: str = "cpu", preset: str = "default") -> Target:
 def per_sample_batched(device: str = "cpu", preset: str = "default") -> Target:
     """The same MLP called once on the whole batch."""
     return _per_sample(True, device)
+
+
+class _FreshBuffer(nn.Module):
+    """A small product on top of a 64 MiB buffer zeroed afresh in every call: each step's
+    time is mostly the first touch of fresh pages (glibc maps an allocation over 32 MiB,
+    its largest mmap threshold, afresh each time and unmaps it when it is freed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scratch = torch.zeros(16 << 20)
+        return self.proj(x) + scratch[: x.shape[-1]]
+
+
+def first_touch(device: str = "cpu", preset: str = "default") -> Target:
+    """Inference of a model that zeroes a fresh 64 MiB buffer in each call."""
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    return Target(model=_FreshBuffer().to(device).eval(), batch_size=8, modes=("inference",),
+                  batches=[(torch.randn(8, 64, generator=gen),) for _ in range(2)])

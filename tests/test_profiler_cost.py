@@ -1,0 +1,135 @@
+"""The profiler's own cost (issue #27): the runner times as many steps without the
+profiler just before the profiled ones and counts both's page faults; the findings whose
+share that distorts say so, in every language."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reporter.analyze.analyzer import FIRST_TOUCH, profiler_distortion
+from reporter.model.finding import Finding
+from reporter.render.view import LANGUAGES
+
+PLANTED = Path(__file__).parent / "models" / "planted.py"
+PAGE = 4096
+
+
+def test_a_live_run_counts_the_page_faults_with_and_without_the_profiler(tmp_path):
+    """A model that zeroes a fresh 64 MiB buffer each call faults in its pages each step,
+    with the profiler and without it: the counts are of the steps, per step (16,384 pages
+    of 4 KiB; with transparent huge pages always on, at least 32 of 2 MiB)."""
+    from reporter.collect.runner import RunOptions, profile_target
+    from reporter.collect.target import resolve
+    from reporter.model.run import Run
+
+    spec, builder = resolve(f"{PLANTED}:first_touch")
+    run = profile_target(spec, builder, RunOptions(device="cpu", windows=3, time_budget_s=0.5,
+                                                   warmup_steps=1), tmp_path)
+    (section,) = run.sections
+    cost = section.profiler_cost
+    assert cost is not None and cost["steps"] >= 3
+    try:
+        thp = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        thp = ""
+    pages = (64 << 20) // (2 << 20 if "[always]" in thp else PAGE)
+    for when in ("unprofiled", "profiled"):
+        assert cost[f"{when}_minor_faults"] + cost[f"{when}_major_faults"] >= 0.9 * pages, cost
+        assert cost[f"{when}_step_us"] > 0
+    # the profiled step is the one the profiled throughput is of
+    assert cost["profiled_step_us"] == pytest.approx(
+        run.target["batch_size"] / section.throughput.profiled * 1e6, rel=1e-6)
+    # stored and read back
+    again = Run.from_dict(run.to_dict()).sections[0]
+    assert again.profiler_cost == cost
+
+
+def _finding(op: str) -> Finding:
+    return Finding("dominant-operator", "medium", {"basis": "cpu", "share": 0.69,
+                   "threshold": 0.5, "op": op, "op_share": 0.69, "op_time_us": 6900.0,
+                   "calls": 4, "mem_per_call_b": 0, "steps": 1}, ops=[op])
+
+
+COST = {"steps": 4, "unprofiled_step_us": 2000.0, "profiled_step_us": 5000.0,
+        "unprofiled_minor_faults": 300.0, "unprofiled_major_faults": 0.0,
+        "profiled_minor_faults": 8700.0, "profiled_major_faults": 0.0}
+
+
+def test_which_findings_the_profiler_distorts():
+    fill, mm = _finding("aten::fill_"), _finding("aten::mm")
+    assert "aten::fill_" in FIRST_TOUCH
+    # 29 times the faults: every share is distorted
+    profiler_distortion([fill, mm], COST)
+    assert fill.evidence["profiled_faults"] == 8700 and fill.evidence["first_touch"]
+    assert mm.evidence["unprofiled_faults"] == 300 and not mm.evidence["first_touch"]
+    # twice the faults: only the first-touch operators' share
+    fill, mm = _finding("aten::fill_"), _finding("aten::mm")
+    profiler_distortion([fill, mm], {**COST, "profiled_minor_faults": 600.0})
+    assert fill.evidence["profiled_faults"] == 600 and "profiled_faults" not in mm.evidence
+    # no faults added: nothing said
+    fill = _finding("aten::fill_")
+    profiler_distortion([fill], {**COST, "profiled_minor_faults": 301.0})
+    assert "profiled_faults" not in fill.evidence
+
+
+WORDS = {"en": ("The profiler distorts this share", "first touch"),
+         "ru": ("Профайлер искажает эту долю", "первое обращение"),
+         "zh": ("profiler 会扭曲这一占比", "首次访问")}
+
+
+@pytest.mark.parametrize("lang", sorted(LANGUAGES))
+def test_the_distorted_finding_says_so_in_each_language(lang):
+    """The finding's "Worth" paragraph of the report says what the profiler did."""
+    from reporter.model.finding import Saving
+    from reporter.render.report import environment
+    from reporter.render.view import Fmt, _finding_view
+
+    fill = _finding("aten::fill_")
+    profiler_distortion([fill], COST)
+    fmt = Fmt(lang)
+    view = _finding_view(fill, fmt, Saving(6900.0, 6900.0, 3000.0, 6900.0, 10_000.0))
+    template = environment(lang).get_template("report.md.j2")
+    block = template.blocks["worth_measured_here"]
+    worth = "".join(block(template.new_context({"f": view, "plural": fmt.plural,
+                                                 "lang": lang})))
+    head, touch = WORDS[lang]
+    assert head in worth and touch in worth, worth
+    assert fmt.int(8700) in worth and fmt.int(300) in worth, worth
+    assert fmt.time(5000.0) in worth and fmt.time(2000.0) in worth, worth
+    assert "{{" not in worth and "None" not in worth
+    # without the measurement, the paragraph is as it was
+    plain = _finding_view(_finding("aten::fill_"), fmt,
+                          Saving(6900.0, 6900.0, 3000.0, 6900.0, 10_000.0))
+    assert head not in "".join(block(template.new_context({"f": plain, "plural": fmt.plural,
+                                                           "lang": lang})))
+
+
+def test_a_stored_profiler_cost_is_checked_and_reaches_the_report(tmp_path):
+    """Through run.json: a well-formed cost is read back and, 29 times the faults, every
+    main finding's "Worth" line says so; a malformed one is refused in one line."""
+    import json
+    import shutil
+
+    from conftest import FIXTURES
+
+    from reporter.errors import BadInput
+    from reporter.render.report import render_markdown
+    from reporter.render.view import run_view
+    from reporter.store import load
+
+    folder = tmp_path / "run"
+    shutil.copytree(FIXTURES / "runs" / "cpu-transformer", folder)
+    doc = json.loads((folder / "run.json").read_text())
+    doc["run"]["sections"][0]["profiler_cost"] = COST
+    (folder / "run.json").write_text(json.dumps(doc))
+    run = load(folder)
+    assert run.sections[0].profiler_cost == COST
+    for lang in LANGUAGES:
+        text = render_markdown(run_view(run, lang))
+        assert WORDS[lang][0] in text, lang
+    doc["run"]["sections"][0]["profiler_cost"] = {"profiled_minor_faults": "many"}
+    (folder / "run.json").write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match="profiler_cost"):
+        load(folder)
