@@ -115,8 +115,8 @@ def test_a_stored_profiler_cost_is_checked_and_reaches_the_report(tmp_path):
     from conftest import FIXTURES
 
     from reporter.errors import BadInput
+    from reporter.pipeline import report_view
     from reporter.render.report import render_markdown
-    from reporter.render.view import run_view
     from reporter.store import load
 
     folder = tmp_path / "run"
@@ -127,7 +127,7 @@ def test_a_stored_profiler_cost_is_checked_and_reaches_the_report(tmp_path):
     run = load(folder)
     assert run.sections[0].profiler_cost == COST
     for lang in LANGUAGES:
-        text = render_markdown(run_view(run, lang))
+        text = render_markdown(report_view(run, lang))
         assert WORDS[lang][0] in text, lang
     doc["run"]["sections"][0]["profiler_cost"] = {"profiled_minor_faults": "many"}
     (folder / "run.json").write_text(json.dumps(doc))

@@ -290,13 +290,9 @@ def attention(profile: Profile, device: str, train: bool, steps: int,
             out.sum().backward()
 
     def fused(masked: bool) -> None:
-        if masked and causal:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        elif masked:
-            out = F.scaled_dot_product_attention(q, k, v,
-                                                 attn_mask=given if added else ~given)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v)
+        attn_mask = (None if not masked or causal else given if added else ~given)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                             is_causal=masked and causal)
         if train:
             out.sum().backward()
     total = shape["calls"]
