@@ -452,7 +452,9 @@ def test_ctrl_c_while_reporter_loads_is_one_line(tmp_path, after_s):
     rest = proc.stderr.read()
     proc.wait(timeout=30)
     said = [x for x in rest.splitlines() if x.strip() and not x.startswith("import time:")]
-    assert proc.returncode in (130, 0), rest[-3000:]
+    # 130, or death by SIGINT after the line was said (one clean-clone CI run in several:
+    # the shell reports both as $? = 130, the one line is what the user sees).
+    assert proc.returncode in (130, -signal.SIGINT, 0), rest[-3000:]
     assert said == ["reporter: interrupted; nothing half-written was kept"] or (
         proc.returncode == 0 and said == []), rest[-3000:]
 
