@@ -14,14 +14,7 @@ import pytest
 from reporter.analyze.critical_path import BETWEEN, DEVICE_KINDS
 from reporter.ingest.traces import read_trace
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "traces"
-
-
-def _x(name, ts, dur, cat="cpu_op", tid=1, pid=1, **args):
-    event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
-    if args:
-        event["args"] = args
-    return event
+from test_breakdown import CORPUS, _x  # the traces' corpus and its event maker
 
 
 def _launch(ts, corr, dur=10, name="cudaLaunchKernel", tid=1):
@@ -43,27 +36,6 @@ def _nonzero(d):
     return {k: v for k, v in d.items() if v}
 
 
-def test_a_step_with_a_known_critical_path(tmp_path):
-    """Host 0-100 launches k1 (runs 120-520) and k2 (queued behind it, 520-820), waits
-    in cudaDeviceSynchronize 150-830, then works until the step ends at 1000. Walked back:
-    host 830-1000, the sync's return 820-830, k2 520-820, k1 120-520 (k2 waited for k1,
-    not for its launch at 130), k1's launch 100-120, host 0-100."""
-    c = _critical(tmp_path, [
-        _x("ProfilerStep#1", 0, 1000, cat="user_annotation"),
-        _x("forward", 0, 140, cat="user_annotation"),
-        _launch(100, 1), _launch(130, 2),
-        _x("cudaDeviceSynchronize", 150, 680, cat="cuda_runtime"),
-        _x("Optimizer.step#SGD.step", 900, 100, cat="user_annotation"),
-        _kernel("void k1", 120, 400, corr=1), _kernel("void k2", 520, 300, corr=2),
-    ])
-    assert c["steps"] == 1 and c["step_us"] == 1000 and c["device"]
-    assert _nonzero(c["host_us"]) == {"forward": 100, "optimizer": 100, "other": 70}
-    assert _nonzero(c["device_us"]) == {"compute": 700}
-    assert _nonzero(c["between_us"]) == {"launch": 20, "sync": 10}
-    assert c["host_total_us"]["forward"] == 140 and c["host_total_us"]["other"] == 760
-    assert c["device_total_us"]["compute"] == 700
-
-
 KNOWN = [
     _x("ProfilerStep#1", 0, 1000, cat="user_annotation"),
     _x("forward", 0, 140, cat="user_annotation"),
@@ -72,6 +44,22 @@ KNOWN = [
     _x("Optimizer.step#SGD.step", 900, 100, cat="user_annotation"),
     _kernel("void k1", 120, 400, corr=1), _kernel("void k2", 520, 300, corr=2),
 ]
+
+
+def test_a_step_with_a_known_critical_path(tmp_path):
+    """Host 0-100 launches k1 (runs 120-520) and k2 (queued behind it, 520-820), waits
+    in cudaDeviceSynchronize 150-830, then works until the step ends at 1000. Walked back:
+    host 830-1000, the sync's return 820-830, k2 520-820, k1 120-520 (k2 waited for k1,
+    not for its launch at 130), k1's launch 100-120, host 0-100."""
+    c = _critical(tmp_path, KNOWN)
+    assert c["steps"] == 1 and c["step_us"] == 1000 and c["device"]
+    assert _nonzero(c["host_us"]) == {"forward": 100, "optimizer": 100, "other": 70}
+    assert _nonzero(c["device_us"]) == {"compute": 700}
+    assert _nonzero(c["between_us"]) == {"launch": 20, "sync": 10}
+    assert c["host_total_us"]["forward"] == 140 and c["host_total_us"]["other"] == 760
+    assert c["device_total_us"]["compute"] == 700
+
+
 
 
 def test_json_and_the_report_carry_it_in_each_language(tmp_path):
