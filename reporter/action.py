@@ -53,6 +53,7 @@ class Inputs:
     pull_request: int | None = None
     out_dir: Path = Path("reporter")
     working_directory: Path = Path(".")
+    artifact_name: str = ""  # named in the comment when it is cut
 
 
 def _env(name: str, default: str = "") -> str:
@@ -115,7 +116,8 @@ def read_inputs() -> Inputs:
         baseline=_env("baseline", "base"), runs=runs, comment=_bool("comment", "true"),
         comment_key=_env("comment-key"), pull_request=int(number) if number else None,
         out_dir=Path(_env("out-dir") or Path(os.environ.get("RUNNER_TEMP", ".")) / "reporter"),
-        working_directory=Path(_env("working-directory", ".")))
+        working_directory=Path(_env("working-directory", ".")),
+        artifact_name=_env("artifact-name"))
 
 
 def _event() -> dict[str, Any]:
@@ -163,9 +165,18 @@ def comment_key(inputs: Inputs) -> str:
 
 def reporter(args: Sequence[str], cwd: Path | None = None) -> int:
     """``reporter ARGS`` in a child process with this interpreter; its exit code."""
+    return _reporter(args, cwd)[0]
+
+
+def _reporter(args: Sequence[str], cwd: Path | None = None, keep_errors: bool = False
+              ) -> tuple[int, str]:
+    """``reporter ARGS``: its exit code and, with ``keep_errors``, its stderr (held back
+    from the log: the caller decides)."""
     cmd = [sys.executable, "-m", "reporter", *args]
     print("reporter-action: " + shlex.join(["reporter", *args]), file=sys.stderr, flush=True)
-    return subprocess.run(cmd, cwd=cwd).returncode
+    res = subprocess.run(cmd, cwd=cwd, stderr=subprocess.PIPE if keep_errors else None,
+                         text=True)
+    return res.returncode, res.stderr or ""
 
 
 def _checked(code: int, what: str) -> None:
@@ -179,9 +190,11 @@ class _Exit(Exception):
         self.code = code
 
 
-def profile(inputs: Inputs, out: Path, cwd: Path, max_chars: int) -> None:
+def profile(inputs: Inputs, out: Path, cwd: Path) -> None:
+    """``reporter run`` of the targets into ``out``. Its reports go into the artifact whole
+    (``--max-chars 0``): what the comment holds is rendered, and fitted, afterwards."""
     args = ["run", "--quiet", "--out", str(out), "--lang", inputs.lang, "--format",
-            inputs.formats, "--device", inputs.device, "--max-chars", str(max_chars)]
+            inputs.formats, "--device", inputs.device, "--max-chars", "0"]
     for t in inputs.targets:
         args += ["--target", t]
     if inputs.preset:
@@ -197,7 +210,7 @@ def _git(*args: str, cwd: Path) -> str:
     return res.stdout.strip()
 
 
-def profile_base(inputs: Inputs, out: Path, max_chars: int) -> None:
+def profile_base(inputs: Inputs, out: Path) -> None:
     """Profile the pull request's base commit, checked out in a worktree beside the job's
     repository, so that a target file of the repository is the base's."""
     sha = _base_sha()
@@ -218,7 +231,7 @@ def profile_base(inputs: Inputs, out: Path, max_chars: int) -> None:
     tree = scratch / "base"
     _git("worktree", "add", "--detach", str(tree), sha, cwd=top)
     try:
-        profile(inputs, out, tree / inside, max_chars)
+        profile(inputs, out, tree / inside)
     finally:
         _git("worktree", "remove", "--force", str(tree), cwd=top)
 
@@ -352,11 +365,11 @@ def run(inputs: Inputs, say: Callable[[str], None]) -> int:
 
     compare = inputs.baseline != "none"
     if compare and inputs.baseline == "base":
-        profile_base(inputs, out / "base", share(len(inputs.targets)))
+        profile_base(inputs, out / "base")
     if inputs.runs:
         new = stored_runs(Path(inputs.runs))
     else:
-        profile(inputs, out / "new", inputs.working_directory, share(len(inputs.targets)))
+        profile(inputs, out / "new", inputs.working_directory)
         new = stored_runs(out / "new")
     reports: list[Path] = []
     codes: list[int] = []
@@ -376,11 +389,11 @@ def run(inputs: Inputs, say: Callable[[str], None]) -> int:
             reports.append(dest / f"compare.{inputs.lang}.md")
     else:  # no baseline: each run's report, rendered for GitHub (and the job summary)
         for folder, _ in new:
-            _checked(reporter(["render", str(folder), "--github", "--lang", inputs.lang,
-                               "--max-chars", str(share(len(new)))]), "reporter render")
+            render_for_comment(folder, inputs.lang, share(len(new)), say)
             reports.append(folder / f"report.{inputs.lang}.md")
     code = verdict(codes)
-    body = head + "\n" + "\n\n".join(p.read_text(encoding="utf-8") for p in reports)
+    body = comment_body(head, [p.read_text(encoding="utf-8") for p in reports],
+                        cut_note(inputs.lang, inputs.artifact_name))
     (out / "comment.md").write_text(body, encoding="utf-8")
     set_outputs(result=RESULTS.get(code, "error"), **{"exit-code": code,
                                                      "comment-body": out / "comment.md"})
@@ -398,6 +411,87 @@ def run(inputs: Inputs, say: Callable[[str], None]) -> int:
     return code
 
 
+def render_for_comment(folder: Path, lang: str, limit: int, say: Callable[[str], None]
+                       ) -> None:
+    """``reporter render FOLDER --github``, its logs shortened to ``limit`` characters. A
+    report longer than that even without its logs is rendered whole instead (the job
+    summary gets it so), and the comment cuts it."""
+    args = ["render", str(folder), "--github", "--lang", lang, "--max-chars"]
+    code, errors = _reporter([*args, str(limit)], keep_errors=True)
+    if code != 0 and "[too-long]" in errors:
+        say(f"{folder.name}: its report is longer than its share of the comment ({limit:,} "
+            "characters) even without its logs: the comment holds it cut, the job summary "
+            "whole")
+        code, errors = _reporter([*args, "0"])
+    else:
+        sys.stderr.write(errors)
+    _checked(code, "reporter render")
+
+
+# --- fitting the comment into GitHub's limit -----------------------------------------
+
+def cut_note(lang: str, artifact: str) -> str:
+    """The line that ends a report the comment had to cut, in the report's language (its
+    second sentence brings its own space, or none: zh)."""
+    from .render.markup import code
+    from .render.report import GITHUB_COMMENT_LIMIT, terms
+    from .render.view import Fmt
+
+    words = terms(lang).comment_cut
+    where = (words["artifact"].format(artifact=code(artifact, width=None)) if artifact
+             else words["summary"])
+    return words["cut"].format(limit=Fmt(lang).int(GITHUB_COMMENT_LIMIT)) + where
+
+
+def cut(text: str, limit: int, note: str) -> str:
+    """``text`` in at most ``limit`` characters: whole when it fits; else its first whole
+    lines, never half a code block (a Mermaid chart, a table's fence), any ``<details>``
+    left open closed, then ``note``."""
+    if len(text) <= limit:
+        return text
+    room = limit - len(note) - 3  # the blank line before the note, its end of line
+    close = len("</details>\n")
+    kept: list[str] = []
+    size, details = 0, 0
+    fence, fence_at, details_at = "", 0, 0  # the open code block: its mark, where it began
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        mark = re.match(r"`{3,}|~{3,}", stripped)
+        opened = 0 if fence or mark else stripped.count("<details") - stripped.count("</details>")
+        if size + len(line) + close * max(0, details + opened) + 1 > room:
+            break
+        kept.append(line)
+        size += len(line)
+        details = max(0, details + opened)
+        if fence:
+            if mark and stripped == mark[0] and mark[0][0] == fence[0] \
+                    and len(mark[0]) >= len(fence):
+                fence = ""
+        elif mark:
+            fence, fence_at, details_at = mark[0], len(kept) - 1, details
+    if fence:  # cut inside a code block: leave it out whole
+        kept, details = kept[:fence_at], details_at
+    body = "".join(kept).rstrip("\n")
+    tail = "\n\n" + "</details>\n" * details if details else "\n"
+    result = (body + tail if body else "") + "\n" + note + "\n"
+    return result if len(result) <= limit else (note + "\n")[:limit]
+
+
+def comment_body(head: str, reports: list[str], note: str) -> str:
+    """The comment: the marker line, then the reports, within GitHub's limit. When they do
+    not all fit, the short ones stay whole and the long ones are cut, each to an equal
+    share of what the others leave."""
+    from .render.report import GITHUB_COMMENT_LIMIT
+
+    left = GITHUB_COMMENT_LIMIT - len(head) - 1 - 2 * max(0, len(reports) - 1)
+    fitted = list(reports)
+    order = sorted(range(len(reports)), key=lambda i: len(reports[i]))
+    for k, i in enumerate(order):
+        fitted[i] = cut(reports[i], max(0, left // (len(reports) - k)), note)
+        left -= len(fitted[i])
+    return head + "\n" + "\n\n".join(fitted)
+
+
 def _comment(inputs: Inputs, head: str, body: str, say: Callable[[str], None]) -> None:
     if not inputs.comment:
         return
@@ -407,11 +501,23 @@ def _comment(inputs: Inputs, head: str, body: str, say: Callable[[str], None]) -
     repo = os.environ.get("GITHUB_REPOSITORY", "")
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
         raise BadInput(f"$GITHUB_REPOSITORY is {repo!r}, not OWNER/NAME", error_id="action")
+    # Not commenting is a warning, never the step's failure: the gate still decides it,
+    # and the job summary and the artifact hold the report.
+    if not os.environ.get("GH_TOKEN"):
+        print("::warning title=reporter::no comment: the input token is empty (a "
+              "workflow's secrets are empty on a pull request from a fork); the report is "
+              "in the job summary", flush=True)
+        return
     try:
         made = post_comment(repo, inputs.pull_request, head, body)
-    except WorkFailed as exc:  # a fork's read-only token, say: the gate still counts
-        print(f"::warning title=reporter::could not comment on the pull request: {exc}",
-              flush=True)
+    except WorkFailed as exc:
+        why = str(exc)
+        if "HTTP 403" in why or "not accessible by integration" in why:
+            why = ("the token may not write to this pull request (a pull request from a "
+                   "fork gets a read-only token; docs/ci.md shows how a second workflow "
+                   f"comments for it): {why}")
+        print(f"::warning title=reporter::no comment: {why}; the report is in the job "
+              "summary", flush=True)
         return
     set_outputs(**{"comment-id": made.get("id", ""), "comment-url": made.get("html_url", "")})
     say(f"comment {made.get('id')}: {made.get('html_url', '')}")

@@ -28,8 +28,13 @@ REPO = "someone/model"
 PR = 7
 
 FAKE_GH = '''#!{python}
-"""A fake gh: records each call, keeps the comments of one pull request in a JSON file."""
+"""A fake gh: records each call, keeps the comments of one pull request in a JSON file.
+It pages as GitHub does (per_page, 30 unless the URL says, at most 100) and prints every
+page only with --paginate, the pages one after the other with nothing between them, as gh
+api --paginate prints them. With $FAKE_GH_READONLY, writing is refused as GitHub refuses a
+fork's pull request's read-only token."""
 import json, os, sys
+from urllib.parse import parse_qs, urlsplit
 state_path = os.environ["FAKE_GH_STATE"]
 state = json.load(open(state_path))
 args = sys.argv[1:]
@@ -43,24 +48,37 @@ with open(os.environ["FAKE_GH_LOG"], "a") as log:
                            "token": os.environ.get("GH_TOKEN")}}) + "\\n")
 repo, pr = os.environ["FAKE_GH_REPO"], os.environ["FAKE_GH_PR"]
 comments = state["comments"]
-if args == ["api", f"repos/{{repo}}/issues/{{pr}}/comments?per_page=100", "--paginate"]:
-    # two pages, one after the other, as gh api --paginate prints them
-    print(json.dumps(comments[:1]))
-    print(json.dumps(comments[1:]))
-elif args == ["api", "-X", "POST", f"repos/{{repo}}/issues/{{pr}}/comments"]:
-    cid = 4200 + len(comments)
-    made = {{"id": cid, "body": payload["body"],
-             "html_url": f"https://github.com/{{repo}}/pull/{{pr}}#issuecomment-{{cid}}"}}
-    comments.append(made)
-    print(json.dumps(made))
-elif args[:3] == ["api", "-X", "PATCH"] and args[3].startswith(f"repos/{{repo}}/issues/comments/"):
-    cid = int(args[3].rsplit("/", 1)[1])
-    found = [c for c in comments if c["id"] == cid]
-    if not found:
-        print("gh: HTTP 404: Not Found", file=sys.stderr)
+if args[:1] == ["api"] and "-X" not in args and \\
+        urlsplit(args[1]).path == f"repos/{{repo}}/issues/{{pr}}/comments":
+    per_page = min(100, int(parse_qs(urlsplit(args[1]).query).get("per_page", ["30"])[0]))
+    pages = [comments[i:i + per_page] for i in range(0, len(comments), per_page)] or [[]]
+    if "--paginate" not in args:
+        pages = pages[:1]
+    sys.stdout.write("".join(json.dumps(page) for page in pages))
+elif args[:3] == ["api", "-X", "POST"] or args[:3] == ["api", "-X", "PATCH"]:
+    if os.environ.get("FAKE_GH_READONLY"):
+        print("gh: Resource not accessible by integration (HTTP 403)", file=sys.stderr)
         sys.exit(1)
-    found[0]["body"] = payload["body"]
-    print(json.dumps(found[0]))
+    if len(payload["body"]) > 65536:  # GitHub's answer to a longer body
+        print("gh: Validation Failed (HTTP 422)", file=sys.stderr)
+        sys.exit(1)
+    if args[3] == f"repos/{{repo}}/issues/{{pr}}/comments" and args[2] == "POST":
+        cid = 4200 + len(comments)
+        made = {{"id": cid, "body": payload["body"],
+                 "html_url": f"https://github.com/{{repo}}/pull/{{pr}}#issuecomment-{{cid}}"}}
+        comments.append(made)
+        print(json.dumps(made))
+    elif args[2] == "PATCH" and args[3].startswith(f"repos/{{repo}}/issues/comments/"):
+        cid = int(args[3].rsplit("/", 1)[1])
+        found = [c for c in comments if c["id"] == cid]
+        if not found:
+            print("gh: Not Found (HTTP 404)", file=sys.stderr)
+            sys.exit(1)
+        found[0]["body"] = payload["body"]
+        print(json.dumps(found[0]))
+    else:
+        print(f"gh: unexpected call {{args}}", file=sys.stderr)
+        sys.exit(1)
 else:
     print(f"gh: unexpected call {{args}}", file=sys.stderr)
     sys.exit(1)
@@ -327,6 +345,112 @@ def test_a_busy_runner_is_said_and_never_passes_silently(job, on_busy, code):
     busy_words = "无法判断，因为测量时机器繁忙"  # templates/zh/compare.md.j2, result_busy
     assert busy_words in job.summary
     assert busy_words in job.comments()[-1]["body"]
+
+
+def test_the_comment_is_found_beyond_the_first_page(job):
+    """A long discussion: 150 comments, the action's own the 131st, on the second page of
+    100 (the fake gh prints one page unless asked --paginate, as gh does)."""
+    mine = {"id": 9131, "body": "<!-- reporter:action:profile/cpu -->\nan older report",
+            "html_url": "https://github.com/someone/model/pull/7#issuecomment-9131"}
+    others = [{"id": 9000 + i, "body": f"comment {i}", "html_url": "x"} for i in range(150)]
+    others[131] = mine
+    Path(job.env["FAKE_GH_STATE"]).write_text(json.dumps({"comments": others}))
+    res = run_action(job, **_stored(baseline=str(RUNS / "cpu-transformer-bloat"),
+                                    runs=str(RUNS / "cpu-transformer-bloat-fixed")))
+    assert res.code == 0, res.err
+    calls = job.gh_calls()
+    assert [c["args"][:3] for c in calls] == [
+        ["api", f"repos/{REPO}/issues/{PR}/comments?per_page=100", "--paginate"],
+        ["api", "-X", "PATCH"]]
+    assert calls[1]["args"][3] == f"repos/{REPO}/issues/comments/9131"
+    comments = job.comments()
+    assert len(comments) == 150 and "an older report" not in comments[131]["body"]
+    assert res.outputs["reporter"]["comment-url"] == mine["html_url"]
+
+
+def test_a_comment_over_githubs_limit_is_cut_with_a_note(job, tmp_path):
+    """Four reports of a GPU run: each is longer than its quarter of a comment even without
+    its logs, so the comment cuts them, says so in the report's language, and GitHub (the
+    fake gh refuses a body over 65,536 characters) takes it; the job summary has them whole.
+    (Slow: eight renders of a GPU run.)"""
+    lang = "zh"
+    runs = tmp_path / "four"
+    for i in range(4):
+        shutil.copytree(RUNS / "cuda-h100-transformer", runs / f"cuda-h100-transformer-{i}")
+    res = run_action(job, **_stored(baseline="none", runs=str(runs), lang=lang))
+    assert res.code == 0, res.err
+    assert "Traceback" not in res.err and "reporter: error" not in res.err, res.err
+    [made] = [c for c in job.comments() if c["id"] not in (11, 12)]
+    body = made["body"]
+    assert 60_000 < len(body) <= 65_536
+    from reporter.action import cut_note
+    note = cut_note(lang, "reporter")
+    assert body.count(note) == 4 and body.endswith(note + "\n")
+    assert len(re.findall(r"^<!-- reporter:report:transformer -->$", body, re.M)) == 4
+    assert body.count("```") % 2 == 0 and body.count("<details") == body.count("</details>")
+    assert len(job.summary) > 4 * 65_536 // 4  # the reports whole, logs and all
+    assert job.summary.count("<!-- reporter:report:transformer -->") == 4
+    assert note not in job.summary
+
+
+@pytest.mark.parametrize("runs,code", [("cpu-transformer-bloat", 3),
+                                       ("cpu-transformer-bloat-fixed", 0)])
+def test_a_forks_read_only_token_is_a_warning_and_the_gate_decides(job, runs, code):
+    job.env["FAKE_GH_READONLY"] = "1"
+    res = run_action(job, **_stored(baseline=str(RUNS / "cpu-transformer-bloat-fixed"),
+                                    runs=str(RUNS / runs)))
+    assert res.code == code, res.err
+    warning = [line for line in res.out.splitlines() if line.startswith("::warning")]
+    assert len(warning) == 1 and "no comment: the token may not write" in warning[0]
+    assert "fork" in warning[0] and "HTTP 403" in warning[0]
+    assert job.comments() == OTHER and "comment-url" not in res.outputs["reporter"]
+    assert "<!-- reporter:compare:" in job.summary  # the report is still there
+
+
+def test_an_empty_token_is_a_warning_without_calling_gh(job):
+    res = run_action(job, **_stored(baseline=str(RUNS / "cpu-transformer-bloat-fixed"),
+                                    runs=str(RUNS / "cpu-transformer-bloat"), token=""))
+    assert res.code == 3, res.err  # the gate, as without a comment
+    assert "::warning title=reporter::no comment: the input token is empty" in res.out
+    assert job.gh_calls() == [] and job.comments() == OTHER
+
+
+def test_cut_keeps_whole_lines_and_closes_what_it_leaves_open():
+    from reporter.action import comment_body, cut
+
+    note = "NOTE"
+    text = ("# Title\n\nintro\n\n<details>\n  <summary>Logs</summary>\n\n```text\n"
+            + "".join(f"row {i}\n" for i in range(50)) + "```\n\nafter\n\n</details>\n")
+    assert cut(text, len(text), note) == text  # it fits: untouched
+    for limit in range(len(note) + 1, len(text)):
+        short = cut(text, limit, note)
+        assert len(short) <= limit and short.endswith(note + "\n"), limit
+        kept = short[:-len(note) - 1]
+        assert kept.count("```") % 2 == 0, limit  # never half a code block
+        assert kept.count("<details>") == kept.count("</details>"), limit
+        for line in kept.splitlines():  # whole lines of the text, or the closing tag
+            assert line in text.splitlines() or line == "</details>", (limit, line)
+    # Several reports: the short one stays whole, the long ones share what is left.
+    long = "x\n" * 40_000
+    body = comment_body("<!-- m -->", [long, "short\n", long], note)
+    assert len(body) <= 65_536 and "\n\nshort\n\n" in body and body.count(note) == 2
+    first, last = body.split("\n\nshort\n\n")
+    assert abs(len(first) - len("<!-- m -->\n") - len(last)) < 8  # equal shares, to a line
+
+
+def test_the_runs_own_reports_are_kept_whole(monkeypatch, tmp_path):
+    """reporter run writes the artifact's reports: never shortened to a comment's share
+    (a report can be longer than a quarter of a comment even without its logs, and
+    reporter run would fail on it), whatever the number of targets."""
+    from reporter import action
+
+    calls = []
+    monkeypatch.setattr(action, "_reporter",
+                        lambda args, cwd=None, keep_errors=False: (calls.append(args), (0, ""))[1])
+    inputs = action.Inputs(targets=["a", "b", "c", "d", "e"], formats="md")
+    action.profile(inputs, tmp_path, tmp_path)
+    [args] = calls
+    assert args[args.index("--max-chars") + 1] == "0"
 
 
 @pytest.mark.parametrize("given,words", [
