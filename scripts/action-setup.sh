@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The action's first step (action.yml): the Python that runs reporter, as the step output
 # `python`. With $INPUT_PYTHON, that interpreter, which must import reporter; without it,
-# scripts/setup.sh sets reporter up in this copy's .venv (it reuses an installed torch).
+# scripts/setup.sh sets reporter up in this copy's .venv (it reuses an installed torch),
+# without the test tools (pytest, transformers, ...) that a job does not run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 say() { printf 'reporter: error [action]: %s\n' "$*" >&2; }
@@ -16,7 +17,7 @@ if [ -n "${INPUT_PYTHON:-}" ]; then
         exit 2
     fi
 else
-    bash "$root/scripts/setup.sh"
+    REPORTER_EXTRAS="" bash "$root/scripts/setup.sh"  # reporter alone, without its test tools
     py=$root/.venv/bin/python
 fi
 echo "python=$py" >> "${GITHUB_OUTPUT:-/dev/null}"

@@ -41,6 +41,9 @@ if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
     say "no torch found: installing $TORCH"
     .venv/bin/python -m pip install -q "$TORCH"
 fi
-say "installing reporter (editable) with its test tools"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+# REPORTER_EXTRAS: the optional dependencies to add (pyproject.toml), "test" unless set;
+# empty for reporter alone (the GitHub Action's setup: scripts/action-setup.sh).
+extras=${REPORTER_EXTRAS-test}
+say "installing reporter (editable)${extras:+ with its extras: $extras}"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras:+[$extras]}"
 say "ready: .venv/bin/reporter ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

