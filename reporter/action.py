@@ -311,8 +311,9 @@ def _json_values(text: str) -> list[Any]:
     return values
 
 
-def post_comment(repo: str, number: int, head: str, body: str) -> dict[str, Any]:
-    """Update the pull request's comment that starts with ``head``, or create it."""
+def find_comment(repo: str, number: int, head: str) -> dict[str, Any] | None:
+    """The pull request's comment that starts with ``head``, among all its comments (every
+    page of them: a long discussion has more than one)."""
     listing = gh("api", f"repos/{repo}/issues/{number}/comments?per_page=100", "--paginate")
     try:
         pages = _json_values(listing)
@@ -322,9 +323,21 @@ def post_comment(repo: str, number: int, head: str, body: str) -> dict[str, Any]
     for page in pages:
         for c in page if isinstance(page, list) else []:
             if isinstance(c, dict) and str(c.get("body", "")).lstrip().startswith(head):
-                out = gh("api", "-X", "PATCH", f"repos/{repo}/issues/comments/{c['id']}",
-                         payload={"body": body})
-                return {"id": c["id"], **_one(out)}
+                return c
+    return None
+
+
+def post_comment(repo: str, number: int, head: str, body: str,
+                 create: bool = True) -> dict[str, Any]:
+    """Update the pull request's comment that starts with ``head``, or create it (unless
+    ``create`` is false: then nothing, and an empty answer)."""
+    found = find_comment(repo, number, head)
+    if found is not None:
+        out = gh("api", "-X", "PATCH", f"repos/{repo}/issues/comments/{found['id']}",
+                 payload={"body": body})
+        return {"id": found["id"], **_one(out)}
+    if not create:
+        return {}
     return _one(gh("api", "-X", "POST", f"repos/{repo}/issues/{number}/comments",
                    payload={"body": body}))
 
@@ -349,8 +362,6 @@ def set_outputs(**values: Any) -> None:
 
 
 def run(inputs: Inputs, say: Callable[[str], None]) -> int:
-    from .render.report import GITHUB_COMMENT_LIMIT
-
     out = inputs.out_dir.resolve()
     if out.exists() and any(out.iterdir()):
         raise BadInput(f"out-dir {out} is not empty: give the action a folder of its own",
@@ -358,6 +369,16 @@ def run(inputs: Inputs, say: Callable[[str], None]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     set_outputs(**{"out-dir": out})
     head = marker(comment_key(inputs))
+    try:
+        return _work(inputs, out, head, say)
+    except (ReporterError, _Exit) as exc:
+        code = exc.exit_code if isinstance(exc, ReporterError) else exc.code
+        _comment_failed(inputs, head, code, say)
+        raise
+
+
+def _work(inputs: Inputs, out: Path, head: str, say: Callable[[str], None]) -> int:
+    from .render.report import GITHUB_COMMENT_LIMIT
 
     def share(n: int) -> int:
         """Each of n reports' share of one comment, less the marker line and blank lines."""
@@ -521,6 +542,42 @@ def _comment(inputs: Inputs, head: str, body: str, say: Callable[[str], None]) -
         return
     set_outputs(**{"comment-id": made.get("id", ""), "comment-url": made.get("html_url", "")})
     say(f"comment {made.get('id')}: {made.get('html_url', '')}")
+
+
+def _head_sha() -> str:
+    pr = _event().get("pull_request")
+    head = pr.get("head") if isinstance(pr, dict) else None
+    sha = head.get("sha") if isinstance(head, dict) else None
+    return sha if isinstance(sha, str) else os.environ.get("GITHUB_SHA", "")
+
+
+def _comment_failed(inputs: Inputs, head: str, code: int, say: Callable[[str], None]) -> None:
+    """After a failure, the action's comment, when there is one, says so instead of
+    showing an earlier commit's figures as if they were this one's. It creates none, and
+    never fails: the failure itself is the step's."""
+    repo = os.environ.get("GITHUB_REPOSITORY", "")
+    if (not inputs.comment or inputs.pull_request is None or not os.environ.get("GH_TOKEN")
+            or not re.fullmatch(r"[\w.-]+/[\w.-]+", repo)):
+        return
+    from .render.markup import code as code_span
+    from .render.report import terms
+    from .render.view import Fmt
+
+    try:
+        sha = _head_sha()
+        words = terms(inputs.lang).comment_failed
+        text = words.format(commit=code_span(sha[:12] or "HEAD", width=None),
+                            code=Fmt(inputs.lang).int(code))
+        made = post_comment(repo, inputs.pull_request, head, head + "\n" + text + "\n",
+                            create=False)
+    except (ReporterError, OSError) as exc:
+        print(f"::warning title=reporter::the comment still shows an earlier commit's "
+              f"report: {exc}", flush=True)
+        return
+    if made:
+        set_outputs(**{"comment-id": made.get("id", ""),
+                       "comment-url": made.get("html_url", "")})
+        say(f"comment {made.get('id')} says that this run failed: {made.get('html_url', '')}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -453,6 +453,34 @@ def test_the_runs_own_reports_are_kept_whole(monkeypatch, tmp_path):
     assert args[args.index("--max-chars") + 1] == "0"
 
 
+def test_a_failed_run_says_so_in_the_comment_it_made_before(job, tmp_path):
+    """The first push is profiled and commented; the second fails (its stored run is
+    corrupted): the comment no longer shows the first push's figures as the latest, it
+    says that the run on this commit failed; the step's exit code is the failure's."""
+    ok = run_action(job, **_stored(baseline=str(RUNS / "cpu-transformer-bloat-fixed"),
+                                   runs=str(RUNS / "cpu-transformer-bloat"), lang="ru",
+                                   out_dir=str(tmp_path / "out1")))
+    assert ok.code == 3, ok.err
+    [made] = [c for c in job.comments() if c["id"] not in (11, 12)]
+    broken = tmp_path / "broken"
+    shutil.copytree(RUNS / "cpu-transformer-bloat", broken)
+    (broken / "run.json").write_text("{not json")
+    res = run_action(job, **_stored(baseline=str(RUNS / "cpu-transformer-bloat-fixed"),
+                                    runs=str(broken), lang="ru",
+                                    out_dir=str(tmp_path / "out2")))
+    assert res.code == 2, res.err
+    lines = [line for line in res.err.splitlines() if not line.startswith("reporter-action:")]
+    assert len(lines) == 1 and "unreadable stored runs" in lines[0], res.err
+    comments = job.comments()
+    assert len(comments) == 3 and comments[2]["id"] == made["id"]
+    body = comments[2]["body"]
+    assert body.startswith("<!-- reporter:action:profile/cpu -->\n")
+    assert "не смог завершить работу на коммите `111111111111`" in body
+    assert "код выхода 2" in body and "Сравнение" not in body  # the old figures are gone
+    assert res.outputs["reporter"]["result"] == "error"
+    assert res.outputs["reporter"]["comment-url"] == made["html_url"]
+
+
 @pytest.mark.parametrize("given,words", [
     ({"lang": "xx"}, "input lang"),
     ({"fail_if_slower": "five"}, "input fail-if-slower"),
@@ -468,7 +496,10 @@ def test_bad_input_is_one_line_and_exit_2(job, given, words):
     assert res.code == 2, (res.out, res.err)
     lines = [line for line in res.err.splitlines() if not line.startswith("reporter-action:")]
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in res.err, res.err
-    assert job.gh_calls() == []
+    # No comment of the action's is on the pull request: none is made for a failure (the
+    # search for one runs once the inputs are read, and the folders are looked at).
+    assert [c for c in job.gh_calls() if "-X" in c["args"]] == []
+    assert job.comments() == OTHER
     if "python" not in given:  # the action's own step ran: its outputs say what happened
         assert res.outputs["reporter"]["result"] == "error"
         assert res.outputs["reporter"]["exit-code"] == "2"
@@ -479,7 +510,8 @@ def test_baseline_base_needs_the_repository(job):
     assert res.code == 2, (res.out, res.err)
     lines = [line for line in res.err.splitlines() if not line.startswith("reporter-action:")]
     assert len(lines) == 1 and "not in a git repository" in lines[0], res.err
-    assert job.gh_calls() == []
+    assert [c for c in job.gh_calls() if "-X" in c["args"]] == []  # no comment made
+    assert job.comments() == OTHER
 
 
 TARGET = '''import torch
