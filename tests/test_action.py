@@ -649,3 +649,34 @@ def test_every_input_is_in_the_readme():
     for name in _action()["inputs"]:
         assert f"| `{name}` |" in part, name
     assert re.search(r"uses: OWNER/reporter@v1", part)
+
+
+def _steps(node: Any) -> list[dict[str, Any]]:
+    """Every step (a mapping with `uses` or `run`) anywhere in a parsed workflow."""
+    if isinstance(node, dict):
+        found = [node] if ("uses" in node or "run" in node) else []
+        return found + [s for v in node.values() for s in _steps(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in _steps(v)]
+    return []
+
+
+def test_the_workflows_in_the_docs_parse_and_name_only_real_inputs():
+    """docs/ci.md and the README: each YAML block parses (fragments too), and each use of
+    the action passes inputs that action.yml declares."""
+    import textwrap
+
+    declared = set(_action()["inputs"])
+    uses = 0
+    for doc in (ROOT / "docs" / "ci.md", ROOT / "README.md"):
+        blocks = re.findall(r"^```yaml\n(.*?)^```", doc.read_text(encoding="utf-8"), re.S | re.M)
+        assert blocks, doc
+        for block in blocks:
+            parsed = yaml.safe_load(textwrap.dedent(block))
+            for step in _steps(parsed):
+                if str(step.get("uses", "")).startswith("OWNER/reporter@"):
+                    uses += 1
+                    given = set(step.get("with") or {})
+                    assert given <= declared, (doc.name, given - declared)
+    assert uses >= 5
+
