@@ -6,8 +6,12 @@ job's facts from ``GITHUB_*``; profiles the base and the pull request with ``rep
 (or takes stored runs), compares each target's pair with ``reporter compare --github``
 (which appends the comparison to the job summary), writes the pull-request comment's body
 and creates it, or updates the one it made before: the comment starts with the hidden
-marker ``<!-- reporter:action:KEY -->``, found through ``gh api``. Each ``reporter`` is a
-child process, as a user would run it; its messages go to the job's log as they are.
+marker ``<!-- reporter:action:KEY -->``, found through ``gh api --paginate`` among all the
+pull request's comments. The comment stays within GitHub's 65,536 characters (``cut``,
+``comment_body``). A token that may not comment (empty, or a fork's read-only one) is a
+warning, never the step's failure; after a failure, the comment made before says so.
+Each ``reporter`` is a child process, as a user would run it; its messages go to the job's
+log as they are.
 
 Exit codes: those of ``reporter compare --fail-if-slower``, kept: 3 a regression, 4 could not
 measure (0 instead, with a warning, when ``on-busy`` is ``warn``), 1 a failure while working,
