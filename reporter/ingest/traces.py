@@ -228,7 +228,7 @@ def _id(value: Any) -> int | float | str | None:
     return value if type(value) in (int, float, str) else None
 
 
-_PIECE = 8 << 20  # bytes read (or inflated) at a time
+_PIECE = 1 << 20  # bytes read (or inflated) at a time
 _GZIP_PIECE = 1 << 20
 
 
@@ -275,7 +275,7 @@ def _max_ratio() -> float:
 
 
 def _gunzip_pieces(path: Path, f: BinaryIO) -> Iterator[bytes]:
-    """The inflated bytes a piece at a time (at most 16 MiB each). A stream that inflates
+    """The inflated bytes a piece at a time (at most _PIECE each). A stream that inflates
     more than REPORTER_MAX_INFLATE_RATIO times is refused as a decompression bomb once
     it is past _BOMB_MIN bytes."""
     inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -285,7 +285,7 @@ def _gunzip_pieces(path: Path, f: BinaryIO) -> Iterator[bytes]:
             read += len(piece)
             while piece:
                 # A bounded amount of output at a time, so that a bomb is caught early.
-                data = inflate.decompress(piece, 16 * _GZIP_PIECE)
+                data = inflate.decompress(piece, _PIECE)
                 out += len(data)
                 if out > _BOMB_MIN and out > limit * read:
                     raise BadInput(
@@ -356,24 +356,31 @@ def _chunked_events(path: Path, pieces: Iterator[bytes], meta: dict[str, Any], m
     """
     decoder = _DECODERS[mode]
     memo: dict = {}
-    buf = bytearray()
+    # One buffer for the whole file, allocated once: a chunk and a few pieces. It grows
+    # only for an event longer than a chunk; what was decoded is let go of by moving the
+    # rest (under a piece and an event) to its front.
+    buf = bytearray(_CHUNK + 4 * _PIECE)
+    filled = 0
     eof = False
 
     def more() -> None:
-        nonlocal eof
+        nonlocal eof, filled, buf
         piece = next(pieces, None)
         if piece is None:
             eof = True
-        else:
-            buf.extend(piece)
+            return
+        if filled + len(piece) > len(buf):
+            buf += bytes(max(len(piece), len(buf)))
+        buf[filled:filled + len(piece)] = piece
+        filled += len(piece)
 
     while True:
-        bare = _LIST_START.match(buf)  # the legacy form: a bare list of events
-        start = bare or _EVENTS_START.search(buf)
-        if start is not None or eof or len(buf) > _HEAD_MAX:
+        bare = _LIST_START.match(buf, 0, filled)  # the legacy form: a bare list of events
+        start = bare or _EVENTS_START.search(buf, 0, filled)
+        if start is not None or eof or filled > _HEAD_MAX:
             break
         more()
-    if start is None or not (bare or _OBJECT_START.match(buf)):
+    if start is None or not (bare or _OBJECT_START.match(buf, 0, filled)):
         raise _NotChunkable
     head = bytes(buf[:start.start()]).rstrip().rstrip(b",")
     try:
@@ -381,10 +388,10 @@ def _chunked_events(path: Path, pieces: Iterator[bytes], meta: dict[str, Any], m
             meta.update(msgspec.json.decode(head + b"}"))
         pos, step = start.end(), _CHUNK  # pos: just after the "[" or "," before an event
         while True:
-            if not eof and len(buf) < pos + step + _CHUNK:
+            if not eof and filled < pos + step + _PIECE:
                 more()
                 continue
-            cut = _BOUNDARY.search(buf, pos + step)
+            cut = _BOUNDARY.search(buf, pos + step, filled)
             if cut is None:
                 if not eof:
                     more()
@@ -401,15 +408,15 @@ def _chunked_events(path: Path, pieces: Iterator[bytes], meta: dict[str, Any], m
                 if mode == COSTS and not _scan_costs(buf, pos, end, events, memo):
                     events = _decode_chunk(buf, view, pos, end, _DECODERS[SHAPES])
             yield events
-            pos = cut.end() - 1
-            if pos > _CHUNK:  # let go of what was read: keep the separator before pos
-                del buf[:pos - 1]
-                pos = 1
+            # Keep the separator before the next event and what follows it.
+            keep = filled - (cut.end() - 2)
+            buf[:keep] = buf[cut.end() - 2:filled]
+            pos, filled = 1, keep
         # The rest: the last events, the array's end, then the other top-level fields.
         if gate is not None:
-            gate(buf.count(b'"ph"', pos))
-        text = "[" + buf[pos:].decode("utf-8")
-        buf.clear()
+            gate(buf.count(b'"ph"', pos, filled))
+        text = "[" + buf[pos:filled].decode("utf-8")
+        del buf
         last, end = json.JSONDecoder().raw_decode(text)
         tail = text[end:].strip()
         if bare:
@@ -1054,7 +1061,7 @@ BYTES_PER_PLAIN_EVENT = 2048
 # What reading takes beside the events, whatever the trace: the chunk being cut and
 # decoded (8 MiB of bytes, its events' objects before they are sorted) and the module's
 # own tables.
-READ_CONSTANT = 256 << 20
+READ_CONSTANT = 64 << 20
 
 
 def _fits(path: Path, f: io.BufferedReader, per_event: int) -> Callable[[int], None] | None:
