@@ -683,8 +683,17 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                         graph_us += dur
 
     for agg, _, child, self_dev, dev_total, mem, _, dur, _, merged, *_ in records:
-        if not merged:
-            agg.add(dur, child, self_dev, dev_total, mem)
+        if not merged:  # _Agg.add, inlined: once per record
+            agg.calls += 1
+            agg.cpu_total += dur
+            agg.self_cpu += dur - child if dur > child else 0.0
+            agg.self_dev += self_dev
+            agg.dev_total += dev_total
+            if mem is not None:
+                agg.self_cpu_mem += mem[0]
+                agg.cpu_mem += mem[1]
+                agg.self_dev_mem += mem[2]
+                agg.dev_mem += mem[3]
     by_shape = _by_shape(records, scale) if shapes else []
     cost_rows, not_modelled, recorded = (_costs(costed, aggs, bool(device), scale) if costs
                                          else ([], {}, False))
