@@ -103,7 +103,7 @@ def test_odd_events_in_a_chunk_are_read_one_by_one(tmp_path, monkeypatch):
     the middle of a trace: the chunk holding them is read event by event, and
     the numbers are those of the same trace without them, plus what they add."""
     _, path = _live_trace(tmp_path, "transformer-bloat")
-    monkeypatch.setattr(traces, "_MMAP_MIN", 1)  # mapped, as a large trace is
+    monkeypatch.setattr(traces, "_PIECE", 1 << 16)  # read in many pieces, as a large trace is
     doc = json.loads(path.read_text())
     events = doc["traceEvents"]
     thread = next(e for e in events if e.get("cat") == "cpu_op")
@@ -127,10 +127,9 @@ def test_odd_events_in_a_chunk_are_read_one_by_one(tmp_path, monkeypatch):
 
 def test_a_cut_inside_a_name_falls_back_to_the_plain_parser(tmp_path, monkeypatch):
     """Names holding "}, {" look like the place between two events. A chunk cut
-    there cannot decode; the whole file is then read by the plain parser, from
-    bytes that the chunked reader left as they were."""
+    there cannot decode; the whole file is then read again by the plain parser."""
     _, path = _live_trace(tmp_path, "transformer-bloat")
-    monkeypatch.setattr(traces, "_MMAP_MIN", 1)
+    monkeypatch.setattr(traces, "_PIECE", 1 << 16)
     doc = json.loads(path.read_text())
     for e in doc["traceEvents"]:
         if e.get("cat") == "cpu_op":
@@ -144,6 +143,28 @@ def test_a_cut_inside_a_name_falls_back_to_the_plain_parser(tmp_path, monkeypatc
                 for (n, k), v in _ops(read_trace(path)).items()}
     assert _ops(read_trace(odd_path)) == expected
     assert plain, "no chunk was cut inside a name: the test did not test the fallback"
+
+
+def test_a_trace_read_in_small_pieces_and_chunks_reads_like_one_chunk(tmp_path, monkeypatch):
+    """The reader holds a chunk of the file at a time, cut where one event ends: pieces
+    and chunks far smaller than the trace (many cuts, many pieces joined, what was read
+    let go of) give the numbers of the trace read in one chunk, plain and gzipped."""
+    _, path = _live_trace(tmp_path, "transformer-bloat")
+    gz = tmp_path / "bloat.json.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    monkeypatch.setattr(traces, "_CHUNK", 2 * path.stat().st_size)
+    whole = _ops(read_trace(path))
+    monkeypatch.setattr(traces, "_PIECE", 4096)
+    monkeypatch.setattr(traces, "_GZIP_PIECE", 1024)
+    monkeypatch.setattr(traces, "_CHUNK", 1 << 15)
+    monkeypatch.setattr(traces, "_TAIL", 1 << 11)
+    chunks = []
+    real = traces._decode_chunk
+    monkeypatch.setattr(traces, "_decode_chunk", lambda *a: chunks.append(1) or real(*a))
+    assert path.stat().st_size > 20 * (1 << 15)
+    assert _ops(read_trace(path)) == whole
+    assert len(chunks) > 20, "the trace was not cut into many chunks"
+    assert _ops(read_trace(gz)) == whole
 
 
 def test_a_trace_report_is_named_after_the_trace(tmp_path):

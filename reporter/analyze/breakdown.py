@@ -58,6 +58,7 @@ LATENCY_US = 10.0
 STREAM_ACTIVITIES = ("busy", "idle_latency", "idle_queued", "idle_host")
 
 _COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
+_UNSEEN = object()  # a name not seen yet
 _SYNC_CALL = re.compile(r"Synchronize|^(cuda|hip)Memcpy(Async)?$|^(cuda|hip)StreamWaitEvent$")
 
 
@@ -377,7 +378,7 @@ def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device:
     item of ``device``, in its order. Times are multiplied by ``scale`` into microseconds."""
     marks: dict[str, list[Interval]] = {p: [] for p in PRIORITY}
     sync: list[Interval] = []
-    names: dict[str, str | None] = {}
+    names: dict[str, Any] = {}
     first: float | None = None
     last: float | None = None
     for events in threads.values():
@@ -385,15 +386,18 @@ def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device:
             continue
         first = events[0].ts if first is None else min(first, events[0].ts)
         for e in events:
-            end = e.ts + max(e.dur, 0)
-            last = end if last is None else max(last, end)
+            ts, dur = e.ts, e.dur
+            end = ts + 0 if dur < 0 else ts + dur  # ts + max(dur, 0), without the call
+            if last is None or end > last:
+                last = end
             name = e.name
-            if name not in names:
-                names[name] = phase_of(name) or ("sync" if _SYNC_CALL.search(name) else None)
-            kind = names[name]
+            kind = names.get(name, _UNSEEN)
+            if kind is _UNSEEN:
+                kind = names[name] = (phase_of(name) or
+                                      ("sync" if _SYNC_CALL.search(name) else None))
             if kind is None:
                 continue
-            (sync if kind == "sync" else marks[kind]).append((e.ts, end))
+            (sync if kind == "sync" else marks[kind]).append((ts, end))
     if first is None or last is None:
         return None
     marked = bool(steps)

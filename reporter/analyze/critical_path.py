@@ -135,6 +135,17 @@ class _Device:
         return -1
 
 
+def _last_end(events: list[Any]) -> Any:
+    """max(e.ts + max(e.dur, 0) for e in events), without two calls per event."""
+    last: Any = None
+    for e in events:
+        ts, dur = e.ts, e.dur
+        end = ts + 0 if dur < 0 else ts + dur
+        if last is None or end > last:
+            last = end
+    return last
+
+
 def critical_path(threads: dict[Any, list[Any]], device: list[Any], scale: float
                   ) -> dict[str, Any]:
     """The critical path of each profiled step (``ProfilerStep#N`` ranges; without them,
@@ -175,7 +186,7 @@ def critical_path(threads: dict[Any, list[Any]], device: list[Any], scale: float
         if waits:
             syncs[key] = sorted(waits)
     if not steps:  # the trace is one step, from its first host event to its last
-        ends: list[tuple[float, Any]] = [(max(e.ts + max(e.dur, 0) for e in evs), key)
+        ends: list[tuple[float, Any]] = [(_last_end(evs), key)
                                          for key, evs in threads.items() if evs]
         if not ends:
             return {}

@@ -13,9 +13,9 @@ plain or gzipped. No torch import.
 from __future__ import annotations
 
 import gc
+import io
 import json
 import math
-import mmap
 import os
 import re
 import zlib
@@ -228,31 +228,34 @@ def _id(value: Any) -> int | float | str | None:
     return value if type(value) in (int, float, str) else None
 
 
-_MMAP_MIN = 1 << 20
+_PIECE = 1 << 20  # bytes read (or inflated) at a time
 _GZIP_PIECE = 1 << 20
 
 
-def _load(path: Path) -> bytearray | mmap.mmap:
-    """The file's bytes, gunzipped, in a buffer the chunker may patch two bytes of.
+def _pieces(path: Path, f: BinaryIO) -> Iterator[bytes]:
+    """The file's bytes (gunzipped), a few MiB at a time: the reader never holds the whole
+    file, so that reading a trace takes memory for its events, not for its bytes."""
+    if f.read(2) == b"\x1f\x8b":
+        f.seek(0)
+        yield from _gunzip_pieces(path, f)
+        return
+    f.seek(0)
+    try:
+        while piece := f.read(_PIECE):
+            yield piece
+    except OSError as exc:
+        raise read_error(path, exc) from exc
 
-    A plain file of a MiB or more is mapped copy-on-write rather than read: the
-    kernel then maps its pages many at a time, where reading it into fresh
-    memory takes a page fault per 4 KiB: on a 2-core VM, a third of the time
-    of reading a 280 MB trace. A gzipped file is inflated piece by piece into one buffer, so
-    that the compressed and the whole inflated bytes are never held at once.
-    """
+
+def _read_whole(path: Path) -> bytes:
+    """The whole file's bytes, gunzipped: for the plain parser only."""
     try:
         with open(path, "rb") as f:
-            magic = f.read(2)
+            if f.read(2) == b"\x1f\x8b":
+                f.seek(0)
+                return bytes(_gunzip(path, f))
             f.seek(0)
-            if magic == b"\x1f\x8b":
-                return _gunzip(path, f)
-            if os.fstat(f.fileno()).st_size >= _MMAP_MIN:
-                try:
-                    return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-                except (OSError, ValueError):
-                    pass  # a file system that cannot map it: read it
-            return bytearray(f.read())
+            return f.read()
     except OSError as exc:
         raise read_error(path, exc) from exc
 
@@ -271,28 +274,26 @@ def _max_ratio() -> float:
         return _MAX_RATIO
 
 
-def _gunzip(path: Path, f: BinaryIO) -> bytearray:
-    out = bytearray()
+def _gunzip_pieces(path: Path, f: BinaryIO) -> Iterator[bytes]:
+    """The inflated bytes a piece at a time (at most _PIECE each). A stream that inflates
+    more than REPORTER_MAX_INFLATE_RATIO times is refused as a decompression bomb once
+    it is past _BOMB_MIN bytes."""
     inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    read, limit = 0, _max_ratio()
-    budget = memory.available()
-    room = budget // 2 if budget is not None else None  # decoding takes more than the bytes
+    read, out, limit = 0, 0, _max_ratio()
     try:
         while piece := f.read(_GZIP_PIECE):
             read += len(piece)
             while piece:
                 # A bounded amount of output at a time, so that a bomb is caught early.
-                out += inflate.decompress(piece, 16 * _GZIP_PIECE)
-                if len(out) > _BOMB_MIN and len(out) > limit * read:
+                data = inflate.decompress(piece, _PIECE)
+                out += len(data)
+                if out > _BOMB_MIN and out > limit * read:
                     raise BadInput(
-                        f"{path}: {read:,} gzipped bytes inflate to over {len(out):,}, more "
+                        f"{path}: {read:,} gzipped bytes inflate to over {out:,}, more "
                         f"than {limit:g} times: refused as a decompression bomb (set "
                         "REPORTER_MAX_INFLATE_RATIO to read it anyway)", error_id="bad-trace")
-                if room is not None and len(out) > room:
-                    raise BadInput(
-                        f"{path} inflates to over {len(out):,} bytes, more than the memory "
-                        f"available can decode ({budget:,} bytes free): refused",
-                        error_id="too-big")
+                if data:
+                    yield data
                 if inflate.unconsumed_tail:
                     piece = inflate.unconsumed_tail
                 elif inflate.eof and inflate.unused_data:  # another gzip member follows
@@ -303,8 +304,25 @@ def _gunzip(path: Path, f: BinaryIO) -> bytearray:
     except zlib.error as exc:
         raise BadInput(f"{path}: the gzip stream is damaged ({exc})",
                        error_id="bad-trace") from exc
+    except OSError as exc:
+        raise read_error(path, exc) from exc
     if not inflate.eof:
         raise BadInput(f"{path}: the gzip stream is cut off", error_id="bad-trace")
+
+
+def _gunzip(path: Path, f: BinaryIO) -> bytearray:
+    """The whole inflated file (the plain parser's input), refused once it is past half
+    the memory available: parsing it takes more than its bytes."""
+    out = bytearray()
+    budget = memory.available()
+    room = budget // 2 if budget is not None else None
+    for data in _gunzip_pieces(path, f):
+        out += data
+        if room is not None and len(out) > room:
+            raise BadInput(
+                f"{path} inflates to over {len(out):,} bytes, more than the memory "
+                f"available can decode ({budget:,} bytes free): refused",
+                error_id="too-big")
     return out
 
 
@@ -320,43 +338,85 @@ class _NotChunkable(Exception):
     """The fast path met something it cannot cut safely: start again with the plain parser."""
 
 
-def _chunked_events(source: list, meta: dict[str, Any], mode: int) -> Iterator[list[_Event]]:
-    """The traceEvents array a few MiB at a time; fills ``meta`` with the other fields.
+_HEAD_MAX = 64 << 20  # the top-level fields before traceEvents, at most
+
+
+def _chunked_events(path: Path, pieces: Iterator[bytes], meta: dict[str, Any], mode: int,
+                    gate: Callable[[int], None] | None = None) -> Iterator[list[_Event]]:
+    """The traceEvents array a few MiB at a time, read from ``pieces`` (the file's bytes
+    in order, _pieces); fills ``meta`` with the other fields.
 
     Each chunk is cut where one event object ends and the next begins, and is
     decoded on its own; a cut inside an event cannot parse (its brackets do not
     balance), so such a failure raises _NotChunkable. A chunk that parses but
     holds an event of an unexpected shape is read again as plain JSON, event by
-    event. ``source`` holds the buffer from _load; it is emptied (and a mapping
-    closed) once read, so that the buffer and every event are not held at once.
+    event. Only the chunk being cut is held, never the whole file: what the reader holds
+    is its events and a constant. ``gate``, when given, hears of each chunk's events
+    (its ``"ph"`` keys) before the chunk is decoded, and may refuse them (BadInput).
     """
-    buf = source[0]
     decoder = _DECODERS[mode]
     memo: dict = {}
-    bare = _LIST_START.match(buf)  # the legacy form: a bare list of events
-    start = bare or _EVENTS_START.search(buf)
-    if start is None or not (bare or _OBJECT_START.match(buf)):
+    # One buffer for the whole file, allocated once: a chunk and a few pieces. It grows
+    # only for an event longer than a chunk; what was decoded is let go of by moving the
+    # rest (under a piece and an event) to its front.
+    buf = bytearray(_CHUNK + 4 * _PIECE)
+    filled = 0
+    eof = False
+
+    def more() -> None:
+        nonlocal eof, filled, buf
+        piece = next(pieces, None)
+        if piece is None:
+            eof = True
+            return
+        if filled + len(piece) > len(buf):
+            buf += bytes(max(len(piece), len(buf)))
+        buf[filled:filled + len(piece)] = piece
+        filled += len(piece)
+
+    while True:
+        bare = _LIST_START.match(buf, 0, filled)  # the legacy form: a bare list of events
+        start = bare or _EVENTS_START.search(buf, 0, filled)
+        if start is not None or eof or filled > _HEAD_MAX:
+            break
+        more()
+    if start is None or not (bare or _OBJECT_START.match(buf, 0, filled)):
         raise _NotChunkable
     head = bytes(buf[:start.start()]).rstrip().rstrip(b",")
     try:
         if not bare and head.strip() != b"{":
             meta.update(msgspec.json.decode(head + b"}"))
         pos, step = start.end(), _CHUNK  # pos: just after the "[" or "," before an event
-        with memoryview(buf) as view:
-            while True:
-                cut = _BOUNDARY.search(buf, pos + step)
-                if cut is None:
-                    if step <= _TAIL:
-                        break
-                    step //= 16  # near the end: smaller chunks, so that the plain tail is short
+        while True:
+            if not eof and filled < pos + step + _PIECE:
+                more()
+                continue
+            cut = _BOUNDARY.search(buf, pos + step, filled)
+            if cut is None:
+                if not eof:
+                    more()
                     continue
-                events = _decode_chunk(buf, view, pos, cut.start() + 1, decoder)
-                if mode == COSTS and not _scan_costs(buf, pos, cut.start() + 1, events, memo):
-                    events = _decode_chunk(buf, view, pos, cut.start() + 1, _DECODERS[SHAPES])
-                yield events
-                pos = cut.end() - 1
+                if step <= _TAIL:
+                    break
+                step //= 16  # near the end: smaller chunks, so that the plain tail is short
+                continue
+            end = cut.start() + 1
+            if gate is not None:
+                gate(buf.count(b'"ph"', pos, end))
+            with memoryview(buf) as view:
+                events = _decode_chunk(buf, view, pos, end, decoder)
+                if mode == COSTS and not _scan_costs(buf, pos, end, events, memo):
+                    events = _decode_chunk(buf, view, pos, end, _DECODERS[SHAPES])
+            yield events
+            # Keep the separator before the next event and what follows it.
+            keep = filled - (cut.end() - 2)
+            buf[:keep] = buf[cut.end() - 2:filled]
+            pos, filled = 1, keep
         # The rest: the last events, the array's end, then the other top-level fields.
-        text = "[" + buf[pos:].decode("utf-8")
+        if gate is not None:
+            gate(buf.count(b'"ph"', pos, filled))
+        text = "[" + buf[pos:filled].decode("utf-8")
+        del buf
         last, end = json.JSONDecoder().raw_decode(text)
         tail = text[end:].strip()
         if bare:
@@ -368,10 +428,6 @@ def _chunked_events(source: list, meta: dict[str, Any], mode: int) -> Iterator[l
             raise _NotChunkable
     except (ValueError, UnicodeDecodeError, RecursionError, msgspec.DecodeError) as exc:
         raise _NotChunkable from exc
-    source.clear()
-    if isinstance(buf, mmap.mmap):
-        buf.close()
-    del buf
     yield _coerce(last)
 
 
@@ -627,8 +683,17 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                         graph_us += dur
 
     for agg, _, child, self_dev, dev_total, mem, _, dur, _, merged, *_ in records:
-        if not merged:
-            agg.add(dur, child, self_dev, dev_total, mem)
+        if not merged:  # _Agg.add, inlined: once per record
+            agg.calls += 1
+            agg.cpu_total += dur
+            agg.self_cpu += dur - child if dur > child else 0.0
+            agg.self_dev += self_dev
+            agg.dev_total += dev_total
+            if mem is not None:
+                agg.self_cpu_mem += mem[0]
+                agg.cpu_mem += mem[1]
+                agg.self_dev_mem += mem[2]
+                agg.dev_mem += mem[3]
     by_shape = _by_shape(records, scale) if shapes else []
     cost_rows, not_modelled, recorded = (_costs(costed, aggs, bool(device), scale) if costs
                                          else ([], {}, False))
@@ -960,20 +1025,17 @@ def is_trace(path: Path) -> bool:
 def read_trace(path: Path, shapes: bool = False, costs: bool = True) -> Profile:
     """The Profile of one trace file; ``shapes`` also groups by input shape; ``costs``
     sums the modelled operators' FLOPs and bytes (reporter.analyze.flops)."""
-    source = [_load(path)]  # the only reference: the fast path lets go of it once read
     meta: dict[str, Any] = {}
+    mode = SHAPES if shapes else COSTS if costs else PLAIN
     try:
-        _check_fits(path, source[0], BYTES_PER_EVENT)
-        mode = SHAPES if shapes else COSTS if costs else PLAIN
-        profile = profile_from_events(_chunked_events(source, meta, mode), meta, shapes, costs)
+        with _opened(path) as f:
+            gate = _fits(path, f, BYTES_PER_EVENT)
+            profile = profile_from_events(_chunked_events(path, _pieces(path, f), meta, mode,
+                                                          gate), meta, shapes, costs)
     except _NotChunkable:
         meta = {}
-        _check_fits(path, source[0], BYTES_PER_PLAIN_EVENT, len(source[0]))
-        raw = bytes(source[0])
-        _release(source)
+        raw = _whole_checked(path)
         profile = profile_from_events(_whole_events(path, raw, meta), meta, shapes, costs)
-    finally:
-        _release(source)
     info = meta.get("distributedInfo")
     rank = info.get("rank") if isinstance(info, dict) else None
     if rank is not None and (type(rank) is not int or not 0 <= rank < 1 << 20):
@@ -986,37 +1048,96 @@ def read_trace(path: Path, shapes: bool = False, costs: bool = True) -> Profile:
     return profile
 
 
+@contextmanager
+def _opened(path: Path) -> Iterator[io.BufferedReader]:
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise read_error(path, exc) from exc
+    with f:
+        yield f
+
+
 # What one event costs at the peak of reading a trace (its record, the aggregates and the
-# decoder's objects; measured 550-700 bytes on flat traces of 95- to 400-byte events),
-# with a margin; the plain parser's dictionaries cost about twice as much. A trace whose
-# events would not fit in the memory available is refused before it is decoded (a
-# decoder that runs out of memory may crash the process rather than raise).
+# decoder's objects; the file is read a few MiB at a time, so its bytes are not held:
+# measured 400-700 bytes on flat traces of 95-byte events and on a CPU training trace of
+# 360-byte ones), with a margin; the plain parser's dictionaries cost about twice as
+# much, with the whole file held. A trace whose events would not fit in the memory
+# available is refused before it is decoded (a decoder that runs out of memory may crash
+# the process rather than raise).
 BYTES_PER_EVENT = 1024
 BYTES_PER_PLAIN_EVENT = 2048
+# What reading takes beside the events, whatever the trace: the chunk being cut and
+# decoded (8 MiB of bytes, its events' objects before they are sorted) and the module's
+# own tables.
+READ_CONSTANT = 64 << 20
 
 
-def _check_fits(path: Path, buf: Any, per_event: int, extra: int = 0) -> None:
+def _fits(path: Path, f: io.BufferedReader, per_event: int) -> Callable[[int], None] | None:
     """Refuse (BadInput, ``[too-big]``) a trace whose decoded events would not fit in
-    memory: every event has a "ph" key, so counting them is one pass over the bytes."""
+    memory. Every event has a "ph" key: a plain file's are counted in one pass over its
+    bytes, before any is decoded. A gzipped file's cannot be without inflating it twice:
+    the gate returned hears of each chunk's count before that chunk is decoded, and
+    refuses the trace once the events so far would not fit."""
     budget = memory.available()
     if budget is None:
-        return
-    events = sum(buf[i:i + _CHUNK].count(b'"ph"') for i in range(0, len(buf), _CHUNK))
-    need = events * per_event + extra
-    if need > budget:
-        raise BadInput(f"{path}: {events:,} events need about {need:,} bytes of memory to "
-                       f"read ({per_event:,} bytes each), more than the {budget:,} available: "
-                       "refused (free memory, or cut the trace to fewer steps)",
-                       error_id="too-big")
+        return None
+    room = budget - READ_CONSTANT
+    if f.read(2) == b"\x1f\x8b":
+        f.seek(0)
+        seen = [0]
+
+        def gate(events: int) -> None:
+            seen[0] += events
+            if seen[0] * per_event > room:
+                raise _too_big(path, f"{seen[0]:,} events in the first part of it",
+                               seen[0] * per_event, per_event, budget)
+        return gate
+    f.seek(0)
+    events = _count_events(path, f)
+    f.seek(0)
+    if events * per_event > room:
+        raise _too_big(path, f"{events:,} events", events * per_event, per_event, budget)
+    return None
 
 
-def _release(source: list) -> None:
-    if source and isinstance(source[0], mmap.mmap):
-        try:
-            source[0].close()
-        except BufferError:  # a chunk reader that an error interrupted still holds a view
-            pass
-    source.clear()
+def _too_big(path: Path, what: str, need: int, per_event: int, budget: int) -> BadInput:
+    return BadInput(f"{path}: {what} need about {need + READ_CONSTANT:,} bytes of memory to "
+                    f"read ({per_event:,} bytes each and {READ_CONSTANT >> 20} MiB), more "
+                    f"than the {budget:,} available: refused (free memory, or cut the trace "
+                    "to fewer steps)", error_id="too-big")
+
+
+def _count_events(path: Path, f: io.BufferedReader) -> int:
+    """The number of "ph" keys in a plain file, read a piece at a time into one buffer."""
+    piece, events, tail = bytearray(_PIECE), 0, b""
+    needle = b'"ph"'
+    try:
+        while n := f.readinto(piece):
+            events += piece.count(needle, 0, n) + (tail + piece[:3]).count(needle)
+            tail = bytes(piece[max(0, n - 3):n])
+    except OSError as exc:
+        raise read_error(path, exc) from exc
+    return events
+
+
+def _whole_checked(path: Path) -> bytes:
+    """The whole file for the plain parser, once its events are known to fit."""
+    budget = memory.available()
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise read_error(path, exc) from exc
+    if budget is not None and size > budget // 2:
+        raise _too_big(path, f"{size:,} bytes", size, BYTES_PER_PLAIN_EVENT, budget)
+    raw = _read_whole(path)
+    budget = memory.available()
+    if budget is not None:
+        events = raw.count(b'"ph"')
+        need = events * BYTES_PER_PLAIN_EVENT + len(raw)
+        if need + READ_CONSTANT > budget:
+            raise _too_big(path, f"{events:,} events", need, BYTES_PER_PLAIN_EVENT, budget)
+    return raw
 
 
 def host_calls(path: Path) -> list[Call]:
@@ -1026,27 +1147,22 @@ def host_calls(path: Path) -> list[Call]:
     Read from the runner's own trace, for the replacements it times. Runtime calls (kernel
     launches, inside the operators) are left out."""
     wanted = HOST_CATS - RUNTIME_CATS
-    source = [_load(path)]
     meta: dict[str, Any] = {}
+    threads: dict[Any, list[Any]] = defaultdict(list)
     try:
-        _check_fits(path, source[0], BYTES_PER_EVENT)
-        chunks: Iterable[list[Any]] = _chunked_events(source, meta, CALLS)
-        threads: dict[Any, list[Any]] = defaultdict(list)
-        try:
-            for events in chunks:
+        with _opened(path) as f:
+            gate = _fits(path, f, BYTES_PER_EVENT)
+            for events in _chunked_events(path, _pieces(path, f), meta, CALLS, gate):
                 for e in events:
                     if e.ph == "X" and e.cat in wanted:
                         threads[(e.pid, e.tid)].append(e)
-        except _NotChunkable:
-            threads.clear()
-            raw = bytes(source[0])
-            _release(source)
-            for events in _whole_events(path, raw, meta):
-                for e in events:
-                    if e.ph == "X" and e.cat in wanted:
-                        threads[(e.pid, e.tid)].append(e)
-    finally:
-        _release(source)
+    except _NotChunkable:
+        threads.clear()
+        raw = _whole_checked(path)
+        for events in _whole_events(path, raw, meta):
+            for e in events:
+                if e.ph == "X" and e.cat in wanted:
+                    threads[(e.pid, e.tid)].append(e)
     calls: list[Call] = []
     for thread, evs in enumerate(threads.values()):
         evs.sort(key=lambda e: (e.ts, -e.dur))
