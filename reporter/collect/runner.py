@@ -422,8 +422,8 @@ def _steps_for(seconds: float, step_s: float, minimum: int = 1) -> int:
 
 
 # A first window this many times longer than it should be was sized on an unrepresentative
-# step (a cache warm on the one timed step, a sleep that comes every few steps): it is
-# dropped, and the windows are sized again from it.
+# step (a cache warm on the one timed step, a sleep that comes every few steps): it is cut
+# there and dropped, and the windows are sized again from the steps it ran.
 RESIZE_OVER = 2.0
 
 
@@ -439,17 +439,31 @@ def _timed_windows(window: Callable[[int], float], opts: RunOptions, budget_s: f
     with its disturbance, as samples/s per step (the caller multiplies by the batch): at
     least ``opts.windows``, then more until the median of the undisturbed ones has a 95%
     interval within +-``opts.precision`` (and there are MIN_CLEAN of them), or
-    ``budget_s`` is spent. A first window RESIZE_OVER times longer than ``window_s`` is
-    dropped and the windows sized again from it, so that the windows keep to the budget
-    whatever the one step that sized them. In a distributed run exactly ``opts.windows``
-    of ``steps`` (the ranks' collectives pair step by step). Also returns the steps of
-    the windows kept."""
+    ``budget_s`` is spent. A first window that runs RESIZE_OVER times longer than
+    ``window_s`` is cut there, dropped, and the windows sized again from its steps, so that
+    the windows keep to the budget whatever the one step that sized them. In a
+    distributed run exactly ``opts.windows`` of ``steps`` (the ranks' collectives pair
+    step by step). Also returns the steps of the windows kept."""
     threads = torch.get_num_threads()
 
     def watched(n: int) -> tuple[float, Disturbance]:
         watch = machine.Watch(threads)
         value = n / max(window(n), 1e-9)
         return value, watch.stop()
+
+    def probe(n: int, limit_s: float) -> tuple[float, Disturbance, int]:
+        """The first window, in chunks of 1, 2, 4... steps (a synchronisation between
+        them): samples/s, its disturbance and the steps it ran, fewer than ``n`` when it
+        was cut at ``limit_s``."""
+        watch = machine.Watch(threads)
+        done, spent, chunk = 0, 0.0, 1
+        while done < n:
+            k = min(chunk, n - done)
+            spent += window(k)
+            done, chunk = done + k, chunk * 2
+            if done < n and spent > limit_s:
+                break
+        return done / max(spent, 1e-9), watch.stop(), done
 
     if opts.agree is not None:
         progress(f"timing {opts.windows} windows x {steps} steps")
@@ -461,14 +475,18 @@ def _timed_windows(window: Callable[[int], float], opts: RunOptions, budget_s: f
     disturbance: list[Disturbance] = []
     start = time.perf_counter()
     aim = window_s(opts, budget_s)
+    probed = False
     while len(windows) < opts.max_windows:
-        value, d = watched(steps)
-        took = steps / value if value > 0 else 0.0
-        if not windows and steps > 1 and took > RESIZE_OVER * aim:
-            steps = _steps_for(aim, took / steps)
-            progress(f"the first window took {took:.2g} s: windows of {steps} steps instead")
-            aim = float("inf")  # once
-            continue
+        if not probed:
+            value, d, done = probe(steps, RESIZE_OVER * aim)
+            probed = True
+            if done < steps:  # cut: the step that sized the windows was not like the others
+                steps = _steps_for(aim, 1 / value)
+                progress(f"the steps take {1 / value:.2g} s, not the sizing step's: windows "
+                         f"of {steps} steps instead")
+                continue
+        else:
+            value, d = watched(steps)
         windows.append(value)
         disturbance.append(d)
         clean = [w for w, x in zip(windows, disturbance) if not x.disturbed]
