@@ -121,7 +121,7 @@ def test_a_live_run_in_another_pid_namespace_survives_list_from_this_one(tmp_pat
     runs = tmp_path / "runs"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     script = ('for i in $(seq 300); do /bin/true; done; '
-              f'ulimit -v {4 * GiB // 1024}; exec "$@"')
+              f'ulimit -v {4 * GiB // 1024}; "$@"')  # a child: not pid 1
     inner = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc",
                               "sh", "-c", script, "sh", sys.executable, "-m", "reporter", "run",
                               "--target", "slow.py:build", "--out", str(runs), "--quiet",
@@ -403,3 +403,27 @@ def test_a_report_that_cannot_be_written_keeps_the_run(tmp_path):
     assert not list((tmp_path / "runs").glob(".*"))
     res = child("render", path.parent, "--lang", "en", cwd=tmp_path)
     assert res.returncode == 0 and (path.parent / "report.en.md").is_file(), res.stderr
+
+
+# I11: a rank whose peers vanished says so in one line, without c10d's C++ stack.
+
+LOST_PEER = """
+import sys
+import torch.distributed
+import reporter.cli as cli
+
+def lost(args):
+    raise torch.distributed.DistNetworkError(
+        "Broken pipe\\nException raised from sendBytes at ../torch/csrc/distributed/c10d/"
+        "Utils.hpp:653\\nframe #0: c10::Error::Error() + 0x1\\nframe #1: <unknown function>")
+cli.cmd_list = lost
+sys.exit(cli.main(["list", "--runs", sys.argv[1]]))
+"""
+
+
+def test_a_rank_that_lost_its_peers_says_one_line(tmp_path):
+    res = child(tmp_path, cwd=tmp_path, code=LOST_PEER, timeout=60)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    assert "[ranks]" in lines[0] and "DistNetworkError: Broken pipe" in lines[0]
+    assert "frame #" not in res.stderr and "internal error" not in res.stderr
