@@ -324,12 +324,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug: still one line, unless --debug
         if debug:
             raise
+        if type(exc).__name__ in _LOST_PEERS:  # torch.distributed's: another rank died
+            first = (str(exc).strip().splitlines() or [""])[0]
+            print(f"reporter: error [ranks]: this rank lost contact with the others "
+                  f"({type(exc).__name__}: {first[:200]}): one of them stopped or was killed",
+                  file=sys.stderr)
+            return 1
         print(f"reporter: internal error: {type(exc).__name__}: "
               f"{' '.join(str(exc).split())[:300]} (run with --debug for the traceback)",
               file=sys.stderr)
         return 1
     finally:
         restore_signals()
+
+
+# torch.distributed's errors when a peer rank vanished mid-collective (their message holds
+# the C++ stack of c10d: only its first line is the news)
+_LOST_PEERS = ("DistNetworkError", "DistBackendError", "DistStoreError")
 
 
 if __name__ == "__main__":

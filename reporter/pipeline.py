@@ -140,6 +140,7 @@ def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output
     done = []
     for i, (spec, (name, builder)) in enumerate(zip(specs, builders), 1):
         step = lambda msg, i=i, name=name: progress(f"[{i}/{len(specs)}] {name}: {msg}")
+        unwritten: BaseException | None = None
         try:
             with staging(root) as stage:
                 if ranks is None:
@@ -147,8 +148,11 @@ def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output
                 else:
                     run = distributed.profile_on_ranks(profile_target, ranks[0], ranks[1], i,
                                                        spec, builder, opts, stage, step)
-                view = report_view(run, output.lang)
-                reports = [p.name for p in output.write(view, stage, publish=False)]
+                try:
+                    view = report_view(run, output.lang)
+                    reports = [p.name for p in output.write(view, stage, publish=False)]
+                except Exception as exc:  # the report is not the run: keep the run
+                    unwritten, reports = exc, []
                 final = commit(run, stage, root)
         except ReporterError as exc:
             if isinstance(exc, BadInput):
@@ -162,6 +166,16 @@ def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output
                     f"{len(specs) - i} remaining target(s) were not run: run them in a new "
                     "process", error_id="cuda-broken").one_line())
                 break
+            continue
+        if unwritten is not None:
+            why = (str(unwritten) if isinstance(unwritten, ReporterError)
+                   else f"{type(unwritten).__name__}: {unwritten}")
+            warn(WorkFailed(f"{name}'s report could not be written ({why[:300]}); its run is "
+                            f"stored as {final}: `reporter render {final.name}` writes the "
+                            "report again", error_id=getattr(unwritten, "error_id",
+                                                               "report")).one_line())
+            failed += 1
+            done.append(run)
             continue
         for name_ in reports:
             output.published(final / name_)

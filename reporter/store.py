@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import time
 from contextlib import contextmanager
@@ -118,11 +119,13 @@ def staging(root: Path) -> Iterator[Path]:
 # A staging folder's owner: the host, its boot, the pid namespace and the process (with
 # its start time, against a reused pid). Another process removes the folder only when it
 # can prove the owner gone: same host and boot, same pid namespace, and no process with
-# that pid and start time; or the machine booted since. A folder of another host or
-# container (a runs folder on a shared volume), or without an owner file, is left alone
-# unless nothing in it changed for STALE_AFTER_S.
+# that pid and start time. A folder of another host, boot or container (a runs folder on
+# a shared volume), or without an owner file, is left alone unless nothing in it changed
+# for STALE_AFTER_S.
 OWNER_FILE = ".owner.json"
 STALE_AFTER_S = 7 * 24 * 3600
+MAX_OWNER_B = 64 << 10  # an owner file is a few hundred bytes
+MAX_STALE_ENTRIES = 10_000  # a staging folder holds a few traces
 
 
 def owner_record(pid: int | None = None) -> dict[str, Any]:
@@ -162,15 +165,21 @@ def _start_time(pid: int) -> str | None:
 
 def _owner_gone(path: Path) -> bool:
     """Can this process prove that the staging folder's owner is gone?"""
+    owner = None
     try:
-        owner = json.loads((path / OWNER_FILE).read_text(encoding="utf-8"))
+        info = os.lstat(path / OWNER_FILE)
+        if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_OWNER_B:  # no FIFO, no giant
+            owner = json.loads((path / OWNER_FILE).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         owner = None
+    # Only when host, boot and pid namespace are all this process's can a pid be looked up:
+    # two machines may share a host name and the initial pid namespace's number, never a
+    # boot id. A folder of another boot (the machine rebooted, or another machine) waits
+    # out STALE_AFTER_S like any other.
     if isinstance(owner, dict) and owner.get("host") == socket.gethostname():
         here_boot = _boot_id()
-        if here_boot is not None and owner.get("boot") not in (None, here_boot):
-            return True  # the machine booted since: every process of then is gone
-        if (owner.get("boot") == here_boot and owner.get("pid_ns") == _pid_ns()
+        if (here_boot is not None and owner.get("boot") == here_boot
+                and owner.get("pid_ns") == _pid_ns()
                 and owner.get("pid_ns") is not None and type(owner.get("pid")) is int):
             pid = owner["pid"]
             return not _alive(pid) or (owner.get("start") is not None
@@ -179,10 +188,14 @@ def _owner_gone(path: Path) -> bool:
 
 
 def _untouched_for(path: Path, seconds: float) -> bool:
+    """Did nothing in the folder change for ``seconds``? Not provable (False) past
+    MAX_STALE_ENTRIES entries."""
     newest = 0.0
     try:
         newest = path.stat().st_mtime
-        for entry in path.rglob("*"):
+        for i, entry in enumerate(path.rglob("*")):
+            if i >= MAX_STALE_ENTRIES:
+                return False
             newest = max(newest, entry.lstat().st_mtime)
     except OSError:
         return False

@@ -729,7 +729,7 @@ def test_a_what_if_that_fails_keeps_the_run_and_the_report_says_so(tmp_path, how
     doc = json.loads(run.read_text())
     assert why in doc["run"]["sections"][0]["whatif_note"]
     report = (run.parent / "report.ru.md").read_text()
-    assert "Предложенные замены не удалось замерить" in report and why in report
+    assert "Предложенную замену для замечания" in report and why in report
     for lang, words in (("en", "could not be timed"), ("zh", "未能在本机上实测")):
         assert cli("render", run.parent, "--lang", lang).code == 0
         assert words in (run.parent / f"report.{lang}.md").read_text()

@@ -309,7 +309,7 @@ def test_the_runner_gives_the_what_ifs_the_sections_trace(tmp_path, monkeypatch)
 
     seen = []
 
-    def measure(section, rules, device, optimizer=None, skipped=None, trace=None):
+    def measure(section, rules, device, optimizer=None, skipped=None, trace=None, *more):
         seen.append((section.trace, trace, trace is not None and trace.is_file()))
         return {}
     monkeypatch.setattr(reporter.collect.whatif, "measure", measure)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import os
 import platform
 import resource
@@ -396,14 +397,34 @@ def _device_memory(profile_obj: Profile, device: str) -> dict[str, int]:
 LONG_STEP_BUDGETS = 3
 
 
+def window_s(opts: RunOptions, budget_s: float | None) -> float:
+    """How long a timed window should take: ``opts.window_s``, or less, so that the
+    ``opts.windows`` windows that are always timed fit in ``budget_s``."""
+    return opts.window_s if budget_s is None else min(opts.window_s, budget_s / opts.windows)
+
+
 def window_steps(stepper: Callable[[], None], device: str, opts: RunOptions,
                  budget_s: float | None = None) -> int:
-    """Steps in one timed window: about ``opts.window_s`` from one timed step, 3 to 200;
-    1 when that step is longer than ``budget_s`` / LONG_STEP_BUDGETS."""
+    """Steps in one timed window: about ``window_s`` from one timed step, 3 to 200; fewer
+    (at least 1) when 3 such steps would not fit in it, and 1 when that step is longer
+    than ``budget_s`` / LONG_STEP_BUDGETS."""
     one = _timed(stepper, device, 1)
     if budget_s is not None and one > budget_s / LONG_STEP_BUDGETS:
         return 1
-    return max(3, min(200, round(opts.window_s / max(one, 1e-6))))
+    return _steps_for(window_s(opts, budget_s), one, minimum=3 if budget_s is None else 1)
+
+
+def _steps_for(seconds: float, step_s: float, minimum: int = 1) -> int:
+    """Steps of ``step_s`` in a window of ``seconds``: 3 to 200 where 3 fit, else down to
+    ``minimum``."""
+    fit = seconds / max(step_s, 1e-6)
+    return max(3, min(200, round(fit))) if fit >= 3 else max(minimum, math.floor(fit))
+
+
+# A first window this many times longer than it should be was sized on an unrepresentative
+# step (a cache warm on the one timed step, a sleep that comes every few steps): it is cut
+# there and dropped, and the windows are sized again from the steps it ran.
+RESIZE_OVER = 2.0
 
 
 # A machine busy enough to stretch the windows stops the timing at this many budgets,
@@ -411,32 +432,61 @@ def window_steps(stepper: Callable[[], None], device: str, opts: RunOptions,
 BUSY_BUDGET = 3
 
 
-def _timed_windows(window: Callable[[], float], opts: RunOptions, budget_s: float,
+def _timed_windows(window: Callable[[int], float], opts: RunOptions, budget_s: float,
                    progress: Callable[[str], None], steps: int
-                   ) -> tuple[list[float], list[Disturbance]]:
-    """Samples/s of timed windows, each with its disturbance: at least ``opts.windows``,
-    then more until the median of the undisturbed ones has a 95% interval within
-    +-``opts.precision`` (and there are MIN_CLEAN of them), or ``budget_s`` is spent.
-    In a distributed run exactly ``opts.windows`` (the ranks' collectives pair step by
-    step)."""
+                   ) -> tuple[list[float], list[Disturbance], int]:
+    """Timed windows of ``steps`` steps (``window(steps)``: the seconds they took), each
+    with its disturbance, as samples/s per step (the caller multiplies by the batch): at
+    least ``opts.windows``, then more until the median of the undisturbed ones has a 95%
+    interval within +-``opts.precision`` (and there are MIN_CLEAN of them), or
+    ``budget_s`` is spent. A first window that runs RESIZE_OVER times longer than
+    ``window_s`` is cut there, dropped, and the windows sized again from its steps, so that
+    the windows keep to the budget whatever the one step that sized them. In a
+    distributed run exactly ``opts.windows`` of ``steps`` (the ranks' collectives pair
+    step by step). Also returns the steps of the windows kept."""
     threads = torch.get_num_threads()
 
-    def watched() -> tuple[float, Disturbance]:
+    def watched(n: int) -> tuple[float, Disturbance]:
         watch = machine.Watch(threads)
-        value = window()
+        value = n / max(window(n), 1e-9)
         return value, watch.stop()
+
+    def probe(n: int, limit_s: float) -> tuple[float, Disturbance, int]:
+        """The first window, in chunks of 1, 2, 4... steps (a synchronisation between
+        them): samples/s, its disturbance and the steps it ran, fewer than ``n`` when it
+        was cut at ``limit_s``."""
+        watch = machine.Watch(threads)
+        done, spent, chunk = 0, 0.0, 1
+        while done < n:
+            k = min(chunk, n - done)
+            spent += window(k)
+            done, chunk = done + k, chunk * 2
+            if done < n and spent > limit_s:
+                break
+        return done / max(spent, 1e-9), watch.stop(), done
 
     if opts.agree is not None:
         progress(f"timing {opts.windows} windows x {steps} steps")
-        pairs = [watched() for _ in range(opts.windows)]
-        return [v for v, _ in pairs], [d for _, d in pairs]
+        pairs = [watched(steps) for _ in range(opts.windows)]
+        return [v for v, _ in pairs], [d for _, d in pairs], steps
     progress(f"timing windows of {steps} steps (up to {budget_s:g} s, until +-"
              f"{opts.precision:.0%})")
     windows: list[float] = []
     disturbance: list[Disturbance] = []
     start = time.perf_counter()
+    aim = window_s(opts, budget_s)
+    probed = False
     while len(windows) < opts.max_windows:
-        value, d = watched()
+        if not probed:
+            value, d, done = probe(steps, RESIZE_OVER * aim)
+            probed = True
+            if done < steps:  # cut: the step that sized the windows was not like the others
+                steps = _steps_for(aim, 1 / value)
+                progress(f"the steps take {1 / value:.2g} s, not the sizing step's: windows "
+                         f"of {steps} steps instead")
+                continue
+        else:
+            value, d = watched(steps)
         windows.append(value)
         disturbance.append(d)
         clean = [w for w, x in zip(windows, disturbance) if not x.disturbed]
@@ -455,7 +505,7 @@ def _timed_windows(window: Callable[[], float], opts: RunOptions, budget_s: floa
     if busy:
         progress(f"{busy} of {len(windows)} windows disturbed by other work on the machine"
                  " (left out of the median)")
-    return windows, disturbance
+    return windows, disturbance, steps
 
 
 MAX_MODULE_DEPTH = 3  # module marks for the model and modules up to 3 levels inside it
@@ -633,9 +683,9 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
     if opts.agree is not None:
         steps = opts.agree(steps)
     batch = stepper.target.batch_size
-    windows, disturbance = _timed_windows(
-        lambda: steps * batch / _timed(stepper, device, steps), opts, budget_s, progress,
-        steps)
+    windows, disturbance, steps = _timed_windows(
+        lambda n: _timed(stepper, device, n), opts, budget_s, progress, steps)
+    windows = [w * batch for w in windows]
 
     active = _profiled_step_count(windows, batch, opts)
     trace_name = f"trace-{label}.json"
@@ -669,10 +719,20 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
                      "autocast": stepper.target.autocast or _recorded_autocast(
                          scratch / trace_name)}
     profiled = active * batch / active_s if active_s > 0 else 0.0
+    from .whatif import failure, failure_text
+
     progress("memory profile (1 step)")
-    loaded = stepper.load()  # outside the memory profile: the model's step is what counts
-    with _filtered_native_stderr():
-        tensors = tensor_memory(lambda: stepper.run(loaded), device)
+    try:
+        loaded = stepper.load()  # outside the memory profile: the model's step is what counts
+        with _filtered_native_stderr():
+            tensors = tensor_memory(lambda: stepper.run(loaded), device)
+    except BaseException as exc:  # an optional pass: the run keeps what it measured
+        if _not_the_whatifs(exc):
+            raise
+        why = failure_text(failure(exc))
+        print(f"reporter: warning: the memory profile of {label} failed ({why}); the report "
+              "has no memory breakdown by category", file=sys.stderr, flush=True)
+        tensors = "failed"
     return Section(label=label,
                    throughput=Throughput(windows=windows, steps_per_window=steps,
                                          profiled=profiled, disturbance=disturbance),
@@ -700,35 +760,39 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
             optimizer: Any, trace: Path | None = None) -> None:
     """Time on the device the replacements the section's findings propose."""
     from ..analyze.analyzer import analyze_section
-    from .whatif import measure, timeable
+    from .whatif import failure, failure_text, measure, timeable
 
     rules = timeable(analyze_section(section, batch_size).findings)
     if not rules:
         return  # nothing to time
     progress(f"{section.label}: timing the proposed replacements")
     timed: dict[str, dict[str, Any]] = {}
+    failed: dict[str, dict[str, Any]] = {}
     for attempt in range(1, PROFILE_ATTEMPTS + 1):
+        # A what-if is optional: one that raises anything (the target's optimizer class
+        # refusing a second instance, sys.exit, out of memory) or would not fit is not
+        # timed, the others are, the run keeps its profile and the report says why. Only
+        # a real Ctrl-C or a broken device stop the run.
+        watch = machine.Watch(torch.get_num_threads())
         try:
-            watch = machine.Watch(torch.get_num_threads())
-            skipped: dict[str, str] = {}
             with _filtered_native_stderr():
-                timed = measure(section, rules, device, optimizer, skipped, trace)
-            disturbance = watch.stop()
-            if skipped:  # operands too large to allocate: the report says so
-                section.whatif_note = "; ".join(skipped.values())[:200]
-                progress(f"{section.label}: not timed: {section.whatif_note}")
-        except BaseException as exc:  # out of memory, or the target's optimizer copy raised:
-            # the what-if is optional; the run keeps its profile and the report says why
-            if device_broken(exc) or (isinstance(exc, KeyboardInterrupt)
-                                      and signalled() is not None):
-                raise  # not the replacement's failure: the context is gone, or a real Ctrl-C
-            section.whatif = {}  # report keeps its estimates, and the run its profile
-            why = (f"the target called sys.exit({exc.code!r})" if isinstance(exc, SystemExit)
-                   else f"{type(exc).__name__}: {exc}")
-            section.whatif_note = " ".join(why.split())[:200]
+                timed = measure(section, [r for r in rules if r not in failed], device,
+                                optimizer, None, trace, failed, _not_the_whatifs)
+        except BaseException as exc:  # outside any one what-if (reading the trace, say)
+            if _not_the_whatifs(exc):
+                raise
+            why = failure(exc)
+            failed.update({r: why for r in rules if r not in failed})
+            section.whatif, section.whatif_failed = {}, dict(failed)
+            section.whatif_note = _whatif_note(failed)
             progress(f"{section.label}: the replacements could not be timed "
-                     f"({section.whatif_note[:120]})")
+                     f"({failure_text(why)[:120]})")
             return
+        disturbance = watch.stop()
+        if len(failed) > len(section.whatif_failed):
+            section.whatif_failed = dict(failed)
+            section.whatif_note = _whatif_note(failed)
+            progress(f"{section.label}: not timed: {section.whatif_note[:160]}")
         if not timed:
             return  # nothing to time
         section.whatif_disturbance = disturbance
@@ -740,6 +804,27 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
                  f"CPU)" + ("; timing them again" if attempt < PROFILE_ATTEMPTS else
                             "; their estimates are kept instead"))
     section.whatif = {}  # a busy moment's timings: the report keeps the estimates
+
+
+def _not_the_whatifs(exc: BaseException) -> bool:
+    """Is ``exc``, raised while a what-if ran, not that what-if's failure: a real Ctrl-C
+    or SIGTERM, or a CUDA error that left the context unusable?"""
+    return bool(device_broken(exc)) or (isinstance(exc, KeyboardInterrupt)
+                                        and signalled() is not None)
+
+
+def _whatif_note(failed: dict[str, dict[str, Any]]) -> str:
+    """The what-ifs not timed, in one line (progress, --json's whatif_note)."""
+    parts = []
+    for rule, why in failed.items():
+        if "exit" in why:
+            parts.append(f"{rule}: the target called sys.exit({why['exit']})")
+        elif "error" in why:
+            parts.append(f"{rule}: {why['error']}")
+        else:
+            parts.append(f"{rule}: its operands would allocate {why['need_b']:,} bytes, "
+                         f"over the cap of {why['cap_b']:,}")
+    return "; ".join(parts)[:400]
 
 
 def _peaks(device: str, progress: Progress) -> Peaks:
@@ -805,7 +890,11 @@ def profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
     device = resolve_device(opts.device)
     name = spec
     now = datetime.now(timezone.utc)
-    with _threads(opts.threads):
+    from .whatif import kept_state
+
+    # torch's process-wide settings as they were before the target: what its code (or a
+    # what-if's copy of its optimizer) changed is not the next target's
+    with kept_state(), _threads(opts.threads):
         return _profile_target(spec, builder, opts, scratch, progress, device, name, now)
 
 

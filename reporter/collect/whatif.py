@@ -24,13 +24,14 @@ Each rule names its recipe where it is registered (reporter.analyze.findings.Wha
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import statistics
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from ..analyze.findings import RULES
 from ..analyze.shapes import (
@@ -53,7 +54,8 @@ PRODUCTS = ("aten::bmm", "aten::matmul")
 BUDGET_S = 0.3  # per variant
 
 
-def attention_shapes(profile: Profile) -> dict[str, Any] | None:
+def attention_shapes(profile: Profile, calls: list[Call] | None = None
+                     ) -> dict[str, Any] | None:
     """The unfused attention's shapes: the softmax over scores (..., L, S) that took the
     most time, and the products around it: q (N, L, E), k (N, S, E), v (N, S, Ev), N the
     product of the scores' batch dimensions (``batch``). And the rest of the chain as the
@@ -62,7 +64,14 @@ def attention_shapes(profile: Profile) -> dict[str, Any] | None:
     scalar), the masked calls (``masked``: an ``aten::masked_fill`` of the scores, per
     forward call; ``causal`` when an ``aten::triu``/``tril`` of the mask's shape built it)
     and which operands the products copied to make them dense (``copies``: q, k, v; an
-    ``aten::clone`` of a view of their shape, as ``matmul`` makes of a transposed head)."""
+    ``aten::clone`` of a view of their shape, as ``matmul`` makes of a transposed head).
+
+    In a training step the backward's products have the same form: the gradient of the
+    scores is (N, L, Ev) @ (N, Ev, S), read alone as q @ k^T with E = Ev. With the trace's
+    ``calls`` only the forward's products count (those outside autograd's backward nodes);
+    without them, a training step whose products allow two readings is not read (None)."""
+    forward = _forward_products(calls) if calls else None
+    train = any(o.name == "aten::_softmax_backward_data" for o in profile.ops_by_shape)
     rows = sorted((o for o in profile.ops_by_shape if o.name in SOFTMAX),
                   key=lambda o: o.cpu_total_us + o.device_total_us, reverse=True)
     for soft in rows:
@@ -72,8 +81,11 @@ def attention_shapes(profile: Profile) -> dict[str, Any] | None:
         *batch, lq, ls = dims[0]
         n = math.prod(batch)
         e = ev = None
+        es: set[int] = set()
+        evs: set[int] = set()
         for o in profile.ops_by_shape:
-            d = _shapes(o.input_shapes) if o.name in PRODUCTS else None
+            d = _shapes(o.input_shapes) if o.name in PRODUCTS and (
+                forward is None or (o.name, o.input_shapes) in forward) else None
             if not d or len(d) < 2 or not all(isinstance(x, list) and len(x) >= 3 for x in d[:2]):
                 continue
             a, b = d[0], d[1]
@@ -81,13 +93,44 @@ def attention_shapes(profile: Profile) -> dict[str, Any] | None:
                 continue
             if a[-2:-1] == [lq] and b[-1] == ls and a[-1] == b[-2]:
                 e = a[-1]  # q @ k^T
+                es.add(e)
             elif a[-2:] == [lq, ls] and b[-2] == ls:
                 ev = b[-1]  # p @ v
+                evs.add(ev)
+        if forward is None and train and (len(es) > 1 or len(evs) > 1):
+            continue  # the forward's products or the backward's: the profile cannot tell
         if e:
             return {"n": n, "l": lq, "s": ls, "e": e, "ev": ev or e, "calls": soft.calls,
                     "scores": list(dims[0]), "batch": list(batch),
                     **_attention_chain(profile, list(dims[0]), e, ev or e, soft.calls)}
     return None
+
+
+def _forward_products(calls: list[Call]) -> set[tuple[str, str]]:
+    """The (name, input shapes) rows of the matrix products the forward called: those
+    not inside an autograd backward node (``BACKWARD_NODE``), at any depth."""
+    from ..ingest.traces import shape_key
+
+    inside: dict[int, bool] = {}
+
+    def in_backward(i: int) -> bool:
+        path: list[int] = []
+        j: int | None = i
+        found = False
+        while j is not None:
+            if j in inside:
+                found = inside[j]
+                break
+            if calls[j].name.startswith(BACKWARD_NODE):
+                found = True
+                break
+            path.append(j)
+            j = calls[j].parent
+        for k in path:
+            inside[k] = found
+        return found
+    return {(c.name, shape_key(c.dims)) for i, c in enumerate(calls)
+            if c.name in PRODUCTS and c.op and not in_backward(i)}
 
 
 def _attention_chain(profile: Profile, scores: list[int], e: int, ev: int,
@@ -152,7 +195,12 @@ def _median_s(fn: Callable[[], Any], dev: Any, budget_s: float = BUDGET_S,
 
 
 class Skipped(Exception):
-    """A replacement not timed on purpose (its operands would not fit): why."""
+    """A replacement not timed on purpose: its operands would take ``need_b`` bytes, over
+    the cap of ``cap_b`` (see ``_cap``)."""
+
+    def __init__(self, what: str, need_b: int, cap_b: int) -> None:
+        super().__init__(f"{what} would allocate {need_b:,} bytes, over the cap of {cap_b:,}")
+        self.need_b, self.cap_b = int(need_b), int(cap_b)
 
 
 def _device_median_s(fn: Callable[[], Any], dev: Any, budget_s: float) -> float:
@@ -202,11 +250,33 @@ def _generator(dev: Any) -> Any:
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
-def _cap(dev: Any) -> int:
-    """Bytes a what-if may allocate for its operands: MAX_OPERANDS_B, or half of what the
-    device where they live has free (the GPU's memory on a GPU, not the host's)."""
+# A what-if may allocate this many times the model's own tensors at their peak (the
+# memory profile's), and at least MIN_CAP_B: a model that holds 5 MB of tensors does not
+# get 2 GiB of operands because its products read broadcast views of recorded shapes.
+OWN_TENSORS_TIMES = 4
+MIN_CAP_B = 256 << 20
+
+
+def own_tensors_b(section: Any) -> int | None:
+    """The bytes the model's own tensors held at their peak in one step: the memory
+    profile's peak, else the device's allocated peak; None when neither was recorded."""
+    tm = getattr(section, "tensor_memory", None)
+    if tm is not None and tm.peak_b > 0:
+        return int(tm.peak_b)
+    held = (getattr(section, "memory", None) or {}).get("device_allocated_b")
+    return int(held) if isinstance(held, int) and held > 0 else None
+
+
+def _cap(dev: Any, section: Any = None) -> int:
+    """Bytes a what-if may allocate for its operands: the least of MAX_OPERANDS_B, half of
+    what the device where they live has free (the GPU's memory on a GPU, not the host's)
+    and OWN_TENSORS_TIMES the model's own tensors (at least MIN_CAP_B)."""
     free = dev.free_memory()
-    return min(MAX_OPERANDS_B, free // 2 if free is not None else MAX_OPERANDS_B)
+    cap = min(MAX_OPERANDS_B, free // 2 if free is not None else MAX_OPERANDS_B)
+    own = own_tensors_b(section) if section is not None else None
+    if own is not None:
+        cap = min(cap, max(MIN_CAP_B, OWN_TENSORS_TIMES * own))
+    return cap
 
 
 def attention(profile: Profile, device: str, train: bool, steps: int,
@@ -226,7 +296,7 @@ def attention(profile: Profile, device: str, train: bool, steps: int,
 
     from . import device as devices
 
-    shape = attention_shapes(profile)
+    shape = attention_shapes(profile, calls)
     if shape is None:
         return None
     scores = shape["scores"]
@@ -243,10 +313,9 @@ def attention(profile: Profile, device: str, train: bool, steps: int,
     need = (size * (n * lq * e + n * ls * e + n * ls * ev + 4 * n * lq * ls)
             * (2 if train else 1) + mask_b)
     dev = devices.get(device)
-    cap = _cap(dev)
+    cap = _cap(dev, section)
     if need > cap:
-        raise Skipped(f"attention at the recorded shapes would allocate {need:,} bytes, over "
-                      f"the cap of {cap:,}")
+        raise Skipped("attention at the recorded shapes", need, cap)
     gen = _generator(dev)
     batch = shape.get("batch") or [n]
     copies = set(shape.get("copies") or ())
@@ -328,7 +397,7 @@ def optimizer_foreach(optimizer: Any, device: str) -> dict[str, Any] | None:
     import torch
 
     params = [p for g in optimizer.param_groups for p in g["params"]]
-    if not params or sum(p.numel() * p.element_size() for p in params) * 2 > MAX_COPY_B:
+    if not params:
         return None
     cls, defaults = type(optimizer), dict(optimizer.defaults)
     if "foreach" not in defaults:
@@ -336,6 +405,13 @@ def optimizer_foreach(optimizer: Any, device: str) -> dict[str, Any] | None:
     from . import device as devices
 
     dev = devices.get(device)
+    # a copy holds the parameters, their gradients and the optimizer's state (Adam's two
+    # moments): four times the parameters, one copy at a time
+    need = 4 * sum(p.numel() * p.element_size() for p in params)
+    free = dev.free_memory()
+    cap = min(MAX_COPY_B, free // 2 if free is not None else MAX_COPY_B)
+    if need > cap:
+        raise Skipped("copies of the optimizer's parameters", need, cap)
     timed = partial(_median_s, dev=dev, host=True)  # the launches are the point
 
     def copy(foreach: bool, fused: bool = False) -> Any:
@@ -397,7 +473,8 @@ def reduced_rows(profile: Profile, calls: list[Call] | None) -> set[tuple[str, A
     return {key for key, (low, full) in votes.items() if low > full}
 
 
-def gemm_shapes(profile: Profile, reduced: set[tuple[str, Any]] | None = None
+def gemm_shapes(profile: Profile, reduced: set[tuple[str, Any]] | None = None,
+                cap_b: int = MAX_OPERANDS_B
                 ) -> tuple[list[tuple[Any, list[int], list[int]]], float]:
     """The fp32 matrix products' shapes that hold most of their time, most first: [(the
     recorded row, a, b)], and the fp32 products' recorded time in all (us). Rows in
@@ -420,7 +497,7 @@ def gemm_shapes(profile: Profile, reduced: set[tuple[str, Any]] | None = None
             continue
         a, b = dims[i], dims[j]
         if a[-1] != b[-2] or (math.prod(a) + math.prod(b) + a[-2] * b[-1]
-                              * math.prod(a[:-2])) * 4 > MAX_OPERANDS_B:
+                              * math.prod(a[:-2])) * 6 > cap_b:  # fp32 and bf16
             continue
         out.append((o, a, b))
         covered += _gemm_time_us(o)
@@ -428,7 +505,8 @@ def gemm_shapes(profile: Profile, reduced: set[tuple[str, Any]] | None = None
 
 
 def gemm_precision(profile: Profile, device: str, steps: int,
-                   calls: list[Call] | None = None) -> dict[str, Any] | None:
+                   calls: list[Call] | None = None, section: Any = None
+                   ) -> dict[str, Any] | None:
     """What bf16 and TF32 make of the fp32 matrix products. Each of the shapes that hold
     most of their time is timed here in fp32 (TF32 as the model had it), in bf16 and in
     TF32; the speed-up measured at each shape applies to its recorded time, and their
@@ -444,12 +522,12 @@ def gemm_precision(profile: Profile, device: str, steps: int,
     from . import device as devices
 
     reduced = reduced_rows(profile, calls)
-    shapes, total_us = gemm_shapes(profile, reduced)
+    dev = devices.get(device)
+    shapes, total_us = gemm_shapes(profile, reduced, _cap(dev, section))
     if not shapes or total_us <= 0:
         return None
     kept_us = sum(_gemm_time_us(o) for o in profile.ops_by_shape
                   if (o.name, o.input_shapes) in reduced)
-    dev = devices.get(device)
     gen = _generator(dev)
     # TF32 through the device's one helper (set_float32_matmul_precision: torch's legacy
     # flag and its new API alike), put back as the model had it.
@@ -568,7 +646,7 @@ def blowup_matmul(profile: Profile, device: str, steps: int,
     before_us = after_us = 0.0
     made: set[int] = set()
     shapes: list[list[int]] = []
-    cap = _cap(dev)
+    cap = _cap(dev, section)
     for group in ranked[:BLOWUP_SHAPES]:
         ch = group[0]
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(
@@ -674,7 +752,7 @@ def _gemm(section: Any, device: str, optimizer: Any, steps: int,
     if not _products_drive(section.profile):
         return None
     return gemm_precision(section.profile, device, steps,
-                          recorded.calls if recorded is not None else None)
+                          recorded.calls if recorded is not None else None, section)
 
 
 def _blowup(section: Any, device: str, optimizer: Any, steps: int,
@@ -698,14 +776,76 @@ def timeable(findings: list[Finding]) -> list[str]:
             if r.id in ids and r.whatif is not None]
 
 
+def failure(exc: BaseException) -> dict[str, Any]:
+    """What a what-if that raised says in the run (``Section.whatif_failed``): {"exit": the
+    code given to sys.exit} or {"error": "Type: message"}, in one line of at most 200
+    characters."""
+    if isinstance(exc, SystemExit):
+        return {"exit": " ".join(repr(exc.code).split())[:200]}
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return {"error": text[:200]}
+
+
+def failure_text(why: dict[str, Any]) -> str:
+    """``failure``'s record in words (progress lines, warnings)."""
+    return f"sys.exit({why['exit']})" if "exit" in why else str(why.get("error"))
+
+
+@contextlib.contextmanager
+def kept_state() -> Iterator[None]:
+    """The process-wide settings of torch that a what-if's code (the target's optimizer
+    class, made again) may change, put back as they were after the block: grad mode,
+    default dtype and device, intra-op threads, fp32 matmul precision, deterministic
+    algorithms, anomaly detection. A what-if's side effect is not the next target's
+    failure (W2)."""
+    import torch
+
+    grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
+    threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
+    deterministic = (torch.are_deterministic_algorithms_enabled(),
+                     torch.is_deterministic_algorithms_warn_only_enabled())
+    anomaly = torch.is_anomaly_enabled()
+    default_device = getattr(torch, "get_default_device", lambda: None)()
+    try:
+        yield
+    finally:
+        torch.set_grad_enabled(grad)
+        if torch.get_default_dtype() != dtype:
+            torch.set_default_dtype(dtype)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        if torch.get_float32_matmul_precision() != precision:
+            torch.set_float32_matmul_precision(precision)
+        if (torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled()) != deterministic:
+            torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        if torch.is_anomaly_enabled() != anomaly:
+            torch.autograd.set_detect_anomaly(anomaly)
+        now = getattr(torch, "get_default_device", lambda: None)()
+        if now != default_device:
+            torch.set_default_device(None if default_device is None or
+                                     default_device.type == "cpu" else default_device)
+
+
+def _interrupt(exc: BaseException) -> bool:
+    return isinstance(exc, KeyboardInterrupt)
+
+
 def measure(section: Any, rules: Iterable[str], device: str,
             optimizer: Any = None, skipped: dict[str, str] | None = None,
-            trace: Path | None = None) -> dict[str, dict[str, Any]]:
+            trace: Path | None = None, failed: dict[str, dict[str, Any]] | None = None,
+            fatal: Callable[[BaseException], bool] = _interrupt
+            ) -> dict[str, dict[str, Any]]:
     """The replacements of ``rules`` (ids of the section's findings) that their rules name
     and that can be timed here, in rule order; ``optimizer``, the target's, for a
     training step; ``trace``, the section's Chrome trace (the order of the calls, their
     dtypes and what called what, which the aggregated profile does not keep). Those
-    skipped on purpose go into ``skipped`` (rule id: why)."""
+    skipped on purpose go into ``skipped`` (rule id: why) and ``failed`` (rule id:
+    {"need_b", "cap_b"}); those that raised anything (the target's optimizer class refusing
+    a second instance, calling sys.exit, running out of memory) into ``failed`` (rule id:
+    ``failure(exc)``), and the others are still timed. Only what ``fatal`` says is not a
+    what-if's failure (a real Ctrl-C, a broken device) goes through. Each what-if runs in
+    ``kept_state``."""
     recorded = Recorded(trace)
     out: dict[str, dict[str, Any]] = {}
     b = section.profile.breakdown
@@ -715,10 +855,19 @@ def measure(section: Any, rules: Iterable[str], device: str,
         if rule.id not in wanted or rule.whatif is None:
             continue
         try:
-            timed = RECIPES[rule.whatif.recipe](section, device, optimizer, steps, recorded)
+            with kept_state():
+                timed = RECIPES[rule.whatif.recipe](section, device, optimizer, steps,
+                                                    recorded)
         except Skipped as exc:
             if skipped is not None:
                 skipped[rule.id] = str(exc)
+            if failed is not None:
+                failed[rule.id] = {"need_b": exc.need_b, "cap_b": exc.cap_b}
+            continue
+        except BaseException as exc:
+            if fatal(exc) or failed is None:
+                raise
+            failed[rule.id] = failure(exc)
             continue
         if timed is not None:
             out[rule.id] = timed

@@ -140,6 +140,10 @@ class Section:
     whatif_disturbance: Disturbance | None = None
     # Why the replacements could not be timed (the error they raised), or None.
     whatif_note: str | None = None
+    # The replacements not timed, by rule id: {"need_b", "cap_b"} (their operands would
+    # exceed the cap), {"error": "Type: message"} (it raised) or {"exit": code} (the
+    # target's code called sys.exit); the run keeps its profile and the estimates stand.
+    whatif_failed: dict[str, dict[str, int | str]] = field(default_factory=dict)
     # The profiler's own cost, per step, measured by the runner on as many steps without
     # it just before the profiled ones: {"steps", "unprofiled_step_us", "profiled_step_us",
     # "unprofiled_minor_faults", "profiled_minor_faults", "unprofiled_major_faults",
@@ -202,6 +206,8 @@ class Section:
                                 if isinstance(data.get("whatif_disturbance"), dict)
                                 else None),
             whatif_note=data.get("whatif_note"),
+            whatif_failed=(dict(data["whatif_failed"])
+                           if isinstance(data.get("whatif_failed"), dict) else {}),
             profiler_cost=(dict(data["profiler_cost"])
                            if isinstance(data.get("profiler_cost"), dict) else None),
         )

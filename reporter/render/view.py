@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cached_property, partial
 from typing import Any, Callable
@@ -637,7 +637,9 @@ class SectionView:
     chart_rows: list[tuple[str, float, str]]
     chart_basis: str
     logs_cut: bool = False  # set when the logs were shortened to fit a character limit
-    whatif_failed: str | None = None  # why the replacements could not be timed
+    whatif_failed: str | None = None  # why the replacements could not be timed (older runs)
+    # each what-if not timed: {"rule", and "need" and "cap", or "exit", or "error"}
+    whatifs_failed: list[dict[str, str | None]] = field(default_factory=list)
     breakdown_rows: Any = None  # model.profile.Breakdown, for the chart
     compiled: dict[str, Any] | None = None  # torch.compile's regions and kernels
     number: int = 1
@@ -839,8 +841,27 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         chart_rows=chart_rows,
         chart_basis="device" if device else "cpu",
         logs_cut=False,  # set when the logs were shortened to fit --max-chars
-        whatif_failed=section.whatif_note,
+        whatif_failed=section.whatif_note if not section.whatif_failed else None,
+        whatifs_failed=_whatifs_failed_view(section, fmt),
     )
+
+
+def _whatifs_failed_view(section: Section, fmt: Fmt) -> list[dict[str, str | None]]:
+    """The what-ifs not timed (Section.whatif_failed), each with why: its operands over
+    the cap, the target's sys.exit, or the error it raised."""
+    out: list[dict[str, str | None]] = []
+    for rule, why in section.whatif_failed.items():
+        need, cap = why.get("need_b"), why.get("cap_b")
+        row: dict[str, str | None] = {"rule": rule, "need": None, "cap": None, "exit": None,
+                                      "error": None}
+        if isinstance(need, int) and isinstance(cap, int):
+            row.update(need=fmt.bytes(need), cap=fmt.bytes(cap))
+        elif "exit" in why:
+            row["exit"] = str(why["exit"])
+        else:
+            row["error"] = str(why.get("error") or "?")
+        out.append(row)
+    return out
 
 
 def _number(sections: list[SectionView]) -> None:
