@@ -618,7 +618,7 @@ def test_a_run_over_a_budget_is_refused_in_one_line_before_any_work(tmp_path, st
     res = limited("render", folder, cwd=tmp_path, timeout=20)
     assert res.returncode == 2, res.stderr
     line = one_line(res.stderr)
-    assert "[bad-input]" in line and where in line and "over the limit" in line, line
+    assert "[bad-run]" in line and where in line and "over the limit" in line, line
     assert time.monotonic() - start < 10 and not list(folder.glob("report*"))
     res = limited("list", "--runs", root, cwd=tmp_path)
     assert res.returncode == 0 and "unreadable" in res.stdout
