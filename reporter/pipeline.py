@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import BadInput, ReporterError, WorkFailed
-from .render.report import GITHUB_COMMENT_LIMIT, RenderOptions, parse_formats, write_reports
 from .model.profile import Profile
 from .model.run import Run, Section
-from .render.view import ReportView, View
+# Not the renderers (Jinja, Babel, matplotlib): they load in the functions that render, so
+# `reporter --help`, `--version`, `list` and `analyze --json` start without them.
+from .render.options import GITHUB_COMMENT_LIMIT, RenderOptions, parse_formats
 
 if TYPE_CHECKING:
     from .collect.distributed import Peers, World
+    from .render.view import ReportView, View
 
 Say = Callable[[str], None]
 
@@ -59,6 +61,8 @@ class Output:
     def write(self, view: View, folder: Path, stem: str = "report",
               publish: bool = True) -> list[Path]:
         """The view in each format, written into ``folder``; each file published."""
+        from .render.report import write_reports
+
         paths = write_reports(view, folder, self.formats, self.options, stem)
         if publish:
             for path in paths:
