@@ -166,6 +166,10 @@ def write_reports(view: View, folder: Path, formats: Sequence[str],
     from .charts import draw
 
     language(view.lang)  # BadInput for an unknown language
+    if "md" in formats and options.max_chars:
+        # Charts only add lines: a report too long without them fails here, before they
+        # are drawn (about a second a section) rather than after.
+        render_markdown(view, options)
     folder = Path(folder)
     before = {p.name for p in folder.glob(f"{stem}-chart-*")} if folder.is_dir() else set()
     charts = draw(view, folder, terms(view.lang), stem, mermaid=options.github)
