@@ -263,12 +263,13 @@ def analyze(path: str, runs: Path, out: Path, output: Output) -> list[Path]:
 
 
 def report_stem(path: Path) -> str:
-    """x.txt -> x.report, and a trace's x.json or x.json.gz -> x.report too."""
+    """x.txt -> x.report; a trace's x.json or x.json.gz -> x.json.report (K3: a table and a
+    trace of the same name, analyzed into one folder, must not overwrite each other)."""
     from .ingest.traces import TRACE_SUFFIXES
 
     for suffix in sorted(TRACE_SUFFIXES, key=len, reverse=True):
         if path.name.endswith(suffix) and len(path.name) > len(suffix):
-            return path.name[:-len(suffix)] + ".report"
+            return path.name[:-len(suffix)] + ".json.report"
     return f"{path.stem}.report"
 
 

@@ -60,3 +60,70 @@ def test_help_and_version_load_no_renderer(tmp_path):
     for flag in ("--help", "--version"):
         res, _ = reporter(flag, cwd=tmp_path)
         assert res.returncode == 0 and res.stderr == "" and "reporter" in res.stdout
+
+
+def _table(names: list[str]) -> str:
+    from reporter.model.profile import Op, Profile
+    from reporter.render.keytable import format_table
+
+    ops = [Op(name=n, calls=3, self_cpu_us=1000.0 * (len(names) - i),
+              cpu_total_us=1000.0 * (len(names) - i)) for i, n in enumerate(names)]
+    return format_table(Profile(label="x", ops=ops, self_cpu_us=sum(o.self_cpu_us for o in ops)),
+                        name_width=200)
+
+
+def _trace(names: list[str]) -> str:
+    events = [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": 10 + 1000 * i,
+               "dur": 500, "args": {}} for i, n in enumerate(names)]
+    return json.dumps({"traceEvents": events})
+
+
+def test_a_table_and_a_trace_of_one_name_keep_both_reports(tmp_path):
+    """K3: x.txt and x.json analyzed into one --out: neither report (nor chart) replaces
+    the other."""
+    (tmp_path / "x.txt").write_text(_table(["aten::table_only", "aten::add"]))
+    (tmp_path / "x.json").write_text(_trace(["aten::trace_only", "aten::mul"]))
+    out = tmp_path / "out"
+    for name in ("x.txt", "x.json"):
+        res, _ = reporter("analyze", name, "--out", out, cwd=tmp_path, timeout=60)
+        assert res.returncode == 0 and res.stderr == "", res.stderr
+    table, trace = out / "x.report.en.md", out / "x.json.report.en.md"
+    assert "table_only" in table.read_text() and "trace_only" not in table.read_text()
+    assert "trace_only" in trace.read_text() and "table_only" not in trace.read_text()
+    for md in (table, trace):
+        stem = md.name.removesuffix(".en.md")
+        links = [line for line in md.read_text().splitlines() if ".svg" in line]
+        assert links and all(f"]({stem}-chart-" in line for line in links), links
+
+
+def _stored(tmp_path: Path, name: str, change) -> Path:
+    folder = tmp_path / "runs" / name
+    shutil.copytree(FIXTURES / "runs" / name, folder)
+    doc = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    change(doc)
+    (folder / "run.json").write_text(json.dumps(doc), encoding="utf-8")
+    return folder
+
+
+def test_a_run_of_16_sections_too_long_for_a_comment_fails_before_its_charts(tmp_path,
+                                                                               monkeypatch):
+    """H14: 16 sections (the limit) make a report over --max-chars even without its logs:
+    that is found before a chart is drawn (it took a second a section, 16 s and more)."""
+    folder = _stored(tmp_path, "cpu-transformer",
+                     lambda doc: doc["run"].__setitem__("sections", doc["run"]["sections"] * 8))
+    res, took = reporter("render", folder, cwd=tmp_path, timeout=60)
+    line = one_line(res.stderr)
+    assert res.returncode == 1 and "[too-long]" in line, line
+    assert not list(folder.glob("report*")), list(folder.iterdir())  # no chart was drawn
+    assert took < 30, took
+    # In process, with drawing made to fail the test: the length is checked first.
+    from reporter import pipeline
+    from reporter.errors import WorkFailed
+    from reporter.render import charts
+
+    def draw(*args, **kwargs):
+        raise AssertionError("a chart was drawn for a report that is too long anyway")
+
+    monkeypatch.setattr(charts, "draw", draw)
+    with pytest.raises(WorkFailed, match="even without its logs"):
+        pipeline.render_run(str(folder), tmp_path / "runs", pipeline.Output("en"))
