@@ -127,3 +127,17 @@ def test_a_run_of_16_sections_too_long_for_a_comment_fails_before_its_charts(tmp
     monkeypatch.setattr(charts, "draw", draw)
     with pytest.raises(WorkFailed, match="even without its logs"):
         pipeline.render_run(str(folder), tmp_path / "runs", pipeline.Output("en"))
+
+
+@pytest.mark.parametrize("odd", ["<lambda>", "#3", "```", "a\x0bb", "a\u2028b", "</details>",
+                                 "Self CPU time total: 5ms", "CUDA time total: 1.5s"])
+def test_the_table_reader_keeps_every_row_whatever_its_name(tmp_path, odd):
+    """P15: a row whose name starts with '<', '#' or a fence, holds a vertical tab, or reads
+    like the table's footer is a row: the rows after it are read too."""
+    names = ["aten::mm", odd, "aten::add"]
+    (tmp_path / "t.txt").write_text(_table(names))
+    res, took = reporter("analyze", "t.txt", "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    [profile] = json.loads(res.stdout)["profiles"]
+    assert [op["name"] for op in profile["ops"]] == names
+    assert took < 20
