@@ -19,6 +19,7 @@ import pytest
 from conftest import FIXTURES, ROOT
 
 MEMORY_B = 2 << 30
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "traces"
 
 
 def _limits(memory: int, cpu_s: int):
@@ -141,3 +142,40 @@ def test_the_table_reader_keeps_every_row_whatever_its_name(tmp_path, odd):
     [profile] = json.loads(res.stdout)["profiles"]
     assert [op["name"] for op in profile["ops"]] == names
     assert took < 20
+
+
+def test_an_unreadable_live_trace_is_blamed_on_what_happened(tmp_path):
+    """D1 and the misattributed failures: a trace the profiler stopped writing partway is
+    said to be cut off, not blamed on a double quote; only a name that a quote ended early
+    is; a name with an escaped quote is no damage."""
+    from reporter.collect.runner import _trace_damage, _unreadable_trace
+    from reporter.errors import BadInput
+
+    event = '{"ph": "X", "cat": "cpu_op", "name": %s, "pid": 1, "tid": 1, "ts": 1, "dur": 2}'
+    whole = '{"traceEvents": [\n  ' + ",\n  ".join(
+        event % json.dumps(n) for n in ("aten::mm", 'say "hi"', "x" * 100)) + "\n]}\n"
+    trace = tmp_path / "trace-train.json"
+    trace.write_text(whole)
+    assert _trace_damage(trace) == (False, False)
+    trace.write_text(whole[:len(whole) // 2])
+    line = _unreadable_trace(trace, BadInput("cut")).one_line()
+    assert "[bad-trace]" in line and "ends partway" in line and "double quote" not in line
+    trace.write_text(whole.replace(r'say \"hi\"', 'say "hi"'))
+    line = _unreadable_trace(trace, BadInput("bad JSON")).one_line()
+    assert "double quote" in line, line
+    trace.write_text(whole.replace('"ts": 1', '"ts": 1x', 1))
+    line = _unreadable_trace(trace, BadInput("bad JSON")).one_line()
+    assert "double quote" not in line and "ends partway" not in line and "bad JSON" in line
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here")
+def test_real_traces_show_no_damage(tmp_path):
+    import gzip
+
+    from reporter.collect.runner import _trace_damage
+
+    for path in sorted(CORPUS.glob("0*.json*"))[:4]:
+        plain = tmp_path / "t.json"
+        plain.write_bytes(gzip.decompress(path.read_bytes()) if path.suffix == ".gz"
+                          else path.read_bytes())
+        assert _trace_damage(plain) == (False, False), path.name
