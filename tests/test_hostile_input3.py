@@ -179,3 +179,101 @@ def test_real_traces_show_no_damage(tmp_path):
         plain.write_bytes(gzip.decompress(path.read_bytes()) if path.suffix == ".gz"
                           else path.read_bytes())
         assert _trace_damage(plain) == (False, False), path.name
+
+
+def _section0(doc):
+    return doc["run"]["sections"][0]
+
+
+def _rank_with(section_change):
+    def change(doc):
+        other = json.loads(json.dumps(_section0(doc)))
+        section_change(other)
+        doc["run"]["ranks"] = [{"rank": 0, "status": "ok", "error": None, "main": True},
+                               {"rank": 1, "status": "ok", "error": None, "sections": [other]}]
+    return change
+
+
+OVER_BUDGET = {
+    "timeline-points": (lambda doc: _section0(doc)["tensor_memory"].update(
+        timeline_ms=[0.0] * 10_001, timeline_b={"activations": [0] * 10_001}),
+        "10,001 items, over the limit of 10,000"),
+    "cost-rows": (lambda doc: _section0(doc)["profile"].__setitem__("costs", [{}] * 200_001),
+                  "costs holds 200,001 items"),
+    "ranks": (lambda doc: doc["run"].__setitem__("ranks", [{}] * 1_025), "ranks holds 1,025"),
+    "key": (lambda doc: _section0(doc)["peaks"]["flops"].__setitem__("k" * 70_000, 1.0),
+            "a key of 70,000 characters"),
+    "rank-windows": (_rank_with(lambda s: s["throughput"].__setitem__("windows", [1.0] * 10_001)),
+                     "ranks[1].sections[0].throughput.windows holds 10,001"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OVER_BUDGET))
+def test_a_stored_run_over_a_budget_is_one_bad_run_line_in_bounded_time(tmp_path, name):
+    change, words = OVER_BUDGET[name]
+    folder = _stored(tmp_path, "cpu-transformer", change)
+    for argv in (("render", folder), ("analyze", folder, "--json"),
+                 ("compare", FIXTURES / "runs" / "cpu-transformer", folder, "--json")):
+        res, took = reporter(*argv, cwd=tmp_path, memory=1 << 30)
+        line = one_line(res.stderr)
+        assert res.returncode == 2 and "[bad-run]" in line and words in line, line
+        assert "over the limit" in line and took < 15, (line, took)
+    assert not list(folder.glob("report*"))
+
+
+TAMPERED = {
+    "rank-windows-of-strings": (_rank_with(lambda s: s["throughput"].__setitem__(
+        "windows", ["a", "b"])), "ranks[1].sections[0].throughput.windows[0]"),
+    "rank-self-cpu-1e300": (_rank_with(lambda s: s["profile"].__setitem__("self_cpu_us", 1e300)),
+                            "at most 1e+30"),
+    "batch-1e40": (lambda doc: doc["run"]["target"].__setitem__("batch_size", 1e40),
+                   "batch_size"),
+    "windows-1e308": (lambda doc: _section0(doc)["throughput"].__setitem__(
+        "windows", [1e308] * 3), "windows[0]"),
+    "tf32-inner": (lambda doc: _section0(doc).__setitem__("precision", {"tf32": {"matmul": 1}}),
+                   "precision.tf32.matmul"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TAMPERED))
+def test_a_tampered_run_is_one_bad_run_line_in_a_child_process(tmp_path, name):
+    """T6 and the ranks' own sections (not checked at all before: a rank's windows of
+    strings rendered as an internal TypeError)."""
+    change, words = TAMPERED[name]
+    folder = _stored(tmp_path, "cpu-transformer", change)
+    for argv in (("render", folder), ("analyze", folder, "--json")):
+        res, took = reporter(*argv, cwd=tmp_path, memory=1 << 30)
+        line = one_line(res.stderr)
+        assert res.returncode == 2 and "[bad-run]" in line and words in line, line
+        assert took < 15
+
+
+def test_numbers_just_below_the_bound_render_in_every_language(tmp_path):
+    """P1: times of 1e29 us (below the stored bound of 1e30) render; Babel never rounds
+    them (scientific notation instead of an internal InvalidOperation)."""
+    def change(doc):
+        _section0(doc)["profile"]["ops"][0]["self_cpu_us"] = 1e29
+        _section0(doc)["throughput"]["windows"] = [1e29, 2e29, 3e29]
+        doc["run"]["target"]["batch_size"] = 10 ** 29
+    folder = _stored(tmp_path, "cpu-transformer", change)
+    for lang in ("en", "ru", "zh"):
+        res, _ = reporter("render", folder, "--lang", lang, cwd=tmp_path, timeout=90)
+        assert res.returncode == 0 and res.stderr == "", res.stderr
+        assert "e+29" in (folder / f"report.{lang}.md").read_text()
+
+
+def test_a_broken_language_leaves_help_version_and_other_languages_alone(tmp_path):
+    """L1: one language folder with a broken language.json: --help, --version, list and
+    the other languages work; that language fails in one line naming the file."""
+    shutil.copytree(ROOT / "templates", tmp_path / "t")
+    shutil.copytree(tmp_path / "t" / "en", tmp_path / "t" / "de")
+    (tmp_path / "t" / "de" / "language.json").write_bytes(b"{\xff broken")
+    env = {"REPORTER_TEMPLATES": str(tmp_path / "t")}
+    (tmp_path / "x.txt").write_text(_table(["aten::mm", "aten::add"]))
+    for argv in (("--help",), ("--version",), ("list", "--runs", tmp_path / "none"),
+                 ("analyze", "x.txt", "--lang", "ru")):
+        res, _ = reporter(*argv, cwd=tmp_path, env=env, timeout=60)
+        assert res.returncode == 0 and "Traceback" not in res.stderr, (argv, res.stderr)
+    res, _ = reporter("analyze", "x.txt", "--lang", "de", cwd=tmp_path, env=env, timeout=60)
+    line = one_line(res.stderr)
+    assert res.returncode == 1 and "[install]" in line and "de/language.json" in line, line
