@@ -277,3 +277,20 @@ def test_a_broken_language_leaves_help_version_and_other_languages_alone(tmp_pat
     res, _ = reporter("analyze", "x.txt", "--lang", "de", cwd=tmp_path, env=env, timeout=60)
     line = one_line(res.stderr)
     assert res.returncode == 1 and "[install]" in line and "de/language.json" in line, line
+
+
+def test_10000_steps_and_64_dtypes_render_quietly_within_bounds(tmp_path):
+    """H4, H10, O4: at the limits (10,000 profiled steps, 64 dtypes of peaks) the report
+    renders under 1 GiB with nothing on stderr (no matplotlib warning), its step chart
+    bounded."""
+    def change(doc):
+        b = _section0(doc)["profile"]["breakdown"]
+        b["steps_us"] = [b["steps_us"][0] * (1 + i % 7 / 10) for i in range(10_000)]
+        b["host_us"] = {k: [v[0]] * 10_000 for k, v in b["host_us"].items()}
+        b["device_us"], b["device_notes_us"] = {}, {}
+        _section0(doc)["peaks"]["flops"] = {f"dtype{i}": 1e12 + i for i in range(64)}
+    folder = _stored(tmp_path, "cpu-transformer", change)
+    res, took = reporter("render", folder, cwd=tmp_path, memory=1 << 30, timeout=120)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    [chart] = folder.glob("report-chart-steps-*-train.en.svg")
+    assert chart.stat().st_size < 1_000_000
