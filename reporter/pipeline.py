@@ -47,11 +47,11 @@ class Output:
     def parse(cls, lang: str, formats: str, max_chars: int, github: bool,
               published: Callable[[Path], None]) -> Output:
         """Check the options as a user typed them (BadInput when wrong)."""
-        from .render.view import check_language
+        from .render.languages import language
 
         if max_chars < 0:
             raise BadInput("--max-chars must be 0 (no limit) or more", error_id="usage")
-        return cls(check_language(lang), tuple(parse_formats(formats)), max_chars or None,
+        return cls(language(lang).code, tuple(parse_formats(formats)), max_chars or None,
                    github, published)
 
     @property

@@ -61,6 +61,16 @@ def test_help_and_version_load_no_renderer(tmp_path):
     for flag in ("--help", "--version"):
         res, _ = reporter(flag, cwd=tmp_path)
         assert res.returncode == 0 and res.stderr == "" and "reporter" in res.stdout
+    # analyze --json reads and analyzes, and renders nothing: no renderer either
+    (tmp_path / "t.json").write_text(_trace(["aten::mm", "aten::add"]))
+    code = code.replace("cli.build_parser()", "import contextlib, io\n"
+                        "with contextlib.redirect_stdout(io.StringIO()):\n"
+                        "    assert cli.main(['analyze', 't.json', '--json']) == 0"
+                        ).replace(", 'reporter.analyze.analyzer'", "")
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         preexec_fn=_limits(MEMORY_B, 60))
+    assert res.returncode == 0 and res.stdout.strip() == "[]", res.stdout + res.stderr
 
 
 def _table(names: list[str]) -> str:
