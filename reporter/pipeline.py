@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import BadInput, ReporterError, WorkFailed
-from .render.report import GITHUB_COMMENT_LIMIT, RenderOptions, parse_formats, write_reports
 from .model.profile import Profile
 from .model.run import Run, Section
-from .render.view import ReportView, View
+# Not the renderers (Jinja, Babel, matplotlib): they load in the functions that render, so
+# `reporter --help`, `--version`, `list` and `analyze --json` start without them.
+from .render.options import GITHUB_COMMENT_LIMIT, RenderOptions, parse_formats
 
 if TYPE_CHECKING:
     from .collect.distributed import Peers, World
+    from .render.view import ReportView, View
 
 Say = Callable[[str], None]
 
@@ -45,11 +47,11 @@ class Output:
     def parse(cls, lang: str, formats: str, max_chars: int, github: bool,
               published: Callable[[Path], None]) -> Output:
         """Check the options as a user typed them (BadInput when wrong)."""
-        from .render.view import check_language
+        from .render.languages import language
 
         if max_chars < 0:
             raise BadInput("--max-chars must be 0 (no limit) or more", error_id="usage")
-        return cls(check_language(lang), tuple(parse_formats(formats)), max_chars or None,
+        return cls(language(lang).code, tuple(parse_formats(formats)), max_chars or None,
                    github, published)
 
     @property
@@ -59,6 +61,8 @@ class Output:
     def write(self, view: View, folder: Path, stem: str = "report",
               publish: bool = True) -> list[Path]:
         """The view in each format, written into ``folder``; each file published."""
+        from .render.report import write_reports
+
         paths = write_reports(view, folder, self.formats, self.options, stem)
         if publish:
             for path in paths:
@@ -273,12 +277,13 @@ def analyze(path: str, runs: Path, out: Path, output: Output) -> list[Path]:
 
 
 def report_stem(path: Path) -> str:
-    """x.txt -> x.report, and a trace's x.json or x.json.gz -> x.report too."""
+    """x.txt -> x.report; a trace's x.json or x.json.gz -> x.json.report (K3: a table and a
+    trace of the same name, analyzed into one folder, must not overwrite each other)."""
     from .ingest.traces import TRACE_SUFFIXES
 
     for suffix in sorted(TRACE_SUFFIXES, key=len, reverse=True):
         if path.name.endswith(suffix) and len(path.name) > len(suffix):
-            return path.name[:-len(suffix)] + ".report"
+            return path.name[:-len(suffix)] + ".json.report"
     return f"{path.stem}.report"
 
 

@@ -307,8 +307,7 @@ def load(folder: Path) -> Run:
     try:
         _check_budget(doc.get("run"))
     except ValueError as exc:
-        raise BadInput(f"{path} is over a budget of a stored run: {exc}; the run is corrupted "
-                       "or crafted", error_id="bad-input") from exc
+        raise BadInput(f"{path} is corrupted or crafted: {exc}", error_id="bad-run") from exc
     try:
         run = Run.from_dict(doc["run"])
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -395,6 +394,7 @@ def _check_run(run: Run) -> None:
     if run.ranks and sum(bool(rank.get("main")) for rank in run.ranks) != 1:
         raise ValueError("run.ranks: not exactly one main rank (the one whose sections the "
                          "run's are)")
+    for i, rank in enumerate(run.ranks or []):
         for j, section in enumerate(rank.get("sections") or []):
             validate.check(section, f"run.ranks[{i}].sections[{j}]")
             _check_efficiency(section, f"run.ranks[{i}].sections[{j}]")

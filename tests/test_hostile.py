@@ -618,7 +618,7 @@ def test_a_run_over_a_budget_is_refused_in_one_line_before_any_work(tmp_path, st
     res = limited("render", folder, cwd=tmp_path, timeout=20)
     assert res.returncode == 2, res.stderr
     line = one_line(res.stderr)
-    assert "[bad-input]" in line and where in line and "over the limit" in line, line
+    assert "[bad-run]" in line and where in line and "over the limit" in line, line
     assert time.monotonic() - start < 10 and not list(folder.glob("report*"))
     res = limited("list", "--runs", root, cwd=tmp_path)
     assert res.returncode == 0 and "unreadable" in res.stdout
@@ -776,7 +776,7 @@ def test_a_huge_time_in_a_trace_is_printed_not_an_internal_error(tmp_path, dur):
     for lang in ("en", "ru", "zh"):
         res = limited("analyze", "t.json", "--lang", lang, "--format", "md", cwd=tmp_path)
         assert res.returncode == 0, res.stderr
-    assert "e+" in (tmp_path / "t.report.zh.md").read_text()
+    assert "e+" in (tmp_path / "t.json.report.zh.md").read_text()
     res = limited("analyze", "t.json", "--json", cwd=tmp_path)
     assert res.returncode == 0 and json.loads(res.stdout)["profiles"], res.stderr
 
@@ -812,7 +812,7 @@ def test_a_lone_surrogate_in_a_trace_becomes_a_replacement_character(tmp_path):
         res = limited("analyze", "s.json", "--lang", lang, "--format", "md,pdf", cwd=tmp_path,
                       timeout=60)
         assert res.returncode == 0, res.stderr
-        assert "a\ufffdb" in (tmp_path / f"s.report.{lang}.md").read_text()
+        assert "a\ufffdb" in (tmp_path / f"s.json.report.{lang}.md").read_text()
 
 
 def test_a_lone_surrogate_in_a_stored_run_neither_fails_it_nor_stops_list(tmp_path, stored):

@@ -63,4 +63,5 @@ def test_bad_options_fail_before_any_work():
 
 def test_report_stem_of_tables_and_traces():
     assert pipeline.report_stem(Path("x.txt")) == "x.report"
-    assert pipeline.report_stem(Path("t.pt.trace.json.gz")).endswith(".report")
+    assert pipeline.report_stem(Path("t.pt.trace.json.gz")) == "t.pt.trace.json.report"
+    assert pipeline.report_stem(Path("t.json")) == "t.json.report"

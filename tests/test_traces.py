@@ -173,7 +173,7 @@ def test_a_trace_report_is_named_after_the_trace(tmp_path):
     gz.write_bytes(gzip.compress(path.read_bytes()))
     res = cli("analyze", gz, "--lang", "ru", "--out", tmp_path / "out")
     assert res.code == 0, res.err
-    report = tmp_path / "out" / "step.pt.trace.report.ru.md"
+    report = tmp_path / "out" / "step.pt.trace.json.report.ru.md"
     top = max(read_trace(path).ops, key=lambda o: o.self_cpu_us)
     assert res.out.strip() == str(report) and f"`{top.name}`" in report.read_text()
 

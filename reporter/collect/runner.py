@@ -12,6 +12,7 @@ import gc
 import math
 import os
 import platform
+import re
 import resource
 import statistics
 import sys
@@ -625,9 +626,37 @@ def _unreadable_trace(trace: Path, exc: BadInput) -> WorkFailed:
                           "torch could not write its whole trace", error_id="io")
     if not trace.is_file():
         return WorkFailed(f"torch wrote no trace at {trace}", error_id="bad-trace")
-    return WorkFailed(f"torch wrote a Chrome trace that cannot be read ({exc}); torch does "
-                      'not escape a double quote (") in a record_function name',
+    try:
+        cut, quoted = _trace_damage(trace)
+    except OSError as e:
+        return WorkFailed(f"torch's trace {trace} cannot be read back: {e.strerror or e}",
+                          error_id="io")
+    if quoted:
+        return WorkFailed(f"torch wrote a Chrome trace that cannot be read ({exc}); torch does "
+                          'not escape a double quote (") in a record_function name',
+                          error_id="bad-trace")
+    if cut:
+        return WorkFailed(f"torch's trace {trace} ends partway ({trace.stat().st_size:,} "
+                          "bytes): the profiler stopped writing it (see torch's own message "
+                          "above, if any)", error_id="bad-trace")
+    return WorkFailed(f"torch wrote a Chrome trace that cannot be read ({exc})",
                       error_id="bad-trace")
+
+
+# A name that a double quote ended early: the string closes and something other than a
+# comma, a brace or a line end follows it ("name": "a"b").
+_QUOTE_IN_NAME = re.compile(rb'"name": ?"(?:[^"\\\n]|\\.){0,65536}"[^,}\s]')
+
+
+def _trace_damage(trace: Path) -> tuple[bool, bool]:
+    """(the trace ends partway, a name in it holds an unescaped double quote): read line
+    by line, only after the trace failed to parse."""
+    with open(trace, "rb") as f:
+        f.seek(max(0, trace.stat().st_size - 64))
+        cut = not f.read().rstrip().endswith(b"}")
+        f.seek(0)
+        quoted = any(b'"name"' in line and _QUOTE_IN_NAME.search(line) for line in f)
+    return cut, quoted
 
 
 def _quietest_profile(stepper: _Stepper, device: str, opts: RunOptions, active: int,

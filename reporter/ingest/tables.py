@@ -160,11 +160,13 @@ def _fixed_tables(lines: list[str]) -> list[Table]:
         j = i + 3
         while j < len(lines):
             raw = _strip_prefix(lines[j], prefix).rstrip()
-            if _separator(raw) is not None or _FOOTER.search(raw):
+            if _separator(raw) is not None:
                 break
-            if raw.lstrip().startswith(("```", "#", "<")) and len(_cells(raw)) != len(header):
-                break  # a fence, heading or tag after a table without its closing line; a
-                # whole row is a row, whatever its name starts with (<lambda>, #3)
+            if (raw.lstrip().startswith(("```", "#", "<")) or _FOOTER.search(raw)) \
+                    and len(_cells(raw)) != len(header):
+                break  # a fence, heading, tag or footer after a table without its closing
+                # line; a whole row is a row, whatever its name starts with or holds
+                # (<lambda>, #3, a record_function named "Self CPU time total: 5ms")
             if raw.strip() in ("", "..."):
                 j += 1
                 continue

@@ -14,9 +14,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from ..errors import BadInput, WorkFailed
+from ..errors import WorkFailed
 from ..store import write_atomic
 from . import markup
+# The options live in a light module (the command line reads them without Jinja, Babel
+# or matplotlib); imported here too for whoever renders.
+from .options import FORMATS, GITHUB_COMMENT_LIMIT, RenderOptions, parse_formats  # noqa: F401
 from .charts import NO_CHARTS, Charts
 from .languages import builtin_templates, language
 from .view import CompareView, Fmt, ReportView, View
@@ -83,18 +86,10 @@ def terms(lang: str) -> Any:
         return environment(lang).get_template("terms.j2").module
 
 
-GITHUB_COMMENT_LIMIT = 65_536  # characters in a GitHub issue or pull-request comment
+DEFAULT_OPTIONS = RenderOptions()
 
 
-@dataclass(frozen=True)
-class RenderOptions:
-    """How a report is rendered, besides its view (which holds what it says)."""
-
-    max_chars: int | None = None  # Markdown: shorten the folded logs to fit (None: no limit)
-    github: bool = False  # Markdown: charts as Mermaid, which a GitHub comment draws
-
-
-def render_markdown(view: Any, options: RenderOptions = RenderOptions(),
+def render_markdown(view: Any, options: RenderOptions = DEFAULT_OPTIONS,
                     charts: Charts = NO_CHARTS, template: str | None = None) -> str:
     """The Markdown report of a view (view.ReportView or CompareView; a mapping for a
     single template, with ``template``); with ``options.max_chars``, shortened to fit,
@@ -159,17 +154,11 @@ RENDERERS: dict[str, Renderer] = {
 }
 
 
-def parse_formats(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in RENDERERS]
-    if unknown or not names:
-        raise BadInput(f"unknown format {','.join(unknown) or text!r}; "
-                       f"available: {', '.join(RENDERERS)}", error_id="bad-format")
-    return list(dict.fromkeys(names))
+assert tuple(RENDERERS) == FORMATS, "render/options.py names every renderer"
 
 
 def write_reports(view: View, folder: Path, formats: Sequence[str],
-                  options: RenderOptions = RenderOptions(), stem: str = "report"
+                  options: RenderOptions = DEFAULT_OPTIONS, stem: str = "report"
                   ) -> list[Path]:
     """Draw the report's charts into ``folder`` once, render the report in every format,
     then write the files: when a format fails, none is written, and the charts drawn for
@@ -177,6 +166,10 @@ def write_reports(view: View, folder: Path, formats: Sequence[str],
     from .charts import draw
 
     language(view.lang)  # BadInput for an unknown language
+    if "md" in formats and options.max_chars:
+        # Charts only add lines: a report too long without them fails here, before they
+        # are drawn (about a second a section) rather than after.
+        render_markdown(view, options)
     folder = Path(folder)
     before = {p.name for p in folder.glob(f"{stem}-chart-*")} if folder.is_dir() else set()
     charts = draw(view, folder, terms(view.lang), stem, mermaid=options.github)
@@ -192,6 +185,6 @@ def write_reports(view: View, folder: Path, formats: Sequence[str],
 
 
 def write_report(view: View, folder: Path, fmt: str,
-                 options: RenderOptions = RenderOptions(), stem: str = "report") -> Path:
+                 options: RenderOptions = DEFAULT_OPTIONS, stem: str = "report") -> Path:
     """write_reports in one format."""
     return write_reports(view, folder, [fmt], options, stem)[0]
