@@ -19,6 +19,7 @@ from ..store import write_atomic
 from . import markup
 from .charts import NO_CHARTS, Charts
 from .languages import builtin_templates, language
+from .sentences import each, say
 from .view import CompareView, Fmt, ReportView, View
 
 
@@ -42,6 +43,8 @@ def _environment(folder: Path):
     )
     env.filters.update(code=markup.code, fence=markup.fence, comment=markup.comment,
                        url=markup.url, join=markup.join)
+    # a sentence the view's values choose, a sentence said of each item (render/sentences.py)
+    env.globals.update(say=say, each=each)
     return env
 
 

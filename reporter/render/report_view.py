@@ -88,6 +88,7 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
     view["op"] = md_name(f.evidence["op"]) if f.evidence.get("op") else ""
     for key in ("materialisers", "others"):
         view[key] = [md_name(n) for n in f.evidence.get(key, [])]
+    view["products_named"] = [view["op"], *view["others"]]  # near-roofline's products
     made = f.evidence.get("materialised_share")
     if isinstance(made, float) and 0 < made < 0.0005:  # not "0.0%" for copies that cost little
         view["materialised_share"] = markup.Md("<" + fmt.pct(0.001))  # "<" then a digit: text
