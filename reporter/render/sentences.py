@@ -21,13 +21,13 @@ language to word every one of them where it says the slot. ``{{ each("name", ite
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import jinja2
 
 from .markup import Md
 
-Values = Mapping[str, Any]  # the template's values where the slot is (jinja2 Context)
+Values = Any  # the values where the slot is: a jinja2 Context, or what a sentence is about
 
 
 @dataclass(frozen=True)
