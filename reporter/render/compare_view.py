@@ -57,6 +57,7 @@ class CompareView:
     modes: list[ModeView]
     multi: bool
     mismatch: dict[str, bool]
+    mismatched: list[str]  # what differs between the runs (device, target, batch), in order
     any_mismatch: bool
     marker: str
     created_iso: str
@@ -178,6 +179,7 @@ def compare_view(comparison: Any, lang: str) -> CompareView:
         title=markup.join((md_name(s.name) for s in comparison.steps), " → "),
         steps=steps, modes=modes, multi=len(modes) > 1,
         mismatch={k: k in comparison.mismatches for k in ("device", "target", "batch")},
+        mismatched=[k for k in ("device", "target", "batch") if k in comparison.mismatches],
         any_mismatch=bool(comparison.mismatches),
         marker="compare:" + ",".join(s.name for s in comparison.steps),
         created_iso=(last.created if last else

@@ -261,6 +261,14 @@ REPORT: dict[str, Choice] = {
     "nothing_main": either("no_fix_worth_the_threshold", "no_rule_fired", of("minor_findings")),
     "minor_worth": either("not_faster_here", "minor_saving",
                           lambda f: of("worth.note")(f) == "not-faster"),
+    # a comparison (m: a mode compared; f: a finding that went, came or stayed)
+    "ratio_high": when("up_to_ratio_high", of("ratio_high")),
+    "ratio_bounds": either("ratio_from_to", "ratio_alone", of("ratio_high")),
+    "faster_by": either("speedup_interval", "faster_within_noise", of("ratio_low")),
+    "slower_by": either("ratio_interval", "slower_within_noise", of("ratio_low")),
+    "no_change_by": either("interval_holds_one", "within_the_spread", of("ratio_low")),
+    "busy_runs": either("both_runs", "one_run", lambda m: len(of("busy_runs")(m)) > 1),
+    "top_operator": when("top_operator", of("op")),
     # the closing line (the report's values)
     "chrome_trace": when("with_chrome_trace", lambda v: v.get("sections")[0].trace),
 }
@@ -295,10 +303,14 @@ def say(context: jinja2.runtime.Context, slot: str, *args: Any) -> Md:
 
 
 @jinja2.pass_context
-def each(context: jinja2.runtime.Context, name: str, items: Any, separator: str) -> Md:
+def each(context: jinja2.runtime.Context, name: str, items: Any, separator: str,
+         last: str | None = None) -> Md:
     """The sentence ``name`` said of each item, joined by ``separator`` (a list in words:
-    "rank 1, rank 3")."""
+    "rank 1, rank 3"); ``last`` joins the last two ("A, B и C")."""
     sentence = context.resolve_or_missing(name)
     if sentence is jinja2.runtime.missing:
         raise jinja2.UndefinedError(f"{context.name} has no sentence {name!r}")
-    return Md(separator.join(sentence(item) for item in items))
+    said = [sentence(item) for item in items]
+    if last is not None and len(said) > 1:
+        said[-2:] = [said[-2] + last + said[-1]]
+    return Md(separator.join(said))
