@@ -91,6 +91,10 @@ class Fmt:
         return self._minus(format_percent(_no_negative_zero(share, 3),
                                           format=_one_decimal(self.locale), locale=self.locale))
 
+    def whole_pct(self, share: float) -> str:
+        """A threshold in whole percent, the locale's way: "3%", "3 %"."""
+        return self._minus(format_percent(share, locale=self.locale))
+
     def signed_pct(self, share: float) -> str:
         return ("+" if share > 0 else "−" if share < 0 else "") + self.pct(abs(share))
 

@@ -21,7 +21,7 @@ from ..analyze.compiled import KERNEL_ROWS, Compiled
 from ..analyze.reading import RankRow, RanksReading, StepReading
 from ..analyze.critical_path import BETWEEN, DEVICE_KINDS
 from ..model.contention import mean_share
-from ..model.finding import Finding, Saving
+from ..model.finding import MINOR_SHARE, Finding, Saving
 from ..model.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from ..model.run import MEMORY_CATEGORIES, Run, Section
 from . import markup
@@ -439,6 +439,7 @@ class SectionView:
     compiled: dict[str, Any] | None = None  # torch.compile's regions and kernels
     number: int = 1
     sub: markup.Md = markup.Md("##")  # the heading level of its parts
+    minor_share: str = ""  # a finding worth less is minor (model.finding.MINOR_SHARE)
 
 
 @dataclass
@@ -574,6 +575,7 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         time_column="Self CUDA" if device else "Self CPU",  # the profiler's own words
         findings=[_finding_view(f, fmt, s) for f, s in main],
         minor_findings=[_finding_view(f, fmt, s) for f, s in minor],
+        minor_share=fmt.whole_pct(MINOR_SHARE),
         top_cpu=[_op_row(o, p, fmt, device) for o in cpu_rows],
         top_device=[_op_row(o, p, fmt, device) for o in device_rows],
         top_kernels=[_op_row(o, p, fmt, device) for o in kernel_rows],
