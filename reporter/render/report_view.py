@@ -149,9 +149,11 @@ def _tensor_memory_view(section: Section, fmt: Fmt) -> dict[str, Any]:
 MODULE_ROWS = 8  # modules shown in the step breakdown
 
 
-def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt) -> dict[str, Any]:
+def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
+                    st: dict[str, Any]) -> dict[str, Any]:
     """The step breakdown's tables (mean per step and share), its one-line reading, and
-    the long steps; or why there is none (``breakdown_note``: "table", "not-recorded")."""
+    the long steps, the ranks side by side (``st``: Analysis.stragglers); or why there is
+    none (``breakdown_note``: "table", "not-recorded")."""
     b = section.profile.breakdown
     if b is None or r is None:
         return {"breakdown": None,
@@ -215,7 +217,6 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt) -> dict[s
                "peak_share": fmt.pct(r["peak_share"]) if r.get("peak_share") is not None
                else "—"} for r in b.copies]
     critical = _critical_view(b.critical, fmt)
-    st = section.profile.stragglers
     stragglers = ({"rows": [{"rank": str(r["rank"]).replace("rank ", ""),
                              "step": fmt.time(r["step_us"]),
                              **{k: fmt.time(r[k]) for k in ("compute", "communication", "host",
@@ -568,7 +569,7 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         host_held=fmt.bytes(m["host_held_b"]) if m.get("host_held_b") else None,
         host_net_peak=fmt.bytes(m.get("host_net_peak_b")),
         **_tensor_memory_view(section, fmt),
-        **_breakdown_view(section, analysis.reading, fmt),
+        **_breakdown_view(section, analysis.reading, fmt, analysis.stragglers),
         **_compiled_view(section, analysis.compiled, fmt),
         **_efficiency_view(eff, fmt),
         has_device=device,
