@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import jinja2
+from jinja2 import nodes
 
 from .markup import Md
 
@@ -295,11 +296,31 @@ def say(context: jinja2.runtime.Context, slot: str, *args: Any) -> Md:
     key = choose(context, slot, context.name, args[0] if args else None)
     if key is None:
         return Md("")
-    sentence = context.resolve_or_missing(key)
-    if sentence is jinja2.runtime.missing:
+    sentence = _sentence(context, key)
+    if sentence is None:
         raise jinja2.UndefinedError(f"{context.name} has no sentence {key!r} "
                                     f"(a macro of that name, for {slot!r})")
     return Md(sentence(*args))
+
+
+def _sentence(context: jinja2.runtime.Context, name: str) -> Any:
+    """The macro ``name`` of the template being rendered; for a block rendered on its
+    own (``template.blocks[...]`` in a test), the template's macros are defined first."""
+    found = context.resolve_or_missing(name)
+    if found is not jinja2.runtime.missing:
+        return found
+    if not context.name:
+        return None
+    env = context.environment
+    assert env.loader is not None
+    tree = env.parse(env.loader.get_source(env, context.name)[0])
+    body = [n for n in tree.body if isinstance(n, (nodes.Macro, nodes.Import))]
+    template = nodes.Template(body, lineno=1)
+    template.set_environment(env)
+    module = env.template_class.from_code(env, env.compile(template, context.name),
+                                          env.make_globals(None)
+                                          ).make_module(dict(context.get_all()))
+    return getattr(module, name, None)
 
 
 @jinja2.pass_context
@@ -307,8 +328,8 @@ def each(context: jinja2.runtime.Context, name: str, items: Any, separator: str,
          last: str | None = None) -> Md:
     """The sentence ``name`` said of each item, joined by ``separator`` (a list in words:
     "rank 1, rank 3"); ``last`` joins the last two ("A, B и C")."""
-    sentence = context.resolve_or_missing(name)
-    if sentence is jinja2.runtime.missing:
+    sentence = _sentence(context, name)
+    if sentence is None:
         raise jinja2.UndefinedError(f"{context.name} has no sentence {name!r}")
     said = [sentence(item) for item in items]
     if last is not None and len(said) > 1:
