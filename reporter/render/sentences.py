@@ -309,10 +309,9 @@ def _sentence(context: jinja2.runtime.Context, name: str) -> Any:
     found = context.resolve_or_missing(name)
     if found is not jinja2.runtime.missing:
         return found
-    if not context.name:
-        return None
     env = context.environment
-    assert env.loader is not None
+    if not context.name or env.loader is None:
+        return None
     tree = env.parse(env.loader.get_source(env, context.name)[0])
     body = [n for n in tree.body if isinstance(n, (nodes.Macro, nodes.Import))]
     template = nodes.Template(body, lineno=1)
