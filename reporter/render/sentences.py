@@ -10,11 +10,12 @@ and holds each sentence the slot may choose as a macro of that name::
     ... ({{ f.op_time }}{{ say("steps") }}; threshold {{ f.threshold }}) ...
 
 ``FINDINGS[rule][slot]`` chooses in a finding's template (templates/*/findings/), from
-the finding's view ``f`` and the report's values (``on_gpu``); ``REPORT[slot]`` in the
-other templates, from the values in scope where the slot is (``s``, ``b``, ``e``...).
-A choice returns the name of a sentence (a macro), or None: nothing is said there.
-A ``Choice`` lists every sentence it may choose; tests/test_i18n.py holds each
-language to word every one of them where it says the slot. ``{{ each("name", items,
+the finding's view ``f`` and the report's values (``on_gpu``); ``REPORT[slot]`` in
+report.md.j2 and compare.md.j2, from what the sentence is about (``x``: a section, its
+breakdown, a row...), else from the report's values. A choice returns the name of a
+sentence (a macro), or None: nothing is said there. A ``Choice`` lists every sentence it
+may choose; tests/test_sentences.py holds each language to word every one of them where
+it says the slot. ``{{ each("name", items,
 ", ") }}`` says the sentence ``name`` of each item, joined: a list in words.
 """
 
