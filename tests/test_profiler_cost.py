@@ -103,7 +103,7 @@ def test_the_distorted_finding_says_so_in_each_language(lang):
     fmt = Fmt(lang)
     view = _finding_view(fill, fmt, Saving(6900.0, 6900.0, 3000.0, 6900.0, 10_000.0))
     template = environment(lang).get_template("report.md.j2")
-    block = template.blocks["worth_measured_here"]
+    block = template.blocks["finding_worth"]
     worth = "".join(block(template.new_context({"f": view, "plural": fmt.plural,
                                                  "lang": lang})))
     head, touch = WORDS[lang]

@@ -19,7 +19,7 @@ comparison: its efficiency, its findings, and what each is worth (an ``Analysis`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..model.finding import Finding, Saving
@@ -117,6 +117,9 @@ class Analysis:
     reading: StepReading | None = None
     short_kernel_us: float | None = None
     compiled: Compiled | None = None
+    # Per-rank profiles side by side (reporter.analyze.stragglers): the ranks' steps, the
+    # slowest and its extra time by cause; empty for one process.
+    stragglers: dict[str, Any] = field(default_factory=dict)
 
 
 # Operators whose time is mostly the first touch of fresh memory (page faults) on the
@@ -165,16 +168,24 @@ def profiler_distortion(findings: list[Finding], cost: dict[str, float] | None) 
 
 
 def analyze_section(section: Section, batch_size: int | None = None,
-                    overrides: dict[str, dict[str, float]] | None = None) -> Analysis:
+                    overrides: dict[str, dict[str, float]] | None = None,
+                    stragglers: dict[str, Any] | None = None) -> Analysis:
     """The analysis of a run's section (reporter.model.run.Section) or of an imported profile
     wrapped in one: its efficiency with the section's peaks, TF32 state and timed step;
     the findings; their savings, with the replacements timed on the device and the step
-    timed without the profiler. The one place a profile is analyzed."""
+    timed without the profiler. The one place a profile is analyzed. ``stragglers``: the
+    ranks side by side (stragglers.of_run), else those the profile was read with (a
+    folder of per-rank traces)."""
     from .efficiency import of_section
     from .savings import ranked
 
     eff = of_section(section, batch_size)
-    findings = analyze(section.profile, overrides, eff)
+    ranks = section.profile.stragglers if stragglers is None else stragglers
+    # The rules read the ranks from the profile: a copy carries them, the section's own
+    # profile stays as it was read.
+    profile = (section.profile if ranks is section.profile.stragglers
+               else replace(section.profile, stragglers=ranks))
+    findings = analyze(profile, overrides, eff)
     profiler_distortion(findings, getattr(section, "profiler_cost", None))
     t = section.throughput
     # A step timed while the machine was busy is no yardstick: the profiled one is used.
@@ -183,14 +194,16 @@ def analyze_section(section: Section, batch_size: int | None = None,
     return Analysis(eff, findings, main, minor, established=not section.busy,
                     reading=read_step(section.profile.breakdown),
                     short_kernel_us=short_kernels_us(section.profile),
-                    compiled=compiled(section.profile))
+                    compiled=compiled(section.profile), stragglers=ranks)
 
 
 def analyze_run(run: Run) -> list[Analysis]:
     """analyze_section of each section of a run (reporter.model.run.Run), with its batch
-    size; a distributed run's ranks side by side first (stragglers.of_run)."""
-    of_run(run)
-    return [analyze_section(s, run.target.get("batch_size")) for s in run.sections]
+    size; a distributed run's ranks side by side (stragglers.of_run)."""
+    ranks = of_run(run)
+    return [analyze_section(s, run.target.get("batch_size"),
+                            stragglers=ranks[i] if ranks is not None else None)
+            for i, s in enumerate(run.sections)]
 
 
 def _explained(catch_all: Finding, found: list[Finding]) -> bool:
@@ -234,7 +247,7 @@ def profiles_json(profiles: list[Profile], analyses: list[Analysis],
         doc = {"label": p.label, "device_type": p.device_type, "totals": p.totals(),
                "breakdown": asdict(p.breakdown) if p.breakdown else None,
                # per-rank traces: the ranks' steps, the slowest and its extra time by cause
-               "stragglers": p.stragglers or None,
+               "stragglers": analysis.stragglers or None,
                "efficiency": to_json(eff), "ops": ops,
                # By estimated saving; "minor": worth under 3% of the step.
                "findings": [{**f.to_dict(), **s.to_json(), "minor": is_minor,

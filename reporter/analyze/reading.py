@@ -174,8 +174,7 @@ def ranks_of_run(run: Run) -> RanksReading | None:
     if not run.ranks:
         return None
     rows = [RankRow(r["rank"], r["status"], r.get("error"),
-                    rank_figures((run.sections if r.get("main") else r.get("sections")
-                                  or [None])[0]))
+                    rank_figures(next(iter(run.sections_of_rank(r)), None)))
             for r in run.ranks]
     return _reading(rows, next(r["rank"] for r in run.ranks if r.get("main")))
 

@@ -66,20 +66,20 @@ def stragglers(profiles: list[Profile]) -> dict[str, Any]:
             "extra_by_cause_us": extra, "cause": max(extra, key=lambda k: extra[k])}
 
 
-def of_run(run: Run) -> None:
-    """The stragglers of a stored distributed run (reporter.model.run.Run with ``ranks``): per
-    section, every rank's profile of that section (matched by label) side by side; the
-    result goes on the section's own profile (the main rank's, the one the report
-    shows). Nothing for a run of one rank."""
+def of_run(run: Run) -> list[dict[str, Any]] | None:
+    """The stragglers of a stored distributed run (reporter.model.run.Run with ``ranks``),
+    one per section, in order: every rank's profile of that section (matched by label)
+    side by side. None for a run of one rank. The run is not changed: the analysis
+    carries them (analyzer.Analysis.stragglers)."""
     if not run.ranks or len(run.ranks) < 2:
-        return
+        return None
+    found: list[dict[str, Any]] = []
     for section in run.sections:
         profiles = []
         for entry in sorted(run.ranks, key=lambda r: r["rank"]):
-            mine: Section | None = (section if entry.get("main") else
-                                    next((s for s in entry.get("sections") or []
-                                          if s.label == section.label), None))
+            mine: Section | None = next((s for s in run.sections_of_rank(entry)
+                                         if s.label == section.label), None)
             if mine is not None and mine.profile is not None:
                 profiles.append(replace(mine.profile, label=f"rank {entry['rank']}"))
-        found = stragglers(profiles)
-        section.profile.stragglers = found
+        found.append(stragglers(profiles))
+    return found

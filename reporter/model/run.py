@@ -225,6 +225,12 @@ class Run:
     # "missing"), "error", "sections"}; rank 0's sections are the run's own.
     ranks: list[dict[str, Any]] | None = None
 
+    def sections_of_rank(self, entry: dict[str, Any]) -> list[Section]:
+        """The sections a rank profiled (an entry of ``ranks``): the run's own for the
+        main rank (the one the report shows), else those stored with the entry (none for
+        a rank that failed or did not answer)."""
+        return self.sections if entry.get("main") else list(entry.get("sections") or [])
+
     def to_dict(self) -> dict[str, Any]:
         data = {"id": self.id, "created": self.created, "device": self.device,
                 "target": self.target, "env": self.env,

@@ -22,6 +22,7 @@ from . import markup
 from .options import FORMATS, GITHUB_COMMENT_LIMIT, RenderOptions, parse_formats  # noqa: F401
 from .charts import NO_CHARTS, Charts
 from .languages import builtin_templates, language
+from .sentences import each, say
 from .view import CompareView, Fmt, ReportView, View
 
 
@@ -45,6 +46,8 @@ def _environment(folder: Path):
     )
     env.filters.update(code=markup.code, fence=markup.fence, comment=markup.comment,
                        url=markup.url, join=markup.join)
+    # a sentence the view's values choose, a sentence said of each item (render/sentences.py)
+    env.globals.update(say=say, each=each)
     return env
 
 

@@ -1,0 +1,712 @@
+"""The report's view model: everything report.md.j2 prints, formatted for one locale.
+
+``run_view`` and ``import_view`` make a ``ReportView`` from analyzed results
+(reporter.analyze.analyzer.Analysis, with its readings: reporter.analyze.reading),
+which reporter.pipeline hands them: a view decides nothing about the profile, it
+formats what the analysis decided, through the formatter (render/fmt.py). Templates
+only loop and print.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import partial
+from typing import Any, Callable
+
+from ..analyze.analyzer import Analysis
+from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
+from ..analyze.compiled import KERNEL_ROWS, Compiled
+from ..analyze.reading import RankRow, RanksReading, StepReading
+from ..analyze.critical_path import BETWEEN, DEVICE_KINDS
+from ..model.contention import mean_share
+from ..model.finding import MINOR_SHARE, Finding, Saving
+from ..model.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
+from ..model.run import MEMORY_CATEGORIES, Run, Section
+from . import markup
+from .keytable import LOG_ROWS, log_tables
+from .fmt import Fmt, check_language, md_name, md_text
+
+
+def _op_row(op: Op, profile: Profile, fmt: Fmt, device: bool) -> dict[str, str]:
+    row = {
+        "name": md_name(op.name),
+        "calls": fmt.int(op.calls),
+        "self_cpu": fmt.time(op.self_cpu_us),
+        "self_cpu_pct": fmt.pct(op.self_cpu_us / profile.self_cpu_us
+                                if profile.self_cpu_us else None),
+        "cpu_total": fmt.time(op.cpu_total_us),
+        "cpu_avg": fmt.time(op.cpu_total_us / op.calls if op.calls else None),
+        "self_device": fmt.time(op.self_device_us) if device else "—",
+        "self_device_pct": fmt.pct(op.self_device_us / profile.self_device_us
+                                   if device and profile.self_device_us else None),
+        "device_total": fmt.time(op.device_total_us) if device else "—",
+        "mem": fmt.bytes(op.self_device_mem_b if device else op.self_cpu_mem_b),
+        "self_time": fmt.time(op.self_device_us if device else op.self_cpu_us),
+        "shapes": md_name(op.input_shapes) if op.input_shapes else "",
+    }
+    return row
+
+
+_SHARES = ("share", "threshold", "op_share", "per_call_share", "overlap_share",
+           "materialised_share")
+_TEXT = ("dtype", "faster_dtype")  # read from a stored run: text, never Markdown
+
+
+def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[str, Any]:
+    """A finding's evidence formatted for the locale, by naming convention.
+
+    ``x_us`` becomes a time ``x``, ``x_b`` a size ``x`` (None when zero), shares
+    (``x_share``) become percentages, ``x_fps`` a FLOP/s rate, ints get an ``x_text``
+    with digit grouping, operator names become inline code.
+    """
+    view: dict[str, Any] = {"rule": f.rule, "severity": f.severity}
+    for key, value in f.evidence.items():
+        if key.endswith("_us"):
+            view[key[:-3]] = fmt.time(value)
+        elif key.endswith("_b"):  # under 1 KiB, or negative (memory freed): not said
+            view[key[:-2]] = fmt.bytes(value) if value and value >= 1024 else None
+        elif key in _SHARES or key.endswith("_share"):
+            view[key] = fmt.pct(value) if value is not None else None
+        elif key.endswith("_fps"):  # FLOP/s
+            view[key] = fmt.si(value, "FLOP/s") if value else None
+        elif key in _TEXT:
+            view[key] = markup.text(value) if value is not None else None
+        elif isinstance(value, bool) or value is None or isinstance(value, (str, list)):
+            view[key] = value
+        elif isinstance(value, int):
+            view[key], view[f"{key}_text"] = value, fmt.int(value)
+        elif isinstance(value, float):
+            view[key] = fmt.num(value)
+    # The profiled steps a total in the evidence (``op_time``, ``step``...) is over: the
+    # templates say "over N steps" when there are several.
+    steps = f.evidence.get("steps")
+    view["steps"] = steps if isinstance(steps, int) and not isinstance(steps, bool) else 0
+    view["steps_text"] = fmt.int(view["steps"])
+    view.setdefault("compiled", False)  # set by the analyzer on a compiled model's findings
+    view["op"] = md_name(f.evidence["op"]) if f.evidence.get("op") else ""
+    for key in ("materialisers", "others"):
+        view[key] = [md_name(n) for n in f.evidence.get(key, [])]
+    view["products_named"] = [view["op"], *view["others"]]  # near-roofline's products
+    made = f.evidence.get("materialised_share")
+    if isinstance(made, float) and 0 < made < 0.0005:  # not "0.0%" for copies that cost little
+        view["materialised_share"] = markup.Md("<" + fmt.pct(0.001))  # "<" then a digit: text
+    if saving is not None and saving.saving_us is not None and "saving_us" in f.evidence:
+        # A saving the evidence states (savings.stated) is of the profiled step; the worth
+        # line below it, of the step without the profiler: the sentence says the latter.
+        view["saving"] = fmt.time(saving.saving_us)
+    if saving is not None:  # what the finding is worth (reporter.analyze.savings)
+        view["worth"] = {
+            "accounts": fmt.time(saving.accounts_us) if saving.accounts_us else None,
+            "accounts_share": fmt.pct(saving.share(saving.accounts_us))
+            if saving.accounts_us and saving.step_us else None,
+            "saving": fmt.time(saving.saving_us) if saving.saving_us is not None else None,
+            "share": fmt.pct(saving.share(saving.saving_us)),
+            "low": fmt.time(saving.low_us) if saving.low_us is not None else None,
+            "high": fmt.time(saving.high_us) if saving.high_us is not None else None,
+            "band": saving.low_us is not None and saving.high_us is not None
+            and saving.high_us - saving.low_us > 0.01 * (saving.saving_us or 0.0),
+            "note": saving.note,
+            "unprofiled": (fmt.time(saving.unprofiled_step_us)
+                           if saving.unprofiled_step_us else None),
+            "before": fmt.time(saving.measured["before_ms"] * 1e3) if saving.measured else None,
+            "after": fmt.time(saving.measured["after_ms"] * 1e3) if saving.measured else None}
+    return view
+
+
+# Why a section has no memory profile; worded by terms.j2's memory_note.
+MEMORY_NOTES = ("torch-version", "failed", "no-allocations", "not-recorded")
+
+
+def _tensor_memory_view(section: Section, fmt: Fmt) -> dict[str, Any]:
+    """The memory profile's peak and its categories (largest first), or why there is none:
+    a note id that terms.j2 words (``memory_note``)."""
+    tm = section.tensor_memory
+    if tm is None:
+        note = section.tensor_memory_note
+        if note is not None and note not in MEMORY_NOTES:
+            note = "failed"  # a note this reporter does not know (a hand-edited run)
+        if note is None:
+            # A run made before the memory profile existed; imported profiles say it
+            # in their own line.
+            note = "not-recorded" if section.throughput is not None else None
+        return {"tensor_peak": None, "tensor_categories": [], "tensor_note": note,
+                "memory_rows": None}
+    order = {name: i for i, name in enumerate(MEMORY_CATEGORIES)}
+    cats = sorted(((k, v) for k, v in tm.at_peak_b.items() if v > 0),
+                  key=lambda kv: (-kv[1], order.get(kv[0], len(order))))
+    return {
+        "tensor_peak": fmt.bytes(tm.peak_b),
+        "tensor_categories": [{"name": k if k in order else "unknown", "size": fmt.bytes(v),
+                               "share": fmt.pct(v / tm.peak_b) if tm.peak_b else "—"}
+                              for k, v in cats],
+        "tensor_note": None,
+        "memory_rows": tm if len(tm.timeline_ms) >= 2 else None,  # for the chart
+    }
+
+
+MODULE_ROWS = 8  # modules shown in the step breakdown
+
+
+def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
+                    st: dict[str, Any]) -> dict[str, Any]:
+    """The step breakdown's tables (mean per step and share), its one-line reading, and
+    the long steps, the ranks side by side (``st``: Analysis.stragglers); or why there is
+    none (``breakdown_note``: "table", "not-recorded")."""
+    b = section.profile.breakdown
+    if b is None or r is None:
+        return {"breakdown": None,
+                "breakdown_note": ("not-recorded" if section.throughput is not None
+                                   else "table")}
+    step = b.mean(b.steps_us)
+
+    def rows(parts: dict[str, list[float]], order: tuple[str, ...]) -> list[dict[str, Any]]:
+        out = []
+        for name in order:
+            mean = b.mean(parts.get(name, []))
+            if mean > 0 and (mean / step >= 0.0005 if step else False):
+                out.append({"name": name, "time": fmt.time(mean),
+                            "share": fmt.pct(mean / step), "value": mean / step})
+        return out
+
+    host = rows(b.host_us, HOST_PHASES)
+    device = rows(b.device_us, DEVICE_ACTIVITIES) if b.device_us else []
+    reading: dict[str, Any] = {
+        "lead": r.lead, "lead_share": fmt.pct(r.lead_us / step) if r.lead else None,
+        "lead_time": fmt.time(r.lead_us) if r.lead else None,
+        # Unmarked time larger than any phase: said first.
+        "other_share": fmt.pct(r.other_us / step) if r.other_us is not None else None,
+        "busy_share": None, "idle_share": None, "idle_reason": r.idle_reason,
+        "comm_hidden": fmt.pct(r.comm_hidden) if r.comm_hidden is not None else None,
+        "pageable": fmt.time(r.pageable_us) if r.pageable_us is not None else None,
+        "gpu_bound": r.gpu_bound}
+    if r.idle_us is not None:
+        reading.update(idle_share=fmt.pct(r.idle_us / step) if step else "—",
+                       busy_share=fmt.pct(1 - r.idle_us / step) if step else "—")
+    long_steps = [{"n": x.n, "ratio": fmt.num(x.ratio, 1), "time": fmt.time(x.us)}
+                  for x in r.long_steps]
+    fwd, bwd = b.module_forward_us, b.module_backward_us
+    top = sorted(fwd, key=lambda k: fwd[k] + bwd.get(k, 0.0), reverse=True)[:MODULE_ROWS]
+    module_rows = [{"name": markup.code(k), "forward": fmt.time(fwd[k]),
+                    "backward": fmt.time(bwd.get(k)) if bwd.get(k) else "—",
+                    "share": fmt.pct((fwd[k] + bwd.get(k, 0.0)) / step) if step else "—"}
+                   for k in top]
+    streams = []
+    for key, split in b.stream_us.items():  # more than one stream computes
+        said = re.match(r"(?:device (\S+) )?stream (\S+)$", key)
+        busy = b.mean(split.get("busy", []))
+        streams.append({"device": said.group(1) if said else None,
+                        "stream": said.group(2) if said else key,
+                        "busy": fmt.time(busy), "busy_share": fmt.pct(busy / step) if step else "—",
+                        **{k: fmt.pct(b.mean(split.get(k, [])) / step) if step else "—"
+                           for k in ("idle_latency", "idle_queued", "idle_host")}})
+    ls = b.launch
+    launch = ({"per_step": fmt.num(ls["launches_per_step"]),
+               "median": fmt.time(ls["delay_median_us"]), "p90": fmt.time(ls["delay_p90_us"]),
+               "max": fmt.time(ls["delay_max_us"]), "kernels": int(ls["kernels"]),
+               "kernels_text": fmt.int(int(ls["kernels"])), "dry": int(ls["dry_steps"]),
+               "dry_text": fmt.int(int(ls["dry_steps"])), "steps": int(ls["steps"]),
+               "steps_text": fmt.int(int(ls["steps"]))} if ls else None)
+    n = len(b.steps_us)
+    copies = [{"direction": r["direction"], "kind": r["kind"], "copies": fmt.int(r["copies"]),
+               "mean": fmt.bytes(r["bytes"] / r["copies"]) if r["copies"] else "—",
+               "time": fmt.time(r["time_us"] / n), "achieved": fmt.si(r["gbps"] * 1e9, "B/s"),
+               "peak": fmt.si(r["peak_gbps"] * 1e9, "B/s") if r.get("peak_gbps") else "—",
+               "link": r["link"] if str(r.get("link")).startswith("PCIe") else None,
+               "peak_share": fmt.pct(r["peak_share"]) if r.get("peak_share") is not None
+               else "—"} for r in b.copies]
+    critical = _critical_view(b.critical, fmt)
+    stragglers = ({"rows": [{"rank": str(r["rank"]).replace("rank ", ""),
+                             "step": fmt.time(r["step_us"]),
+                             **{k: fmt.time(r[k]) for k in ("compute", "communication", "host",
+                                                            "waiting")}} for r in st["ranks"]],
+                   # ranks on the CPU (gloo): no device time, no queued waits
+                   "device": bool(st.get("device", True)),
+                   "slowest": str(st["slowest"]).replace("rank ", ""),
+                   "extra": fmt.time(st["extra_us"]), "extra_share": fmt.pct(st["extra_share"]),
+                   "reference": fmt.time(st["reference_step_us"]), "cause": st["cause"]}
+                  if st else None)
+    return {
+        "breakdown": {
+            "modules": module_rows, "streams": streams, "launch": launch, "copies": copies,
+            "stragglers": stragglers, "critical": critical,
+            "host": host, "device": device, "step": fmt.time(step), "steps": len(b.steps_us),
+            "marked": b.marked, "phases_found": b.phases_found, "long_steps": long_steps,
+            **reading,
+        },
+        "breakdown_rows": b,  # for the chart
+        "breakdown_note": None,
+    }
+
+
+def _critical_view(c: dict[str, Any], fmt: Fmt) -> dict[str, Any] | None:
+    """The critical path of a step (analyze.critical_path), mean per step: its parts on
+    the host (by phase), on the device (by activity) and between them, each with its share
+    of the step and, for phases and activities, the share of their time in the step that
+    lies on the path. None without a device (the path of a CPU trace is its host phases,
+    already shown) or for runs stored before it."""
+    step = c.get("step_us") or 0.0
+    if not c.get("device") or step <= 0:
+        return None
+    rows = []
+    for group, keys, on, whole in (("host", HOST_PHASES, "host_us", "host_total_us"),
+                                   ("device", DEVICE_KINDS, "device_us", "device_total_us"),
+                                   ("link", BETWEEN, "between_us", None)):
+        for k in keys:
+            us = c.get(on, {}).get(k, 0.0)
+            if us <= 0.0005 * step:  # under 0.05% of the step: not worth a row
+                continue
+            total = c.get(whole, {}).get(k, 0.0) if whole else 0.0
+            rows.append({"group": group, "name": k, "time": fmt.time(us),
+                         "share": fmt.pct(us / step),
+                         "on_path": fmt.pct(min(1.0, us / total)) if total > 0 else "—"})
+    parts = {g: sum(c.get(key, {}).values()) / step
+             for g, key in (("host", "host_us"), ("device", "device_us"),
+                            ("link", "between_us"))}
+    return {"rows": rows, "step": fmt.time(step), "steps": int(c.get("steps", 0)),
+            "steps_text": fmt.int(int(c.get("steps", 0))),
+            **{f"{g}_share": fmt.pct(v) for g, v in parts.items()}}
+
+
+def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, Any]:
+    """What torch.compile did (reporter.analyze.compiled), per profiled step: the time in
+    compiled regions against eager code, Dynamo's guard checks and recompilations, the
+    generated kernels by the operators they fuse, CUDA graphs; None when nothing was
+    compiled."""
+    if c is None:
+        return {"compiled": None}
+    n, device = c.steps, section.profile.has_device
+    total = section.profile.self_device_us if device else c.step_us
+
+    def count(v: float) -> str:  # per step: whole when it is
+        return fmt.int(int(v)) if v == int(v) else fmt.num(v, 1)
+
+    return {"compiled": {
+        "steps": n,
+        "regions": len(c.regions), "frames": c.frames,
+        "calls": count(c.region_calls / n), "calls_n": c.region_calls / n,
+        "time": fmt.time(c.compiled_us / n),
+        "share": fmt.pct(min(1.0, c.compiled_us / c.step_us)) if c.step_us else None,
+        "eager": fmt.time(max(0.0, c.step_us - c.compiled_us) / n),
+        "step": fmt.time(c.step_us / n),
+        "device_time": (fmt.time(c.compiled_device_us / n)
+                        if device and c.compiled_device_us else None),
+        "device_share": (fmt.pct(min(1.0, c.compiled_device_us / total))
+                         if device and c.compiled_device_us and total else None),
+        "lookups": count(c.cache_lookups / n) if c.cache_lookups else None,
+        "lookups_n": c.cache_lookups / n,
+        "lookup_time": fmt.time(c.cache_lookup_us / n),
+        "recompiled": [markup.code(f) for f in c.recompiled],
+        "compile_time": fmt.time(c.compile_us / n) if c.compile_us else None,
+        "kernels": [{"fused": markup.code(k.fused) if k.fused else None,
+                     "name": markup.code(k.names[0]), "backend": k.backend,
+                     "kind": k.kind or "none", "calls": count(k.calls / n),
+                     "time": fmt.time(k.time_us / n),
+                     "share": fmt.pct(k.time_us / total) if total else "—"}
+                    for k in c.kernels[:KERNEL_ROWS]],
+        "kernels_more": max(0, len(c.kernels) - KERNEL_ROWS),
+        "kernel_time": fmt.time(c.kernel_us / n) if c.kernels else None,
+        "on_gpu": device,
+        "graph_launches": count(c.graph_launches / n) if c.graph_launches else None,
+        "graph_launches_n": c.graph_launches / n,
+        "graph_kernels": count(c.graph_kernels / n),
+        "graph_time": fmt.time(c.graph_kernel_us / n),
+    }}
+
+
+EFFICIENCY_ROWS = 10  # operators in the efficiency table
+
+
+def _efficiency_view(e: Any, fmt: Fmt) -> dict[str, Any]:
+    """MFU, speed of light and the efficiency table (reporter.analyze.efficiency); or why there
+    are none (``efficiency_note``: efficiency.NO_SHAPES, NO_PEAKS, NOTHING_MODELLED,
+    NOT_RECORDED)."""
+    if isinstance(e, str):
+        return {"efficiency": None, "efficiency_note": e, "roofline_points": None}
+    # Names and dtypes may come from a crafted run.json: text, never Markdown.
+    rows = [{"name": markup.code(o.name), "dtype": markup.text(", ".join(o.dtypes)),
+             "time": fmt.time(o.time_us), "flops": fmt.si(o.flops, "FLOP") if o.flops else "0",
+             "bytes": fmt.bytes(o.bytes),
+             "achieved": fmt.si(o.achieved_flops, "FLOP/s") if o.flops else "—",
+             "bandwidth": fmt.si(o.achieved_bandwidth, "B/s"),
+             "intensity": fmt.num(o.intensity) if o.intensity is not None else "—",
+             "bound": o.bound, "roofline": fmt.pct(o.roofline_share)}
+            for o in e.ops[:EFFICIENCY_ROWS]]
+    sol = e.speed_of_light_us
+    return {
+        "efficiency": {
+            "rows": rows, "basis": e.basis, "source": e.peaks.source,
+            "device": markup.text(e.peaks.device), "reference": markup.code(e.peaks.reference),
+            "peak_dtype": markup.text(e.peak_dtype), "peak": fmt.si(e.peak_flops, "FLOP/s"),
+            "bandwidth": fmt.si(e.peaks.bandwidth, "B/s"),
+            "peaks": [markup.text(f"{k} {fmt.si(v, 'FLOP/s')}") for k, v in
+                      sorted(e.peaks.flops.items(), key=lambda kv: kv[1])],
+            "seconds": fmt.time(e.peaks.seconds * 1e6) if e.peaks.seconds else None,
+            "threads": e.peaks.threads,
+            "mfu": fmt.pct(e.mfu), "hfu": fmt.pct(e.hfu), "training": e.training,
+            "flops_per_step": fmt.si(e.model_flops_per_step, "FLOP"),
+            "step": fmt.time(e.step_us), "step_timed": e.step_timed,
+            "profiled_step": fmt.time(e.profiled_step_us),
+            "sol": fmt.time(sol), "sol_share": fmt.pct(sol / e.profiled_step_us)
+            if e.profiled_step_us else "—",
+            "sol_speedup": fmt.num(e.profiled_step_us / sol, 1) if sol > 0 else "—",
+            "coverage": fmt.pct(e.coverage), "tf32_inferred": e.tf32_inferred,
+            "raised": [markup.text(k) for k in e.peaks_raised],
+            "not_modelled": [{"name": markup.code(n), "time": fmt.time(us)}
+                             for n, us in e.not_modelled[:5]],
+            "no_peak": [markup.text(d) for d in e.no_peak],
+            # Faster than the memory roof: operands that stayed in the caches.
+            "over_roof": any(o.roofline_share > 1 for o in e.ops[:EFFICIENCY_ROWS]),
+        },
+        "efficiency_note": None,
+        "roofline_points": e,  # for the chart
+    }
+
+
+# The view models: what each template prints, formatted. Rows inside them (operators,
+# findings, table rows) stay mappings: a finding's fields are its rule's evidence.
+Row = dict[str, Any]
+
+
+@dataclass
+class SectionView:
+    """One profiled mode of a run, or one imported profile."""
+
+    # Heading
+    mode: str | None  # "train" or "inference", else None
+    title: str | None  # a name taken from the input (the sentence above its table)
+    # Summary
+    tf32: dict[str, Any] | None
+    autocast: str | None
+    small_kernels: str | None  # the mean kernel time, when it is launch latency
+    timed: bool
+    # Other work on the machine disturbed the measurements (None: it did not, or the
+    # run could not tell): what the summary's first statement says
+    busy: dict[str, Any] | None
+    throughput_unreliable: bool  # too few undisturbed windows: no interval
+    disturbed_windows: int  # left out of the median
+    established: bool  # the findings rest on undisturbed measurements (run.Section.busy)
+    throughput: str | None  # samples/s, the median of the timed windows
+    throughput_min: str | None
+    throughput_max: str | None
+    ci_low: str | None
+    ci_high: str | None
+    ci_pct: str | None
+    ci_confidence: str | None
+    outliers: int
+    windows: int
+    steps_per_window: int
+    profiled_throughput: str | None
+    profiled_steps: int
+    self_cpu_total: str
+    self_device_total: str | None
+    device_allocated: str | None
+    device_reserved: str
+    host_peak: str | None
+    host_held: str | None
+    host_net_peak: str
+    # The memory profile (or tensor_note: why there is none)
+    tensor_peak: str | None
+    tensor_categories: list[Row]
+    tensor_note: str | None
+    memory_rows: Any  # run.TensorMemory, for the chart
+    # The step breakdown (or breakdown_note: why there is none)
+    breakdown: dict[str, Any] | None
+    breakdown_note: str | None
+    # Efficiency (or efficiency_note: why there is none)
+    efficiency: dict[str, Any] | None
+    efficiency_note: str | None
+    roofline_points: Any  # analyze.efficiency.Efficiency, for the chart
+    # Findings and tables
+    has_device: bool
+    time_column: str
+    findings: list[Row]
+    minor_findings: list[Row]
+    top_cpu: list[Row]
+    top_device: list[Row]
+    top_kernels: list[Row]
+    by_shape: list[Row]
+    raw: list[tuple[str, str]]  # the logs: (table key, text)
+    raw_at: Callable[[int], list[tuple[str, str]]] | None  # the logs at fewer rows
+    benchmark: list[Row] | None
+    gpu_benchmarked: bool
+    trace: str | None
+    chart_rows: list[tuple[str, float, str]]
+    chart_basis: str
+    logs_cut: bool = False  # set when the logs were shortened to fit a character limit
+    whatif_failed: str | None = None  # why the replacements could not be timed (older runs)
+    # each what-if not timed: {"rule", and "need" and "cap", or "exit", or "error"}
+    whatifs_failed: list[dict[str, str | None]] = field(default_factory=list)
+    breakdown_rows: Any = None  # model.profile.Breakdown, for the chart
+    compiled: dict[str, Any] | None = None  # torch.compile's regions and kernels
+    number: int = 1
+    sub: markup.Md = markup.Md("##")  # the heading level of its parts
+    minor_share: str = ""  # a finding worth less is minor (model.finding.MINOR_SHARE)
+
+
+@dataclass
+class ReportView:
+    """A report of a run (run_view) or of profiles read from files (import_view)."""
+
+    ranks: dict[str, Any] | None
+    lang: str
+    run_id: str | None
+    source: str | None  # the file read, for an imported report
+    target: str | None
+    seed: str | None
+    preset: str | None
+    larger_preset: bool
+    batch_size: str | None
+    on_gpu: bool
+    device_name: str
+    device_memory: str | None
+    created: str | None
+    created_iso: str
+    torch: str | None
+    cuda: str | None
+    driver: str | None
+    cpu: str | None
+    cpu_count: int | None
+    threads: int | None
+    python: str | None
+    sections: list[SectionView]
+    multi: bool
+    plural: Callable[..., str]
+    n_findings: int
+    imported: bool
+    marker: str
+    # The command that renders the run's whole logs (said when a comment shortens them)
+    rerender: markup.Md | None = None
+
+
+
+
+def _busy_view(section: Section, fmt: Fmt) -> dict[str, Any] | None:
+    """The "busy machine" statement of a section whose throughput, profiled steps or
+    peaks other work on the machine disturbed (reporter.model.contention); else None."""
+    t, d = section.throughput, section.profile_disturbance
+    peaks = bool(section.peaks and section.peaks.get("disturbed"))
+    if not section.busy and not peaks:
+        return None
+    timed = t if t is not None and t.disturbance else None
+    wait = mean_share(timed.disturbance) if timed else None
+    return {
+        "time": fmt.pct(timed.disturbed_time) if timed and timed.disturbed_time else None,
+        "windows": timed.disturbed_windows if timed else 0,
+        "of": len(timed.windows) if timed else 0,
+        "wait": fmt.pct(wait) if wait else None,
+        "unreliable": bool(t and t.windows and not t.reliable),
+        "profile": fmt.pct(d.share) if d is not None and d.disturbed and d.share else None,
+        "attempts": section.profile_attempts,
+        "whatif": bool(section.whatif_disturbance and section.whatif_disturbance.disturbed),
+        "peaks": peaks,
+    }
+
+
+def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
+                 log_rows: int = LOG_ROWS, logs: bool = True) -> SectionView:
+    """One profiled mode of a run, or one imported profile (no throughput, no memory),
+    with its analysis (reporter.analyze.analyzer.analyze_section). ``logs``: fold the
+    operator tables into the section, ``log_rows`` rows each (0: all)."""
+    p = section.profile
+    eff, main, minor = analysis.efficiency, analysis.main, analysis.minor
+    device = p.has_device
+    cpu_rows = p.top("self_cpu_us", top, kinds=(KIND_OP, KIND_DATALOADER, KIND_RUNTIME))
+    device_rows = p.top("self_device_us", top, kinds=(KIND_OP,)) if device else []
+    kernel_rows = p.top("self_device_us", 10, kinds=(KIND_KERNEL,)) if device else []
+    shape_key = "self_device_us" if device else "self_cpu_us"
+    shape_rows = p.top(shape_key, 10, kinds=(KIND_OP,), shapes=True)
+    t, m = section.throughput, section.memory or {}
+    share_key, share_total = (("self_device_us", p.self_device_us) if device
+                              else ("self_cpu_us", p.self_cpu_us))
+    chart_rows = [(o.name, getattr(o, share_key) / share_total,
+                   fmt.pct(getattr(o, share_key) / share_total))
+                  for o in (device_rows if device else cpu_rows)[:8]] if share_total else []
+    bench = None
+    if section.benchmark:
+        bench = [{"op": r["op"], "name": md_name(r["op"]), "cpu": fmt.num(r["cpu_ms"], 3),
+                  "gpu": fmt.num(r["gpu_ms"], 3) if r.get("gpu_ms") is not None else "—",
+                  "speedup": (fmt.num(r["cpu_ms"] / r["gpu_ms"], 1) + "×"
+                              if r.get("gpu_ms") else "—")}
+                 for r in section.benchmark]
+    tt = t if t is not None and t.windows else None  # the throughput, when it was timed
+    timed = tt is not None
+    interval = tt.interval if tt else None
+    ci = fmt.span(interval.low, interval.high) if interval else (None, None)
+    spread = fmt.span(min(tt.used), max(tt.used)) if tt else (None, None)
+    tf32 = section.precision.get("tf32") or {}
+    state = {True: "on", False: "off", None: "unknown"}
+    return SectionView(
+        tf32=({"matmul": state[tf32.get("matmul")], "conv": state[tf32.get("conv")],
+               "override": bool(tf32.get("override"))} if tf32 else None),
+        autocast=section.precision.get("autocast"),
+        # Kernels this short are launch latency: the sizes are too small for the device.
+        small_kernels=(fmt.time(analysis.short_kernel_us)
+                       if analysis.short_kernel_us is not None else None),
+        mode=section.label if section.label in ("train", "inference") else None,
+        # A name taken from the input (the sentence above its table), or None
+        title=None if re.fullmatch(r"profile \d+", section.label) else section.label,
+        timed=timed,
+        busy=_busy_view(section, fmt),
+        throughput_unreliable=bool(tt and not tt.reliable),
+        disturbed_windows=tt.disturbed_windows if tt else 0,
+        established=analysis.established,
+        throughput=fmt.num(tt.median) if tt else None,
+        throughput_min=spread[0], throughput_max=spread[1],
+        ci_low=ci[0], ci_high=ci[1],
+        ci_pct=fmt.pct(interval.half_width(tt.median)) if tt and interval else None,
+        ci_confidence=fmt.pct(interval.confidence) if interval else None,
+        outliers=len(tt.outliers) if tt else 0,
+        windows=len(tt.used) if tt else 0,
+        steps_per_window=tt.steps_per_window if tt else 0,
+        profiled_throughput=fmt.num(t.profiled) if t and t.profiled else None,
+        profiled_steps=p.steps,
+        self_cpu_total=fmt.time(p.self_cpu_us),
+        self_device_total=fmt.time(p.self_device_us) if device else None,
+        device_allocated=(fmt.bytes(m["device_allocated_b"])
+                          if m.get("device_allocated_b") is not None else None),
+        device_reserved=fmt.bytes(m.get("device_reserved_b")),
+        host_peak=fmt.bytes(m["host_peak_b"]) if m.get("host_peak_b") else None,
+        host_held=fmt.bytes(m["host_held_b"]) if m.get("host_held_b") else None,
+        host_net_peak=fmt.bytes(m.get("host_net_peak_b")),
+        **_tensor_memory_view(section, fmt),
+        **_breakdown_view(section, analysis.reading, fmt, analysis.stragglers),
+        **_compiled_view(section, analysis.compiled, fmt),
+        **_efficiency_view(eff, fmt),
+        has_device=device,
+        time_column="Self CUDA" if device else "Self CPU",  # the profiler's own words
+        findings=[_finding_view(f, fmt, s) for f, s in main],
+        minor_findings=[_finding_view(f, fmt, s) for f, s in minor],
+        minor_share=fmt.whole_pct(MINOR_SHARE),
+        top_cpu=[_op_row(o, p, fmt, device) for o in cpu_rows],
+        top_device=[_op_row(o, p, fmt, device) for o in device_rows],
+        top_kernels=[_op_row(o, p, fmt, device) for o in kernel_rows],
+        by_shape=[_op_row(o, p, fmt, device) for o in shape_rows],
+        # The logs: the tables at log_rows rows, and at fewer for a report that must fit.
+        raw=log_tables(p, log_rows) if logs else [],
+        raw_at=partial(log_tables, p, say_cut=True) if logs else None,
+        benchmark=bench,
+        gpu_benchmarked=bool(section.benchmark and any(r.get("gpu_ms") is not None
+                                                       for r in section.benchmark)),
+        trace=section.trace,
+        chart_rows=chart_rows,
+        chart_basis="device" if device else "cpu",
+        logs_cut=False,  # set when the logs were shortened to fit --max-chars
+        whatif_failed=section.whatif_note if not section.whatif_failed else None,
+        whatifs_failed=_whatifs_failed_view(section, fmt),
+    )
+
+
+def _whatifs_failed_view(section: Section, fmt: Fmt) -> list[dict[str, str | None]]:
+    """The what-ifs not timed (Section.whatif_failed), each with why: its operands over
+    the cap, the target's sys.exit, or the error it raised."""
+    out: list[dict[str, str | None]] = []
+    for rule, why in section.whatif_failed.items():
+        need, cap = why.get("need_b"), why.get("cap_b")
+        row: dict[str, str | None] = {"rule": rule, "need": None, "cap": None, "exit": None,
+                                      "error": None}
+        if isinstance(need, int) and isinstance(cap, int):
+            row.update(need=fmt.bytes(need), cap=fmt.bytes(cap))
+        elif "exit" in why:
+            row["exit"] = str(why["exit"])
+        else:
+            row["error"] = str(why.get("error") or "?")
+        out.append(row)
+    return out
+
+
+def _number(sections: list[SectionView]) -> None:
+    """Number the sections and set the heading level of their parts."""
+    for i, s in enumerate(sections, 1):
+        s.number = i
+        s.sub = markup.Md("###" if len(sections) > 1 else "##")
+
+
+def _rank_row(r: RankRow, fmt: Fmt) -> dict[str, Any]:
+    f = r.figures
+    return {"rank": r.rank, "status": r.status, "error": md_text(r.error) if r.error else None,
+            "throughput": fmt.num(f.throughput) if f.throughput else "—",
+            "median": f.throughput,
+            "step": fmt.time(f.step_us) if f.step_us else "—",
+            "comm": fmt.pct(f.comm_share) if f.comm_share is not None else "—",
+            "overlap": fmt.pct(f.overlap_share) if f.overlap_share is not None else "—"}
+
+
+def _ranks_view(ranks: RanksReading | None, fmt: Fmt) -> dict[str, Any] | None:
+    """Per-rank rows plus the total, the spread across ranks and the slowest rank;
+    ``main`` is the rank whose profile the report's sections show."""
+    if ranks is None:
+        return None
+    sp = ranks.spread
+    return {"rows": [_rank_row(r, fmt) for r in ranks.rows], "world": len(ranks.rows),
+            "main": ranks.main, "total": fmt.num(sp.total) if sp else None,
+            "spread": fmt.pct(sp.spread) if sp and sp.spread is not None else None,
+            "slowest": sp.slowest if sp else None,
+            "missing": [r.rank for r in ranks.rows if r.status != "ok"]}
+
+
+def run_view(run: Run, lang: str, analyses: list[Analysis], ranks: RanksReading | None = None,
+             log_rows: int = LOG_ROWS) -> ReportView:
+    """Everything report.md.j2 prints for a stored or fresh run, with its analyses (one
+    per section: analyze_run's) and its ranks' reading (reading.ranks_of_run); its logs
+    hold ``log_rows`` rows of each operator table (0: all). reporter.pipeline.report_view
+    makes both."""
+    fmt = Fmt(check_language(lang))
+    env = run.env
+    sections = [section_view(s, a, fmt, log_rows=log_rows)
+                for s, a in zip(run.sections, analyses, strict=True)]
+    _number(sections)
+    return ReportView(
+        ranks=_ranks_view(ranks, fmt),
+        lang=lang,
+        run_id=run.id,
+        target=run.target.get("name"),
+        seed=run.target.get("seed"),
+        preset=run.target.get("preset"),
+        larger_preset=bool(run.target.get("builtin")) and run.target.get("preset") != "large",
+        batch_size=(fmt.int(run.target["batch_size"])
+                    if run.target.get("batch_size") else None),
+        on_gpu=run.device.startswith("cuda"),
+        device_name=env.get("device_name") or run.device,
+        device_memory=(fmt.bytes(env.get("device_memory_b"))
+                       if env.get("device_memory_b") else None),
+        created=fmt.date(run.created), created_iso=run.created,
+        torch=env.get("torch"), cuda=env.get("cuda"), driver=env.get("driver"),
+        cpu=env.get("cpu"), cpu_count=env.get("cpu_count"), threads=env.get("threads"),
+        python=env.get("python"),
+        sections=sections,
+        multi=len(sections) > 1,
+        plural=fmt.plural,
+        n_findings=sum(len(s.findings) for s in sections),
+        imported=False, source=None, marker=f"report:{run.target.get('name')}",
+        rerender=markup.code(f"reporter render {run.id} --max-chars 0"),
+    )
+
+
+def import_view(sections_in: list[Section], source: str, lang: str,
+                analyses: list[Analysis], ranks: RanksReading | None = None) -> ReportView:
+    """The report view of profiles read from someone's tables (no run around them), each
+    wrapped in a Section, with their analyses; ``ranks`` for per-rank traces (the first
+    rank's profile is the report, every rank is in the table)."""
+    fmt = Fmt(check_language(lang))
+    # The user has the tables they gave: no logs.
+    sections = [section_view(s, a, fmt, logs=False)
+                for s, a in zip(sections_in, analyses, strict=True)]
+    _number(sections)
+    device = next((s.profile.device_type for s in sections_in if s.profile.device_type), None)
+    if ranks is not None:
+        sections = sections[:1]
+        sections[0].sub = markup.Md("##")
+    return ReportView(
+        ranks=_ranks_view(ranks, fmt),
+        lang=lang, run_id=None, source=source, target=source, seed=None,
+        preset=None, larger_preset=False, batch_size=None, on_gpu=device is not None,
+        device_name=device.upper() if device else "CPU", device_memory=None,
+        created=None, torch=None, cuda=None, driver=None, cpu=None,
+        created_iso=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        cpu_count=None, threads=None, python=None,
+        sections=sections, multi=len(sections) > 1, plural=fmt.plural,
+        n_findings=sum(len(s.findings) for s in sections), imported=True,
+        marker=f"analyze:{source}",
+    )
