@@ -20,7 +20,7 @@ says so: its measured saving is the machine's load, not the fix. The load averag
 Not a test: run it by hand.
 
     .venv/bin/python bench/diagnosis.py [--device cpu|cuda] [--preset P] [--time-budget 3]
-                                        [--only transformer,dropout_heavy]
+                                        [--only transformer,dropout_heavy] [--threads 1]
 """
 
 from __future__ import annotations
@@ -74,14 +74,18 @@ def main() -> None:
     parser.add_argument("--preset", default=None,
                         help="model sizes (default: what `reporter run` takes on the device)")
     parser.add_argument("--time-budget", type=float, default=3.0)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch's intra-op threads (default: torch's own); 1 degrades "
+                             "in proportion on a shared machine")
     parser.add_argument("--only", default=None,
                         help="the pairs whose table name is one of these (comma-separated)")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     only = set(args.only.split(",")) if args.only else None
     opts = RunOptions(device=args.device, time_budget_s=args.time_budget,
-                      preset=default_preset(args.device, args.preset))
-    print(f"device {args.device}, preset {opts.preset}, {os.cpu_count()} CPUs, "
+                      preset=default_preset(args.device, args.preset), threads=args.threads)
+    print(f"device {args.device}, preset {opts.preset}, threads {args.threads or 'default'}, "
+          f"{os.cpu_count()} CPUs, "
           f"load {load()}\n")
     scratch = Path(tempfile.mkdtemp(prefix="reporter-diagnosis-"))
     print("| baseline | mode | load | problems its twin fixed | predicted saving "
