@@ -9,7 +9,7 @@ Prints the medians with their range and the saving of the second over the first
 Not a test: run it by hand.
 
     .venv/bin/python bench/pair.py tests/models/hf.py:bart_train \\
-        tests/models/hf.py:bart_train_no_dropout [--rounds 9] [--steps 5] [--mode train]
+        tests/models/hf.py:bart_train_no_dropout [--rounds 9] [--steps 5] [--mode train] [--threads 1]
 """
 
 from __future__ import annotations
@@ -37,14 +37,17 @@ def stepper(name: str, mode: str):
     def step() -> None:
         batch = batches[i[0] % len(batches)]
         i[0] += 1
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(t.autocast or "")
         if mode == "train":
             t.model.train()
-            out = forward(t.model, batch)
-            t.loss(out, batch).backward()
+            with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+                loss = t.loss(forward(t.model, batch), batch)
+            loss.backward()
             t.optimizer.step()
             t.optimizer.zero_grad(set_to_none=True)
         else:
-            with torch.inference_mode():
+            with torch.inference_mode(), torch.autocast("cpu", dtype=dtype,
+                                                        enabled=dtype is not None):
                 forward(t.model, batch)
     return step
 
@@ -63,7 +66,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--mode", default="train", choices=("train", "inference"))
+    parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     load = os.getloadavg()[0]
     steps = {n: stepper(n, args.mode) for n in (args.baseline, args.fixed)}
     for s in steps.values():  # warm-up

@@ -138,3 +138,11 @@ def bart_train(device: str = "cpu", preset: str = "default", dropout: float = 0.
 def bart_train_no_dropout(device: str = "cpu", preset: str = "default") -> Target:
     """The same BART step with dropout=0.0, as the dropout-cost advice says."""
     return bart_train(device, preset, dropout=0.0)
+
+
+def bart_train_bf16(device: str = "cpu", preset: str = "default") -> Target:
+    """The same BART step under bf16 autocast: the dominant-operator advice's lower
+    precision for its matrix products."""
+    t = bart_train(device, preset)
+    t.autocast = "bf16"
+    return t
