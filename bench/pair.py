@@ -9,7 +9,8 @@ Prints the medians with their range and the saving of the second over the first
 Not a test: run it by hand.
 
     .venv/bin/python bench/pair.py tests/models/hf.py:bart_train \\
-        tests/models/hf.py:bart_train_no_dropout [--rounds 9] [--steps 5] [--mode train] [--threads 1]
+        tests/models/hf.py:bart_train_bf16 [--rounds 9] [--steps 5] [--mode train] \\
+        [--threads 1]
 """
 
 from __future__ import annotations
