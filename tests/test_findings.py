@@ -160,7 +160,11 @@ SYNTHETIC = {
         Op("aten::dropout", calls=6, self_cpu_us=200, cpu_total_us=2500),
         Op("aten::bernoulli_", calls=6, self_cpu_us=1800, cpu_total_us=1800),
         Op("aten::mul", calls=12, self_cpu_us=500, cpu_total_us=500),
-        Op("aten::addmm", calls=6, self_cpu_us=7500, cpu_total_us=7500)]),
+        Op("aten::addmm", calls=6, self_cpu_us=7500, cpu_total_us=7500)],
+        ops_by_shape=[Op("aten::dropout", calls=6, self_cpu_us=200, cpu_total_us=2500,
+                         input_shapes="[[64, 256], [], []]"),
+                      Op("aten::mul", calls=12, self_cpu_us=500, cpu_total_us=500,
+                         input_shapes="[[64, 256], [64, 256]]")]),
     "communication-bound": Profile(label="rank 0", self_cpu_us=2000, comm_us=600,
                                    comm_overlap_us=150, ops=[
         Op("ProfilerStep*", calls=2, self_cpu_us=100, cpu_total_us=1800, kind="annotation"),

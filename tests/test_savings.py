@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from reporter.analyze.savings import estimate, ranked
+from reporter.analyze.savings import estimate, profiler_call_us, ranked, unprofiled_factor
 from reporter.model.finding import MINOR_SHARE, NOT_QUANTIFIABLE, Finding
 from reporter.model.profile import Breakdown, Op, Profile
 
@@ -115,6 +115,31 @@ def test_an_estimate_and_a_measured_saving_are_of_the_same_step():
     assert blowup.saving_us == pytest.approx(1920) and blowup.step_us == 4000
     # Without a quiet timed step, the profiled one stands in
     assert estimate(_f("copy-heavy", 0.25, basis="cpu"), p).step_us == 10_000
+
+
+def test_on_the_cpu_the_profilers_cost_is_taken_per_call():
+    """The profiler costs about the same per recorded call, however long the call: a
+    profiled step of 10 ms over 1,002 calls that takes 6 ms without it cost 4 us a call.
+    Two long multiplies a step keep nearly all their time; a thousand short adds lose
+    theirs, down to the step's own ratio (0.6) at most; both are shares of the 6 ms."""
+    p = Profile(self_cpu_us=20_000, steps=2, ops=[
+        Op("ProfilerStep*", calls=2, self_cpu_us=100, cpu_total_us=20_000, kind="annotation"),
+        Op("aten::mul", calls=4, self_cpu_us=8000, cpu_total_us=8000),
+        Op("aten::add", calls=2000, self_cpu_us=6000, cpu_total_us=6000)])
+    per_call = (10_000 - 6000) / 1002
+    assert profiler_call_us(p, 10_000, 6000) == pytest.approx(per_call)
+    long = estimate(_f("elementwise-blowup", 0.4, basis="cpu", ops=["aten::mul"]), p,
+                    real_step_us=6000)
+    kept = (8000 - 4 * per_call) / 8000
+    assert long.step_us == 6000 and long.saving_us == pytest.approx(4000 * kept)
+    assert long.share(long.saving_us) == pytest.approx(4000 * kept / 6000)  # not 40%
+    short = estimate(_f("copy-heavy", 0.3, basis="cpu", ops=["aten::add"]), p,
+                     real_step_us=6000)
+    assert short.saving_us == pytest.approx(3000 * 0.6)  # the floor: the step's ratio
+    assert unprofiled_factor(_f("copy-heavy", 0.3, basis="cpu", ops=["aten::add"]), p,
+                             10_000, 6000) == pytest.approx(0.6)
+    # No per-call cost to take when the profiled step is not the longer
+    assert profiler_call_us(p, 10_000, 11_000) == 0.0
 
 
 def test_small_savings_are_minor():

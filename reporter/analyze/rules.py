@@ -692,19 +692,40 @@ def dropout_cost(profile: Profile, limits: dict[str, float]) -> Finding | None:
     # aten::native_dropout runs inside aten::dropout when both are recorded
     top = [o for n, o in rows.items() if n != "aten::native_dropout" or
            "aten::dropout" not in rows]
-    time_us = sum(getattr(o, inclusive) for o in top)
+    calls = sum(o.calls for o in top if not o.name.endswith("_backward"))
+    backward_us = 0.0 if "aten::native_dropout_backward" in rows else \
+        _mask_backward_us(profile, calls, b.attr)
+    time_us = sum(getattr(o, inclusive) for o in top) + backward_us
     s = time_us / b.total_us
     if s <= limits["share"]:
         return None
     first = max(top, key=lambda o: getattr(o, inclusive))
-    calls = sum(o.calls for o in top if not o.name.endswith("_backward"))
     return Finding("dropout-cost", _severity(s, limits["high"]),
                    {"basis": b.name, "share": s, "threshold": limits["share"],
                     "op": first.name, "op_time_us": time_us, "calls": calls,
+                    "backward_us": backward_us, "mask_backward": backward_us > 0,
                     "fused": "aten::native_dropout" in rows,
                     "inference": profile.label == "inference"},
                    ops=sorted({*rows, *(o.name for o in operators(profile)
                                         if o.name in _DROPOUT_PARTS)}))
+
+
+def _mask_backward_us(profile: Profile, calls: int, attr: str) -> float:
+    """The backward of an unfused dropout (``aten::dropout``: a mask, then a multiply,
+    whose backward is one more multiply by the mask, an anonymous ``MulBackward0``): the
+    multiplies of two tensors of a dropout's input shape beyond the forward's own (one
+    per dropout call), at most one per dropout call, at the mean time of such a multiply
+    (from the recorded shapes; 0 without them, or in inference)."""
+    from .shapes import dims
+
+    inputs = {tuple(d[0]) for o in profile.ops_by_shape if o.name == "aten::dropout"
+              for d in [dims(o)] if d}
+    muls = [o for o in profile.ops_by_shape if o.name == "aten::mul" and o.calls
+            for d in [dims(o)] if len(d) == 2 and tuple(d[0]) == tuple(d[1]) and
+            tuple(d[0]) in inputs]
+    n = sum(o.calls for o in muls)
+    extra = min(max(0, n - calls), calls)
+    return extra * sum(getattr(o, attr) for o in muls) / n if n else 0.0
 
 
 def _batched_saving(w: Worth) -> Saving:
@@ -721,22 +742,46 @@ def _batched_saving(w: Worth) -> Saving:
                   host_saving=True)
 
 
+def _framework_call_us(ops: list[Op]) -> float | None:
+    """The framework's fixed cost of one operator call in this profile: the mean time of
+    the view operators, which compute nothing (None without any). It stretches with the
+    profiler and with a busy machine as every other call does, so limits in its units
+    hold under both."""
+    views = [o for o in ops if o.name in _VIEW_OPS and o.calls]
+    n = sum(o.calls for o in views)
+    return sum(o.self_cpu_us for o in views) / n if n else None
+
+
 @rule("per-sample-loop", saving=_batched_saving, calls_per_step=16, share=0.30,
-      call_us=500.0)
+      call_ratio=25.0, call_us=500.0)
 def per_sample_loop(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """One module called many times per step, each call short: a Python loop over the
     samples (or time steps) of a batch, paying the framework's per-call cost each time
-    (the runner's module marks say how often each module ran)."""
+    (the runner's module marks say how often each module ran). Short is relative to the
+    profile's own cost of a call (``_framework_call_us``): a call of the module takes at
+    most ``call_ratio`` times that per operator call it makes (the step's operator calls
+    over the module's calls), so that a machine or profiler that slows every call does not
+    hide the loop; ``call_us`` per call of the module, where no view operator gives that
+    yardstick."""
     steps = max(profile.steps, 1)
+    ops = operators(profile)
+    op_calls = sum(o.calls for o in ops)
+    framework_us = _framework_call_us(ops)
+
+    def short(o: Op) -> bool:
+        mean = o.cpu_total_us / o.calls
+        if framework_us is None or not op_calls:
+            return mean <= limits["call_us"]
+        per_op = mean / max(1.0, op_calls / o.calls)
+        return per_op <= limits["call_ratio"] * framework_us
+
     marks = [o for o in profile.ops if o.kind == KIND_ANNOTATION and
              o.name.startswith(MODULE_MARK) and o.calls / steps >= limits["calls_per_step"]
-             and o.cpu_total_us / o.calls <= limits["call_us"]]
+             and short(o)]
     largest = _largest_in_step(profile, marks, limits["share"])
     if largest is None:
         return None
     top, s, wall = largest
-    ops = operators(profile)
-    op_calls = sum(o.calls for o in ops)
     return Finding("per-sample-loop", _severity(s, 0.6),
                    {"basis": "step", "share": s, "threshold": limits["share"],
                     "op": top.name[len(MODULE_MARK):], "op_time_us": top.cpu_total_us,

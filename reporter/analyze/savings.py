@@ -33,14 +33,14 @@ from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from ..model.finding import MINOR_SHARE, NOT_FASTER, NOT_QUANTIFIABLE, Finding, Saving
-from ..model.profile import Breakdown, Profile
+from ..model.profile import KIND_ANNOTATION, KIND_OP, Breakdown, Profile
 from .efficiency import Efficiency
 from .findings import RULES, Worth, step_wall_us
 
 __all__ = ["MINOR_SHARE", "NOT_FASTER", "NOT_QUANTIFIABLE", "Saving", "Worth", "BUSY",
            "beyond_roof", "beyond_roofline", "device_kept_busy", "estimate", "faster_dtype",
-           "matrix_roof", "ranked", "removed", "stated", "unquantified", "waited",
-           "work_removed"]
+           "matrix_roof", "profiler_call_us", "ranked", "removed", "stated", "unprofiled_factor",
+           "unquantified", "waited", "work_removed"]
 
 # The device's idle time in the step breakdown, by what the host did meanwhile.
 IDLE = ("idle_data", "idle_sync", "idle_latency", "idle_queued", "idle_host")
@@ -199,6 +199,42 @@ def waited(key: str, host_key: str | None = None,
 
 # The machinery ---------------------------------------------------------------
 
+def profiler_call_us(profile: Profile, step_us: float, real_step_us: float) -> float:
+    """The profiler's own cost per recorded call: the profiled step less the step timed
+    without it, over the calls a profiled step records (each operator, autograd node and
+    mark is one record, with its shapes and allocations); 0 when the profiled step is not
+    the longer."""
+    n, _ = _steps(profile)
+    records = sum(o.calls for o in profile.ops if o.kind in (KIND_OP, KIND_ANNOTATION)
+                  and not o.name.startswith("ProfilerStep")) / max(n, 1)
+    if records <= 0 or step_us <= real_step_us:
+        return 0.0
+    return (step_us - real_step_us) / records
+
+
+def unprofiled_factor(f: Finding, profile: Profile, step_us: float,
+                      real_step_us: float) -> float:
+    """What a CPU finding's profiled time is without the profiler, as a factor of it.
+
+    The profiler's cost is per recorded call (``profiler_call_us``: 6 us a call on the
+    development machine, one thread), not per microsecond: a blow-up's few long
+    multiplies keep their time, a loop of short calls loses much of its. So each of the
+    finding's operator rows (its ``ops`` and the ``materialisers`` of its evidence) loses
+    its calls' cost, at most down to the step's own ratio (the unprofiled step over the
+    profiled one, the floor when the profiler's cost were spread evenly), and the
+    finding's time falls by their weighted factor. Without such rows, or when the
+    profiled step is not the longer, the step's own ratio."""
+    k = real_step_us / step_us
+    per_call = profiler_call_us(profile, step_us, real_step_us)
+    names = {*f.ops, *(str(m) for m in f.evidence.get("materialisers") or [])}
+    rows = [o for o in profile.ops if o.kind == KIND_OP and o.name in names
+            and o.self_cpu_us > 0]
+    own = sum(o.self_cpu_us for o in rows)
+    if k >= 1 or per_call <= 0 or own <= 0:
+        return k
+    kept = sum(max(o.self_cpu_us - o.calls * per_call, o.self_cpu_us * k) for o in rows)
+    return min(1.0, kept / own)
+
 def estimate(f: Finding, profile: Profile, eff: Efficiency | str | None = None,
              others: Sequence[Finding] = (), measured: dict[str, Any] | None = None,
              real_step_us: float | None = None) -> Saving:
@@ -215,11 +251,16 @@ def estimate(f: Finding, profile: Profile, eff: Efficiency | str | None = None,
     lengthens shows more idle time than there is without it (``_unprofiled_idle``). It is
     also the step every share is of, so that an estimate and a replacement timed without
     the profiler are of one step: profiled host times (on the CPU, every time) are
-    scaled from the profiled step to it; device times are what they are without the
-    profiler; a timed replacement's saving is unprofiled already."""
+    brought to it, on the CPU by taking the profiler's per-call cost off the finding's
+    operators (``unprofiled_factor``), on a GPU by the two steps' ratio; device times are
+    what they are without the profiler; a timed replacement's saving is unprofiled
+    already."""
     s = _estimate(f, profile, eff, others, measured, real_step_us)
     if real_step_us and s.step_us:
-        k = real_step_us / s.step_us
+        # On the CPU, the profiler's cost is per recorded call: long calls keep their
+        # time, short ones lose theirs (see ``unprofiled_factor``)
+        k = (unprofiled_factor(f, profile, s.step_us, real_step_us)
+             if not profile.has_device else real_step_us / s.step_us)
 
         def host(us: float | None) -> float | None:
             return us * k if us is not None else None

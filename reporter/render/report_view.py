@@ -96,6 +96,8 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
         # A saving the evidence states (savings.stated) is of the profiled step; the worth
         # line below it, of the step without the profiler: the sentence says the latter.
         view["saving"] = fmt.time(saving.saving_us)
+        if "saving_share" in f.evidence and saving.step_us:  # its share, of the same step
+            view["saving_share"] = fmt.pct(saving.share(saving.saving_us))
     if saving is not None:  # what the finding is worth (reporter.analyze.savings)
         view["worth"] = {
             "accounts": fmt.time(saving.accounts_us) if saving.accounts_us else None,

@@ -110,6 +110,7 @@ FINDINGS: dict[str, dict[str, Choice]] = {
                           "fuse": when("fuse_with_compile", lambda v: not v["f"]["compiled"]),
                           "compiled": when("compiled_already", f("compiled"))},
     "dropout-cost": {"steps": OVER_STEPS,
+                     "mask_backward": when("mask_multiplied_backward", f("mask_backward")),
                      "unfused": when("mask_scaled_and_multiplied", lambda v: not v["f"]["fused"]),
                      "compile": when("compile_fuses_the_mask", lambda v: not v["f"]["compiled"]),
                      "advice": either("call_eval", "weigh_the_rate", f("inference"))},

@@ -114,3 +114,35 @@ def vit_train(device: str = "cpu", preset: str = "default") -> Target:
                   loss=lambda out, batch: out,
                   optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4))
 
+
+
+def bart_train(device: str = "cpu", preset: str = "default", dropout: float = 0.1) -> Target:
+    """A small BART (encoder-decoder) training step with its configuration's default
+    dropout (0.1 after attention and the feed-forward blocks), SGD. No test uses it: it
+    is the third architecture tried against its report's advice (README, #27)."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = BartConfig(vocab_size=1000, d_model=256, encoder_layers=2, decoder_layers=2,
+                        encoder_attention_heads=4, decoder_attention_heads=4,
+                        encoder_ffn_dim=1024, decoder_ffn_dim=1024, max_position_embeddings=256,
+                        dropout=dropout, attention_dropout=0.0, activation_dropout=0.0)
+    model = BartForConditionalGeneration(config).to(device)
+    batches = _ids(1000, 8, 64)
+    return Target(model=model, batches=batches, batch_size=8,
+                  forward=lambda m, batch: m(input_ids=batch[0], labels=batch[0]).loss,
+                  loss=lambda out, batch: out,
+                  optimizer=torch.optim.SGD(model.parameters(), lr=1e-3))
+
+
+def bart_train_no_dropout(device: str = "cpu", preset: str = "default") -> Target:
+    """The same BART step with dropout=0.0, as the dropout-cost advice says."""
+    return bart_train(device, preset, dropout=0.0)
+
+
+def bart_train_bf16(device: str = "cpu", preset: str = "default") -> Target:
+    """The same BART step under bf16 autocast: the dominant-operator advice's lower
+    precision for its matrix products."""
+    t = bart_train(device, preset)
+    t.autocast = "bf16"
+    return t

@@ -12,17 +12,18 @@ def _mlp_train(p: float, device: str) -> Target:
     """An MLP training step whose wide activations each go through dropout with rate
     ``p`` (0: no dropout, the fix)."""
     torch.manual_seed(0)
-    # 256 wide: dropout takes 13-14% of the CPU time on the 2-core development machine; at
-    # 1,024 the products took so much more that it sat at the rule's 10% threshold.
-    width = 256
+    # 128 wide, batches of 256: a mask costs the same per element whatever the width, a
+    # product grows with it. At 1,024 wide (batch 64) the masks sat at the rule's 10%
+    # threshold; at 256, 13-14% quiet and under 10% in some loaded runs.
+    width, batch = 128, 256
     layers: list[nn.Module] = []
     for _ in range(3):
         layers += [nn.Linear(width, width), nn.GELU(), nn.Dropout(p) if p else nn.Identity()]
     model = nn.Sequential(*layers, nn.Linear(width, 8)).to(device)
     gen = torch.Generator().manual_seed(0)
-    batches = [(torch.randn(64, width, generator=gen), torch.randint(0, 8, (64,), generator=gen))
-               for _ in range(4)]
-    return Target(model=model, batches=batches, batch_size=64,
+    batches = [(torch.randn(batch, width, generator=gen),
+                torch.randint(0, 8, (batch,), generator=gen)) for _ in range(4)]
+    return Target(model=model, batches=batches, batch_size=batch,
                   loss=lambda out, batch: nn.functional.cross_entropy(out, batch[1]),
                   optimizer=torch.optim.SGD(model.parameters(), lr=1e-3))
 

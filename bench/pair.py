@@ -1,0 +1,99 @@
+"""Benchmark: a baseline target against the target its report's advice made, interleaved.
+
+Builds both targets in one process and times their training (or inference) steps in
+alternation, round by round, so that both see the same load: wall time and the
+process's CPU time per step (the CPU time moves less with other work on the machine).
+Prints the medians with their range and the saving of the second over the first
+(1 - its step / the baseline's), with the load average before and after.
+
+Not a test: run it by hand.
+
+    .venv/bin/python bench/pair.py tests/models/hf.py:bart_train \\
+        tests/models/hf.py:bart_train_bf16 [--rounds 9] [--steps 5] [--mode train] \\
+        [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch  # noqa: E402
+
+from reporter.collect.target import resolve  # noqa: E402
+
+
+def stepper(name: str, mode: str):
+    spec, builder = resolve(name)
+    t = builder("cpu", "default")
+    forward = t.forward or (lambda model, batch: model(batch[0]))
+    batches = list(t.batches)
+    i = [0]
+
+    def step() -> None:
+        batch = batches[i[0] % len(batches)]
+        i[0] += 1
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(t.autocast or "")
+        if mode == "train":
+            t.model.train()
+            with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+                loss = t.loss(forward(t.model, batch), batch)
+            loss.backward()
+            t.optimizer.step()
+            t.optimizer.zero_grad(set_to_none=True)
+        else:
+            with torch.inference_mode(), torch.autocast("cpu", dtype=dtype,
+                                                        enabled=dtype is not None):
+                forward(t.model, batch)
+    return step
+
+
+def timed(step, steps: int) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - wall) / steps, (time.process_time() - cpu) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("baseline")
+    parser.add_argument("fixed")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--mode", default="train", choices=("train", "inference"))
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    load = os.getloadavg()[0]
+    steps = {n: stepper(n, args.mode) for n in (args.baseline, args.fixed)}
+    for s in steps.values():  # warm-up
+        timed(s, 2)
+    got: dict[str, list[tuple[float, float]]] = {n: [] for n in steps}
+    for _ in range(args.rounds):
+        for n, s in steps.items():
+            got[n].append(timed(s, args.steps))
+    print(f"{args.rounds} rounds of {args.steps} {args.mode} steps each, "
+          f"{torch.get_num_threads()} threads, load {load:.1f} -> {os.getloadavg()[0]:.1f}")
+    med = {}
+    for n, rows in got.items():
+        for k, label in ((0, "wall"), (1, "CPU")):
+            v = [r[k] * 1e3 for r in rows]
+            med[(n, k)] = statistics.median(v)
+            print(f"  {Path(n).name:45s} {label:4s} {med[(n, k)]:8.2f} ms "
+                  f"({min(v):.2f}-{max(v):.2f})")
+    for k, label in ((0, "wall"), (1, "CPU")):
+        base, fix = med[(args.baseline, k)], med[(args.fixed, k)]
+        paired = [1 - f[k] / b[k] for b, f in zip(got[args.baseline], got[args.fixed])]
+        print(f"saving ({label}): {1 - fix / base:.1%} of the baseline's step "
+              f"(paired rounds {min(paired):.1%} to {max(paired):.1%})")
+
+
+if __name__ == "__main__":
+    main()
