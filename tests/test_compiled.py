@@ -294,6 +294,9 @@ def test_the_compiled_twin_runs_compiled_without_graph_breaks_or_recompiles(tmp_
         assert 0 < c.compiled_us <= c.step_us
         analysis = analyze_section(section, run.target.get("batch_size"))
         assert "recompilation" not in [f.rule for f in analysis.findings]
+    region = {"en": "| Compiled region |", "ru": "| Скомпилированный участок |",
+              "zh": "| 编译区域 |"}
     for lang in LANGUAGES:
         text = render_markdown(report_view(run, lang))
         assert "torch.compile" in text and c.kernels[0].fused in text
+        assert region[lang] in text and f"| `{c.kernels[0].region}` |" in text
