@@ -22,7 +22,7 @@ from reporter.ingest.traces import read_trace
 from reporter.model.profile import KIND_KERNEL, KIND_OP, Op, Profile
 from reporter.render.report import render_markdown
 from reporter.render.view import LANGUAGES
-from reporter.pipeline import report_view
+from reporter.pipeline import profiles_view, report_view
 
 TRACES = SHARED / "corpus" / "traces"
 needs_corpus = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/corpus is absent")
@@ -258,6 +258,16 @@ def test_a_graph_break_and_its_eager_time_are_found_on_a_real_trace(tmp_path):
     assert "graph-break" in found, (c.break_us, c.step_us)
     assert found["graph-break"].evidence["calls"] == 3
     assert found["graph-break"].evidence["op_time_us"] == c.break_us
+    # The report of the trace says so, in each language: the section and the finding.
+    said = {"en": ("Graph breaks split the compiled code 1 time per step",
+                   "Graph breaks split the compiled model"),
+            "ru": ("Graph breaks разрывают скомпилированный код 1 раз за шаг",
+                   "Graph breaks разрывают скомпилированную модель"),
+            "zh": ("graph break 每步将编译代码切断 1 次", "graph break 把编译后的模型切成多段")}
+    for lang in LANGUAGES:
+        text = render_markdown(profiles_view([p], "break.json", lang))
+        assert all(words in text for words in said[lang]), (lang, text)
+        assert "`0/0 → 1/0`" in text
 
 
 def test_the_compiled_twin_without_a_compiler_stops_with_one_line(monkeypatch):
@@ -291,6 +301,11 @@ def test_the_compiled_twin_runs_compiled_without_graph_breaks_or_recompiles(tmp_
         # Each kernel in the region it ran in, its backward's too (by sequence number).
         assert {k.region for k in c.kernels} <= set(c.regions), (section.label, c.regions)
         assert c.breaks == 0
+        # The model code of each kernel, as Inductor told it while compiling: lines of
+        # the target's own file (the warm-up compiles, or loads from Inductor's cache,
+        # which tells the same).
+        assert all(k.sources for k in c.kernels), [k.names for k in c.kernels if not k.sources]
+        assert all(line.startswith("transformer.py:") for k in c.kernels for line in k.sources)
         assert 0 < c.compiled_us <= c.step_us
         analysis = analyze_section(section, run.target.get("batch_size"))
         assert "recompilation" not in [f.rule for f in analysis.findings]
@@ -300,3 +315,36 @@ def test_the_compiled_twin_runs_compiled_without_graph_breaks_or_recompiles(tmp_
         text = render_markdown(report_view(run, lang))
         assert "torch.compile" in text and c.kernels[0].fused in text
         assert region[lang] in text and f"| `{c.kernels[0].region}` |" in text
+        assert f"`{c.kernels[0].sources[0]}`" in text
+
+
+def test_inductors_account_of_model_code_is_read_from_its_structured_log():
+    """reporter.collect.inductor: the provenance artifact Inductor logs (torch 2.13's
+    format, two kernels of frame 0's first compilation), read into model lines per region
+    and kernel, and put on the profile's kernels by their name without the graph prefix."""
+    import logging
+
+    from reporter.collect.inductor import ARTIFACT, _Capture, attach
+
+    trace = ('  File "/home/u/model.py", line {n}, in forward\n    {code}\n'
+             '        ^^^^^^^^\n')
+    payload = json.dumps({
+        "extern_kernels.addmm:1": [trace.format(n=19, code="y = self.l(x)")],
+        "cpp_fused_add_gelu_0:2": [trace.format(n=20, code="return (y * 2 + x).sum()"),
+                                   trace.format(n=19, code="y = gelu(self.l(x))"),
+                                   trace.format(n=20, code="return (y * 2 + x).sum()")]})
+    sources: dict = {}
+    record = logging.LogRecord("torch.__trace", logging.DEBUG, "", 0, "", None, None)
+    record.metadata = {"artifact": {"name": ARTIFACT, "encoding": "json"}, "frame_id": 0,
+                       "frame_compile_id": 0}
+    record.payload = payload
+    _Capture(sources).emit(record)
+    assert sources == {"0/0 cpp_fused_add_gelu_0": [
+        "model.py:19 y = gelu(self.l(x))", "model.py:20 return (y * 2 + x).sum()"]}
+    facts = {"kernels": [{"name": "graph_0_cpp_fused_add_gelu_0", "region": "0/0",
+                          "calls": 1, "time_us": 1.0},
+                         {"name": "graph_1_cpp_fused_add_gelu_0", "region": "1/0",
+                          "calls": 1, "time_us": 1.0}]}
+    attach(facts, sources)
+    assert facts["kernels"][0]["sources"] == sources["0/0 cpp_fused_add_gelu_0"]
+    assert "sources" not in facts["kernels"][1]  # another region's kernel of the same name

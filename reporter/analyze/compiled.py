@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from ..model.finding import Finding, Saving
 from ..model.profile import KIND_ANNOTATION, KIND_KERNEL, KIND_OP, Op, Profile
+from . import savings
 from .findings import Worth, rule, step_wall_us
 
 REGION = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)$")
@@ -68,6 +69,9 @@ class GeneratedKernel:
     # "F/C" of the compiled region they ran in (their backward included); None where the
     # profile does not place them (a table, a torch 2.0 trace, a run stored before it).
     region: str | None = None
+    # The model code they came from ("transformer.py:57 h = self.ff(x)"), as Inductor
+    # told it while compiling (reporter.collect.inductor); empty when it did not.
+    sources: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -131,14 +135,15 @@ def generated_kernels(profile: Profile) -> list[GeneratedKernel]:
     # around each launch: not counted twice), on the CPU the C++ kernels' ranges.
     placed = profile.compiled.get("kernels") if profile.compiled else None
     if placed is not None:
-        rows = [(k["name"], k["region"], k["calls"], k["time_us"]) for k in placed]
+        rows = [(k["name"], k["region"], k["calls"], k["time_us"], k.get("sources") or [])
+                for k in placed]
     else:
         on_device = profile.has_device
         kind = KIND_KERNEL if on_device else KIND_OP
-        rows = [(o.name, None, o.calls, o.self_device_us if on_device else o.cpu_total_us)
+        rows = [(o.name, None, o.calls, o.self_device_us if on_device else o.cpu_total_us, [])
                 for o in profile.ops if o.kind == kind]
     groups: dict[tuple[str | None, str, str | None, str | None], GeneratedKernel] = {}
-    for name, region, calls, time_us in rows:
+    for name, region, calls, time_us, sources in rows:
         key = _key(name)
         if key is None:
             continue
@@ -150,6 +155,7 @@ def generated_kernels(profile: Profile) -> list[GeneratedKernel]:
         g.time_us += time_us
         if name not in g.names:
             g.names.append(name)
+        g.sources += [line for line in sources if line not in g.sources]
     return sorted(groups.values(), key=lambda g: g.time_us, reverse=True)
 
 
@@ -223,21 +229,12 @@ def recompilation(profile: Profile, limits: dict[str, float]) -> Finding | None:
                     "compile_ids": c.compile_ids, "frames": c.recompiled})
 
 
-def _break_time(w: Worth) -> Saving:
-    """Mending a break compiles the eager code between the regions rather than removing
-    it: at least Dynamo's guard checks before the extra regions go, at most all the time
-    between them."""
-    us = w.accounts_us
-    if us is None:
-        return w.unquantified()
-    low = min(us, float(w.finding.evidence.get("lookup_us", 0.0)) / max(w.steps, 1))
-    return Saving(us, low, low, us, w.step_us, host_saving=True)
-
-
-@rule("graph-break", saving=_break_time, share=0.03)
+@rule("graph-break", saving=savings.unquantified, share=0.03)
 def graph_break(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """A compiled call split by graph breaks: between its regions the host runs eager
-    code and Dynamo checks its guards again, for 3% of the step or more."""
+    code and Dynamo checks its guards again, for 3% of the step or more. Its worth is not
+    estimated: mending a break compiles that code rather than removing it, and what the
+    compiled code would take the profile cannot say."""
     c = compiled(profile)
     if c is None or c.breaks == 0 or c.step_us <= 0:
         return None

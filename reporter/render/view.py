@@ -471,6 +471,9 @@ def _critical_view(c: dict[str, Any], fmt: Fmt) -> dict[str, Any] | None:
             **{f"{g}_share": fmt.pct(v) for g, v in parts.items()}}
 
 
+SOURCE_LINES = 3  # lines of model code shown per generated kernel
+
+
 def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, Any]:
     """What torch.compile did (reporter.analyze.compiled), per profiled step: the time in
     compiled regions against eager code, Dynamo's guard checks and recompilations, the
@@ -503,6 +506,8 @@ def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, 
         "compile_time": fmt.time(c.compile_us / n) if c.compile_us else None,
         "kernels": [{"fused": markup.code(k.fused) if k.fused else None,
                      "region": markup.code(k.region) if k.region else "—",
+                     "sources": [markup.code(line) for line in k.sources[:SOURCE_LINES]],
+                     "sources_more": max(0, len(k.sources) - SOURCE_LINES),
                      "name": markup.code(k.names[0]), "backend": k.backend,
                      "kind": k.kind or "none", "calls": count(k.calls / n),
                      "time": fmt.time(k.time_us / n),
@@ -510,6 +515,7 @@ def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, 
                     for k in c.kernels[:KERNEL_ROWS]],
         "kernels_more": max(0, len(c.kernels) - KERNEL_ROWS),
         "by_region": any(k.region for k in c.kernels),
+        "by_source": any(k.sources for k in c.kernels[:KERNEL_ROWS]),
         # Graph breaks, where a trace placed the regions (None: the profile cannot say).
         "breaks": (count(c.breaks / n) if c.breaks else None) if section.profile.compiled
         else None,
