@@ -252,6 +252,9 @@ def test_a_graph_break_and_its_eager_time_are_found_on_a_real_trace(tmp_path):
     assert sin and {k.region for k in sin} == {"0/0"} and {k.region for k in cos} == {"1/0"}
     outer_us = sum(e["dur"] for e in outer)
     assert c.compiled_us == pytest.approx(outer_us - c.break_us, rel=1e-6)
+    # Per step: each call's outer region less its break, in the step it ran in.
+    assert c.step_compiled_us == pytest.approx(
+        [o["dur"] - gap for o, gap in zip(outer, gaps)], rel=1e-6)
     # One thread: Inductor's kernels run without OpenMP's wake-ups, which on a busy
     # machine can outlast the whole break; the 100 eager additions take most of the step.
     found = {f.rule: f for f in analyze(p)}

@@ -96,6 +96,7 @@ class Compiled:
     break_us: float = 0.0  # host time between the regions a break split
     break_lookup_us: float = 0.0  # Dynamo's guard checks in that time
     break_pairs: dict[str, int] = field(default_factory=dict)  # "0/0 → 1/0": times
+    step_compiled_us: list[float] = field(default_factory=list)  # compiled_us per step
 
     @property
     def frames(self) -> int:
@@ -201,6 +202,7 @@ def compiled(profile: Profile) -> Compiled | None:
         break_us=float(facts.get("break_us", 0.0)),
         break_lookup_us=float(facts.get("break_lookup_us", 0.0)),
         break_pairs=dict(facts.get("break_pairs") or {}),
+        step_compiled_us=[float(v) for v in facts.get("step_us") or []],
     )
 
 

@@ -19,6 +19,7 @@ import mmap
 import os
 import re
 import zlib
+from bisect import bisect_right
 from collections import defaultdict
 from contextlib import contextmanager
 from operator import attrgetter
@@ -660,7 +661,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                                device_mem_b=_device_memory(props))
     if breakdown is not None:
         breakdown.critical = critical_path(threads, device, scale)
-    compiled = _compiled_facts(records, aggs, device, correlation_rt, scale)
+    compiled = _compiled_facts(records, aggs, device, correlation_rt, scale, step_ranges)
     return Profile(device_type="cuda" if device else None,
                    comm_us=comm[0] * scale if comm else None,
                    comm_overlap_us=comm[1] * scale if comm else None,
@@ -775,7 +776,8 @@ def _costs(costed: list[list], aggs: dict, on_device: bool, scale: float
 
 
 def _compiled_facts(records: list[list], aggs: dict, device: list[_Event],
-                    correlation_rt: dict, scale: float) -> dict[str, Any]:
+                    correlation_rt: dict, scale: float,
+                    step_ranges: list[tuple[float, float]]) -> dict[str, Any]:
     """What torch.compile's events say beyond their sums (reporter.analyze.compiled):
 
     - ``kernels``: each kernel Inductor generated, per compiled region it ran in
@@ -795,7 +797,8 @@ def _compiled_facts(records: list[list], aggs: dict, device: list[_Event],
       nested in another is counted once, the eager code of a break not at all);
       ``compiled_device_us``: the device time of the work launched from inside a
       compiled graph's call (``CompiledFunction``, ``## Call CompiledFxGraph ... ##``,
-      ``CompiledFunctionBackward``).
+      ``CompiledFunctionBackward``); ``step_us``: ``compiled_us`` per profiled step
+      (by the step each range starts in), when the trace marks steps.
 
     Empty when the trace holds no compiled region or compiled function."""
     labels: dict[int, str] = {}
@@ -846,6 +849,13 @@ def _compiled_facts(records: list[list], aggs: dict, device: list[_Event],
     pairs: dict[str, int] = defaultdict(int)
     compiled_ids = set(labels) | {id(a) for a in (fwd, bwd) if a is not None}
     outermost_us = 0.0
+    spans = sorted(step_ranges)
+    starts = [lo for lo, _ in spans]
+    per_step = [0.0] * len(spans)
+
+    def step_of(t: float) -> int | None:
+        i = bisect_right(starts, t) - 1
+        return i if i >= 0 and t < spans[i][1] else None
     for rec in records:
         a = rec[_AGG]
         if a is fwd and rec[_EVENT].args is not None and rec[_EVENT].args.seq is not None:
@@ -856,6 +866,9 @@ def _compiled_facts(records: list[list], aggs: dict, device: list[_Event],
                 node = node[_PARENT]
             if node is None:
                 outermost_us += rec[_DUR]
+                i = step_of(rec[_EVENT].ts)
+                if i is not None:
+                    per_step[i] += rec[_DUR]
         is_region = id(a) in labels
         if not (is_region or id(a) in graph_work or a is lookup):
             continue
@@ -871,6 +884,9 @@ def _compiled_facts(records: list[list], aggs: dict, device: list[_Event],
             since = max(last_end.get(key, outer[_EVENT].ts), outer[_EVENT].ts)
             breaks += 1
             break_us += max(0.0, ts - since)
+            i = step_of(ts)
+            if i is not None:
+                per_step[i] -= max(0.0, ts - since)
             break_lookup_us += sum(d for t, d in checks.pop(key, []) if since <= t < ts)
             pairs[f"{labels[id(outer[_AGG])]} → {labels[id(a)]}"] += 1
             last_end[key] = rec[_END]
@@ -909,6 +925,7 @@ def _compiled_facts(records: list[list], aggs: dict, device: list[_Event],
                         for (n, r), (c, t) in kernels.items()],
             "compiled_us": max(0.0, outermost_us - break_us) * scale,
             "compiled_device_us": device_us * scale,
+            "step_us": [max(0.0, us) * scale for us in per_step],
             "breaks": breaks, "break_us": break_us * scale,
             "break_lookup_us": break_lookup_us * scale, "break_pairs": dict(pairs)}
 

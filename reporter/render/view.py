@@ -494,6 +494,10 @@ def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, 
         "time": fmt.time(c.compiled_us / n),
         "share": fmt.pct(min(1.0, c.compiled_us / c.step_us)) if c.step_us else None,
         "eager": fmt.time(max(0.0, c.step_us - c.compiled_us) / n),
+        # Per profiled step, where the trace marks them: the lowest and highest.
+        "low": (fmt.time(min(c.step_compiled_us)) if len(c.step_compiled_us) > 1
+                and min(c.step_compiled_us) != max(c.step_compiled_us) else None),
+        "high": fmt.time(max(c.step_compiled_us)) if c.step_compiled_us else None,
         "step": fmt.time(c.step_us / n),
         "device_time": (fmt.time(c.compiled_device_us / n)
                         if device and c.compiled_device_us else None),
