@@ -351,3 +351,21 @@ def test_inductors_account_of_model_code_is_read_from_its_structured_log():
     attach(facts, sources)
     assert facts["kernels"][0]["sources"] == sources["0/0 cpp_fused_add_gelu_0"]
     assert "sources" not in facts["kernels"][1]  # another region's kernel of the same name
+
+
+def test_malformed_facts_of_a_stored_run_are_left_out():
+    """Profile.compiled comes from run.json, which may be hand-edited: what is not in the
+    shape the trace reader writes is left out, and nothing raises."""
+    p = Profile(self_cpu_us=1000, steps=2, ops=[
+        Op("Torch-Compiled Region: 0/0", calls=2, self_cpu_us=10, cpu_total_us=600)],
+        compiled={"kernels": [{"name": "graph_0_cpp_fused_relu_0", "region": "0/0",
+                               "calls": 2, "time_us": 40.0, "sources": ["m.py:3 x", 7]},
+                              {"name": 5}, "junk", {"name": "cpp_fused_x_1", "calls": True}],
+                  "compiled_us": "lots", "breaks": -3, "break_pairs": ["x"],
+                  "step_us": [1.0, float("nan")]})
+    c = compiled(p)
+    assert c is not None
+    assert [(k.region, k.fused, k.calls, k.sources) for k in c.kernels] == [
+        ("0/0", "relu", 2, ["m.py:3 x"])]
+    assert c.compiled_us == 600 and c.breaks == 0 and c.break_pairs == {}
+    assert c.step_compiled_us == [1.0, 0.0]

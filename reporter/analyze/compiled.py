@@ -31,6 +31,7 @@ say what goes in and out, not what each kernel reads, and a guess is not printed
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -118,6 +119,35 @@ def _rows(profile: Profile, names: tuple[str, ...] | str) -> list[Op]:
     return [o for o in profile.ops if o.name in names and o.kind != KIND_KERNEL]
 
 
+def _num(value: object, default: float = 0.0) -> float:
+    """A number of the trace's facts, or ``default`` (a stored run may be crafted)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and math.isfinite(value) and value >= 0:
+        return float(value)
+    return default
+
+
+def _placed(facts: dict[str, object]) -> list[tuple[str, str | None, int, float, list[str]]] | None:
+    """The kernels the trace placed in regions (Profile.compiled), the malformed left out;
+    None when the profile has none."""
+    kernels = facts.get("kernels")
+    if not isinstance(kernels, list):
+        return None
+    rows = []
+    for k in kernels:
+        if not isinstance(k, dict):
+            continue
+        name, region, calls = k.get("name"), k.get("region"), k.get("calls")
+        if not isinstance(name, str) or not (region is None or isinstance(region, str)) \
+                or not isinstance(calls, int) or isinstance(calls, bool) or calls < 0:
+            continue
+        sources = k.get("sources")
+        rows.append((name, region, calls, _num(k.get("time_us")),
+                     [line for line in sources if isinstance(line, str)]
+                     if isinstance(sources, list) else []))
+    return rows
+
+
 def _key(name: str) -> tuple[str, str | None, str | None] | None:
     """(backend, kind, fused operators) of a generated kernel's name, or None."""
     m = GENERATED.match(name)
@@ -134,10 +164,9 @@ def generated_kernels(profile: Profile) -> list[GeneratedKernel]:
     # Per region, from the trace's events (Profile.compiled); else from the sums: on a GPU
     # the kernels themselves (recent torch also records a host range of the same name
     # around each launch: not counted twice), on the CPU the C++ kernels' ranges.
-    placed = profile.compiled.get("kernels") if profile.compiled else None
+    placed = _placed(profile.compiled)
     if placed is not None:
-        rows = [(k["name"], k["region"], k["calls"], k["time_us"], k.get("sources") or [])
-                for k in placed]
+        rows = placed
     else:
         on_device = profile.has_device
         kind = KIND_KERNEL if on_device else KIND_OP
@@ -184,11 +213,10 @@ def compiled(profile: Profile) -> Compiled | None:
         region_calls=sum(o.calls for o in forward),
         # From the trace's events where it placed them (nested regions once, a graph
         # break's eager code left out), else the sums of the rows.
-        compiled_us=float(facts["compiled_us"]) if "compiled_us" in facts
-        else sum(o.cpu_total_us for o in forward + backward),
-        compiled_device_us=float(facts["compiled_device_us"])
-        if "compiled_device_us" in facts
-        else sum(o.device_total_us for o in forward + backward),
+        compiled_us=_num(facts.get("compiled_us"),
+                         sum(o.cpu_total_us for o in forward + backward)),
+        compiled_device_us=_num(facts.get("compiled_device_us"),
+                                sum(o.device_total_us for o in forward + backward)),
         cache_lookups=sum(o.calls for o in lookups),
         cache_lookup_us=sum(o.cpu_total_us for o in lookups),
         # Nested ranges of one compilation: the outermost one recorded.
@@ -198,11 +226,13 @@ def compiled(profile: Profile) -> Compiled | None:
         graph_launches=sum(o.calls for o in launches),
         graph_kernels=profile.graph_kernels,
         graph_kernel_us=profile.graph_kernel_us,
-        breaks=int(facts.get("breaks", 0)),
-        break_us=float(facts.get("break_us", 0.0)),
-        break_lookup_us=float(facts.get("break_lookup_us", 0.0)),
-        break_pairs=dict(facts.get("break_pairs") or {}),
-        step_compiled_us=[float(v) for v in facts.get("step_us") or []],
+        breaks=int(_num(facts.get("breaks"))),
+        break_us=_num(facts.get("break_us")),
+        break_lookup_us=_num(facts.get("break_lookup_us")),
+        break_pairs={str(k): int(_num(v)) for k, v in pairs.items()}
+        if isinstance(pairs := facts.get("break_pairs"), dict) else {},
+        step_compiled_us=[_num(v) for v in steps]
+        if isinstance(steps := facts.get("step_us"), list) else [],
     )
 
 
