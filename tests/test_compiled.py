@@ -21,7 +21,7 @@ from reporter.analyze.rules import launch_overhead
 from reporter.ingest.traces import read_trace
 from reporter.model.profile import KIND_KERNEL, KIND_OP, Op, Profile
 from reporter.render.report import render_markdown
-from reporter.render.view import LANGUAGES
+from reporter.render.view import LANGUAGES, Fmt, _finding_view
 from reporter.pipeline import profiles_view, report_view
 
 TRACES = SHARED / "corpus" / "traces"
@@ -158,6 +158,15 @@ def test_launch_overhead_counts_a_cuda_graph_as_one_launch(tmp_path):
     assert f is not None and f.evidence["calls"] == 120
     assert f.evidence["op_time_us"] == 120 * 8
     assert f.evidence["mean_kernel_us"] == (60 * 5 * 2 + 60 * 2) / 120  # device time a launch
+    assert f.evidence["graphs"] == 60
+    said = {"en": "60 of them replay a CUDA graph", "ru": "60 из них воспроизводят CUDA graph",
+            "zh": "其中 60 次为 CUDA Graphs 重放"}
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
+                                "f": _finding_view(f, fmt)},
+                               template="findings/launch-overhead.md.j2")
+        assert said[lang] in text and "{{" not in text, (lang, text)
 
 
 def _compiled_trace(tmp_path: Path, shapes: list[int]) -> Path:
@@ -369,3 +378,22 @@ def test_malformed_facts_of_a_stored_run_are_left_out():
         ("0/0", "relu", 2, ["m.py:3 x"])]
     assert c.compiled_us == 600 and c.breaks == 0 and c.break_pairs == {}
     assert c.step_compiled_us == [1.0, 0.0]
+
+
+def test_a_graph_break_without_guard_checks_reads_in_every_language():
+    """Dynamo's guard checks are said only when the trace recorded some in the breaks."""
+    from reporter.analyze.compiled import graph_break
+
+    p = Profile(self_cpu_us=10_000, steps=2, ops=[
+        Op("ProfilerStep#1", calls=2, cpu_total_us=10_000, kind="annotation"),
+        Op("Torch-Compiled Region: 0/0", calls=2, cpu_total_us=6000)],
+        compiled={"kernels": [], "breaks": 2, "break_us": 1500.0, "break_lookup_us": 0.0,
+                  "break_pairs": {"0/0 → 1/0": 2}})
+    f = graph_break(p, {"share": 0.03})
+    assert f is not None and "lookup_us" not in f.evidence
+    assert f.evidence["share"] == pytest.approx(0.15)
+    for lang in LANGUAGES:
+        fmt = Fmt(lang)
+        text = render_markdown({"lang": lang, "on_gpu": False, "plural": fmt.plural,
+                                "f": _finding_view(f, fmt)}, template="findings/graph-break.md.j2")
+        assert fmt.pct(0.15) in text and "`0/0 → 1/0`" in text and "{{" not in text
