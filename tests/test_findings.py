@@ -133,6 +133,15 @@ SYNTHETIC = {
         Op("entire_frame_compile_data: fn_name=_compile.compile_inner, compile_id=0/1",
            calls=1, kind="annotation"),
         Op("aten::addmm", calls=6, self_cpu_us=3000, cpu_total_us=3000)]),
+    # Two calls split by a graph break, as a trace records them (Profile.compiled).
+    "graph-break": Profile(label="train", self_cpu_us=10_000, steps=2, ops=[
+        Op("ProfilerStep#1", calls=2, self_cpu_us=100, cpu_total_us=10_000,
+           kind="annotation"),
+        Op("Torch-Compiled Region: 0/0", calls=2, self_cpu_us=100, cpu_total_us=6000),
+        Op("Torch-Compiled Region: 1/0", calls=2, self_cpu_us=100, cpu_total_us=2000),
+        Op("aten::addmm", calls=6, self_cpu_us=3000, cpu_total_us=3000)],
+        compiled={"kernels": [], "breaks": 2, "break_us": 1500.0, "break_lookup_us": 100.0,
+                  "break_pairs": {"0/0 → 1/0": 2}}),
     "slow-copies": _with_copies([_PAGEABLE_H2D]),
     "straggler-rank": _gpu([Op("void k", calls=10, self_device_us=900, kind="kernel")],
                            stragglers={
@@ -412,7 +421,7 @@ def test_the_optimizer_advice_names_the_users_own_class(cls, call):
 @pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared is absent")
 @pytest.mark.parametrize("rule_id", sorted(r for r in RULES if "torch.compile" in (
     Path(__file__).resolve().parent.parent / "templates" / "en" / "findings" / f"{r}.md.j2"
-).read_text(encoding="utf-8") and r != "recompilation"))
+).read_text(encoding="utf-8") and r not in ("recompilation", "graph-break")))
 def test_a_compiled_model_is_not_told_to_compile(rule_id):
     """Advice that says "compile it" (`torch.compile`) is not given to a model that is
     compiled already (reporter.analyze.compiled marks its findings); the rest stays."""

@@ -529,7 +529,9 @@ def test_idle_time_whose_next_work_was_launched_is_told_apart(path):
 def _launch_figures(path: Path) -> dict:
     """Independent arithmetic on the raw events: each kernel that starts inside a
     ProfilerStep and whose runtime call (same correlation id) the trace holds, its delay
-    from that call's start; kernels whose call starts inside a step, per step."""
+    from that call's start; kernels whose call starts inside a step, per step. Kernels that
+    share a correlation id (a CUDA graph's, replayed by one cudaGraphLaunch: trace 07) are
+    one launch: only the first of them counts."""
     events = [e for e in _raw_events(path) if e.get("ph") == "X"]
     steps = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events
                    if str(e["name"]).startswith("ProfilerStep#"))
@@ -539,12 +541,18 @@ def _launch_figures(path: Path) -> dict:
 
     def inside(t):
         return any(lo <= t < hi for lo, hi in steps)
+    first: dict = {}
+    for e in events:
+        corr = e.get("args", {}).get("correlation")
+        if e.get("cat") == "kernel" and corr in calls:
+            first[corr] = min(first.get(corr, float("inf")), float(e["ts"]))
     delays, launched = [], 0
     for e in events:
         if e.get("cat") != "kernel":
             continue
-        call = calls.get(e.get("args", {}).get("correlation"))
-        if call is None:
+        corr = e.get("args", {}).get("correlation")
+        call = calls.get(corr)
+        if call is None or float(e["ts"]) != first[corr]:
             continue
         if inside(float(e["ts"])):
             delays.append(float(e["ts"]) - call)

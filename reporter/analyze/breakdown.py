@@ -299,7 +299,10 @@ def launch_statistics(device: list[Any], launches: list[Interval] | None,
     rank) and max; kernels launched per step (their launch inside a step); and the steps
     in which the queue ran dry: the device idled with nothing launched for more than
     LATENCY_US (``idle_host``, per step, us). Kernels only (not copies or sets), and only
-    those whose launch the trace holds. Empty without such kernels."""
+    those whose launch the trace holds. A CUDA graph's kernels share its launch's
+    correlation id: the graph is one launch, and only its first kernel waited for it
+    (the others wait for the kernels before them in the graph). Empty without such
+    kernels."""
     if launches is None or len(launches) != len(device) or not windows:
         return {}
     spans = sorted(windows)
@@ -308,11 +311,20 @@ def launch_statistics(device: list[Any], launches: list[Interval] | None,
     def inside(t: float) -> bool:
         i = bisect_right(firsts, t) - 1
         return i >= 0 and t < spans[i][1]
+    first_of: dict[Any, float] = {}  # correlation id -> its first kernel's start
+    for e, (start, launch) in zip(device, launches):
+        corr = e.args.corr if e.args is not None else None
+        if corr is not None and e.cat in ("kernel", "Kernel") and math.isfinite(launch) \
+                and start < first_of.get(corr, math.inf):
+            first_of[corr] = start
     delays: list[float] = []
     launched = 0
     for e, (start, launch) in zip(device, launches):
         if e.cat not in ("kernel", "Kernel") or not math.isfinite(launch):
             continue
+        corr = e.args.corr if e.args is not None else None
+        if corr is not None and first_of.get(corr, start) != start:
+            continue  # a later kernel of one launch (a CUDA graph's)
         if inside(start):
             delays.append((start - launch) * scale)
         if inside(launch):

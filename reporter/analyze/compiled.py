@@ -18,7 +18,12 @@ and from the CUDA-graph counts that reading a trace records (``Profile.graph_*``
   (``triton__0d1d2d``), which says nothing of what they fuse;
 - compilation inside the window is Dynamo's ``entire_frame_compile`` (or, before it,
   ``_compile.compile_inner (dynamo_timed)``) with the compile id in its ``..._data:
-  compile_id=F/C`` mark.
+  compile_id=F/C`` mark;
+- a graph break splits a compiled frame: it runs its graph, then the code Dynamo could
+  not compile eagerly, then calls the frame Dynamo resumes in, whose region nests in the
+  first one; the host time from the end of the outer graph to the nested region is the
+  break's (``graph-break``). From a trace only (``Profile.compiled``, which also places
+  each generated kernel in its region).
 
 No FLOPs or bytes are modelled for generated kernels: the recorded shapes of a region
 say what goes in and out, not what each kernel reads, and a guess is not printed.
@@ -26,11 +31,13 @@ say what goes in and out, not what each kernel reads, and a guess is not printed
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 from ..model.finding import Finding, Saving
 from ..model.profile import KIND_ANNOTATION, KIND_KERNEL, KIND_OP, Op, Profile
+from . import savings
 from .findings import Worth, rule, step_wall_us
 
 REGION = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)$")
@@ -60,6 +67,12 @@ class GeneratedKernel:
     calls: int
     time_us: float  # device time on a GPU, CPU time of the kernel's range on the CPU
     names: list[str] = field(default_factory=list)
+    # "F/C" of the compiled region they ran in (their backward included); None where the
+    # profile does not place them (a table, a torch 2.0 trace, a run stored before it).
+    region: str | None = None
+    # The model code they came from ("transformer.py:57 h = self.ff(x)"), as Inductor
+    # told it while compiling (reporter.collect.inductor); empty when it did not.
+    sources: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -80,6 +93,11 @@ class Compiled:
     graph_launches: int
     graph_kernels: int
     graph_kernel_us: float
+    breaks: int = 0  # graph breaks between regions seen (a trace only)
+    break_us: float = 0.0  # host time between the regions a break split
+    break_lookup_us: float = 0.0  # Dynamo's guard checks in that time
+    break_pairs: dict[str, int] = field(default_factory=dict)  # "0/0 → 1/0": times
+    step_compiled_us: list[float] = field(default_factory=list)  # compiled_us per step
 
     @property
     def frames(self) -> int:
@@ -101,30 +119,73 @@ def _rows(profile: Profile, names: tuple[str, ...] | str) -> list[Op]:
     return [o for o in profile.ops if o.name in names and o.kind != KIND_KERNEL]
 
 
+def _num(value: object, default: float = 0.0) -> float:
+    """A number of the trace's facts, or ``default`` (a stored run may be crafted)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and math.isfinite(value) and value >= 0:
+        return float(value)
+    return default
+
+
+def _placed(facts: dict[str, object]) -> list[tuple[str, str | None, int, float, list[str]]] | None:
+    """The kernels the trace placed in regions (Profile.compiled), the malformed left out;
+    None when the profile has none."""
+    kernels = facts.get("kernels")
+    if not isinstance(kernels, list):
+        return None
+    rows = []
+    for k in kernels:
+        if not isinstance(k, dict):
+            continue
+        name, region, calls = k.get("name"), k.get("region"), k.get("calls")
+        if not isinstance(name, str) or not (region is None or isinstance(region, str)) \
+                or not isinstance(calls, int) or isinstance(calls, bool) or calls < 0:
+            continue
+        sources = k.get("sources")
+        rows.append((name, region, calls, _num(k.get("time_us")),
+                     [line for line in sources if isinstance(line, str)]
+                     if isinstance(sources, list) else []))
+    return rows
+
+
+def _key(name: str) -> tuple[str, str | None, str | None] | None:
+    """(backend, kind, fused operators) of a generated kernel's name, or None."""
+    m = GENERATED.match(name)
+    if m is not None:
+        return (m["backend"], m["kind"], m["ops"])
+    if UNNAMED_TRITON.match(name):
+        return ("triton", None, None)
+    return None
+
+
 def generated_kernels(profile: Profile) -> list[GeneratedKernel]:
-    """Inductor's kernels, grouped by backend, kind and fused operators, longest first."""
-    # On a GPU the kernels themselves (recent torch also records a host range of the same
-    # name around each launch: not counted twice); on the CPU the C++ kernels' ranges.
-    on_device = profile.has_device
-    kind = KIND_KERNEL if on_device else KIND_OP
-    groups: dict[tuple[str, str | None, str | None], GeneratedKernel] = {}
-    for o in profile.ops:
-        if o.kind != kind:
+    """Inductor's kernels, grouped by compiled region (where the trace places them),
+    backend, kind and fused operators, longest first."""
+    # Per region, from the trace's events (Profile.compiled); else from the sums: on a GPU
+    # the kernels themselves (recent torch also records a host range of the same name
+    # around each launch: not counted twice), on the CPU the C++ kernels' ranges.
+    placed = _placed(profile.compiled)
+    if placed is not None:
+        rows = placed
+    else:
+        on_device = profile.has_device
+        kind = KIND_KERNEL if on_device else KIND_OP
+        rows = [(o.name, None, o.calls, o.self_device_us if on_device else o.cpu_total_us, [])
+                for o in profile.ops if o.kind == kind]
+    groups: dict[tuple[str | None, str, str | None, str | None], GeneratedKernel] = {}
+    for name, region, calls, time_us, sources in rows:
+        key = _key(name)
+        if key is None:
             continue
-        m = GENERATED.match(o.name)
-        if m is not None:
-            key = (m["backend"], m["kind"], m["ops"])
-        elif UNNAMED_TRITON.match(o.name):
-            key = ("triton", None, None)
-        else:
-            continue
-        time_us = o.self_device_us if on_device else o.cpu_total_us
-        g = groups.get(key)
+        g = groups.get((region, *key))
         if g is None:
-            g = groups[key] = GeneratedKernel(*key, calls=0, time_us=0.0)
-        g.calls += o.calls
+            g = groups[(region, *key)] = GeneratedKernel(*key, calls=0, time_us=0.0,
+                                                         region=region)
+        g.calls += calls
         g.time_us += time_us
-        g.names.append(o.name)
+        if name not in g.names:
+            g.names.append(name)
+        g.sources += [line for line in sources if line not in g.sources]
     return sorted(groups.values(), key=lambda g: g.time_us, reverse=True)
 
 
@@ -135,7 +196,7 @@ def compiled(profile: Profile) -> Compiled | None:
     backward = _rows(profile, BACKWARD)
     kernels = generated_kernels(profile)
     launches = _rows(profile, GRAPH_LAUNCHES)
-    if not (forward or backward or kernels or launches):
+    if not (forward or backward or kernels or launches or profile.compiled):
         return None
     compiling = [o for o in _rows(profile, COMPILING) if o.cpu_total_us > 0]
     compile_ids = sorted({f"{m[1]}/{m[2]}" for o in profile.ops
@@ -143,14 +204,19 @@ def compiled(profile: Profile) -> Compiled | None:
                           for m in [COMPILE_ID.search(o.name)] if m is not None},
                          key=lambda r: tuple(map(int, r.split("/"))))
     lookups = _rows(profile, CACHE_LOOKUP)
+    facts = profile.compiled
     n = max(profile.steps, 1)
     return Compiled(
         steps=n, step_us=step_wall_us(profile),
         regions=sorted({"/".join(REGION.match(o.name).groups())  # type: ignore[union-attr]
                         for o in regions}, key=lambda r: tuple(map(int, r.split("/")))),
         region_calls=sum(o.calls for o in forward),
-        compiled_us=sum(o.cpu_total_us for o in forward + backward),
-        compiled_device_us=sum(o.device_total_us for o in forward + backward),
+        # From the trace's events where it placed them (nested regions once, a graph
+        # break's eager code left out), else the sums of the rows.
+        compiled_us=_num(facts.get("compiled_us"),
+                         sum(o.cpu_total_us for o in forward + backward)),
+        compiled_device_us=_num(facts.get("compiled_device_us"),
+                                sum(o.device_total_us for o in forward + backward)),
         cache_lookups=sum(o.calls for o in lookups),
         cache_lookup_us=sum(o.cpu_total_us for o in lookups),
         # Nested ranges of one compilation: the outermost one recorded.
@@ -160,6 +226,13 @@ def compiled(profile: Profile) -> Compiled | None:
         graph_launches=sum(o.calls for o in launches),
         graph_kernels=profile.graph_kernels,
         graph_kernel_us=profile.graph_kernel_us,
+        breaks=int(_num(facts.get("breaks"))),
+        break_us=_num(facts.get("break_us")),
+        break_lookup_us=_num(facts.get("break_lookup_us")),
+        break_pairs={str(k): int(_num(v)) for k, v in pairs.items()}
+        if isinstance(pairs := facts.get("break_pairs"), dict) else {},
+        step_compiled_us=[_num(v) for v in steps]
+        if isinstance(steps := facts.get("step_us"), list) else [],
     )
 
 
@@ -186,3 +259,23 @@ def recompilation(profile: Profile, limits: dict[str, float]) -> Finding | None:
                     "op_time_us": c.compile_us, "step_us": c.step_us, "steps": c.steps,
                     "calls": len(c.compile_ids) or 1,
                     "compile_ids": c.compile_ids, "frames": c.recompiled})
+
+
+@rule("graph-break", saving=savings.unquantified, share=0.03)
+def graph_break(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """A compiled call split by graph breaks: between its regions the host runs eager
+    code and Dynamo checks its guards again, for 3% of the step or more. Its worth is not
+    estimated: mending a break compiles that code rather than removing it, and what the
+    compiled code would take the profile cannot say."""
+    c = compiled(profile)
+    if c is None or c.breaks == 0 or c.step_us <= 0:
+        return None
+    share = min(1.0, c.break_us / c.step_us)
+    if share < limits["share"]:
+        return None
+    return Finding("graph-break", "high" if share >= 0.25 else "medium",
+                   {"basis": "step", "share": share, "threshold": limits["share"],
+                    "op_time_us": c.break_us, "step_us": c.step_us, "steps": c.steps,
+                    "calls": c.breaks, "per_step": c.breaks / c.steps,
+                    **({"lookup_us": c.break_lookup_us} if c.break_lookup_us > 0 else {}),
+                    "pairs": sorted(c.break_pairs, key=lambda k: -c.break_pairs[k])})

@@ -474,6 +474,10 @@ def launch_overhead(profile: Profile, limits: dict[str, float]) -> Finding | Non
                     "op": launches[0].name, "op_time_us": launch_us, "calls": calls,
                     "device_us": profile.self_device_us, "mean_kernel_us": mean_kernel_us,
                     "short_kernel_us": limits["short_kernel_us"],
+                    # CUDA graphs among the launches: each one launch for all its kernels,
+                    # so the mean is the device time per launch, not per kernel.
+                    **({"graphs": graphs} if (graphs := sum(
+                        o.calls for o in launches if o.name in GRAPH_LAUNCHES)) else {}),
                     **({"launches_per_step": stats["launches_per_step"],
                         "delay_median_us": stats["delay_median_us"],
                         "dry_steps": stats["dry_steps"], "steps": stats["steps"]}

@@ -38,6 +38,7 @@ from ..model.run import Run, Section, Throughput
 from ..model.stats import median_interval
 from . import calibrate, machine
 from . import device as devices
+from .inductor import attach, kernel_sources
 from .isa import guard as guard_isa
 from .memprof import tensor_memory
 from .target import BUILTINS, Target, build
@@ -950,14 +951,20 @@ def _profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
     sections = []
     batch_size = target.batch_size
     try:
+        # A compiled model: Inductor says, as it compiles in the warm-up, which model code
+        # each generated kernel came from (reporter.collect.inductor).
         with user_code(f"target {spec} raised while profiled"), \
-                devices.get(device).tf32(bool(target.tf32)):
+                devices.get(device).tf32(bool(target.tf32)), \
+                kernel_sources(isinstance(target.model, torch.nn.Module)
+                               and _compiled(target.model)) as sources:
             peaks = _peaks(device, progress)
             for mode in target.modes:
                 step = _Stepper(target, mode, device)
                 sections.append(_profile_section(
                     step, mode, device, opts, scratch, partial(_in_mode, progress, mode),
                     opts.time_budget_s / len(target.modes)))
+            for section in sections:
+                attach(section.profile.compiled, sources)
             benchmark = _benchmark(target, device, progress)
             for section in sections:
                 section.peaks = peaks.to_dict()

@@ -19,6 +19,7 @@ import math
 import os
 import re
 import zlib
+from bisect import bisect_right
 from collections import defaultdict
 from contextlib import contextmanager
 from operator import attrgetter
@@ -29,7 +30,15 @@ import msgspec
 
 from .. import memory
 from ..analyze.breakdown import overlap, step_breakdown, union
-from ..analyze.compiled import GRAPH_LAUNCHES
+from ..analyze.compiled import (
+    BACKWARD,
+    CACHE_LOOKUP,
+    FORWARD,
+    GENERATED,
+    GRAPH_LAUNCHES,
+    REGION,
+    UNNAMED_TRITON,
+)
 from ..analyze.critical_path import critical_path
 from ..analyze.flops import FORMULAS, MATRIX, cost, modelled
 from ..analyze.shapes import Call
@@ -717,6 +726,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                                device_mem_b=_device_memory(props))
     if breakdown is not None:
         breakdown.critical = critical_path(threads, device, scale)
+    compiled = _compiled_facts(records, aggs, device, correlation_rt, scale, step_ranges)
     return Profile(device_type="cuda" if device else None,
                    comm_us=comm[0] * scale if comm else None,
                    comm_overlap_us=comm[1] * scale if comm else None,
@@ -726,7 +736,8 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                    device_mem_capacity_b=_device_memory(props),
                    costs=cost_rows, not_modelled_us=not_modelled, shapes_recorded=recorded,
                    cost_basis=("device" if device else "cpu") if recorded else None,
-                   graph_kernels=graph_kernels, graph_kernel_us=graph_us * scale)
+                   graph_kernels=graph_kernels, graph_kernel_us=graph_us * scale,
+                   compiled=compiled)
 
 
 def _device_name(props: list) -> str | None:
@@ -827,6 +838,161 @@ def _costs(costed: list[list], aggs: dict, on_device: bool, scale: float
     top = sorted(((n, t) for n, t in unmodelled.items() if t > 0),
                  key=lambda kv: -kv[1])[:NOT_MODELLED_ROWS]
     return rows, {n: t * scale for n, t in top}, recorded
+
+
+def _compiled_facts(records: list[list], aggs: dict, device: list[_Event],
+                    correlation_rt: dict, scale: float,
+                    step_ranges: list[tuple[float, float]]) -> dict[str, Any]:
+    """What torch.compile's events say beyond their sums (reporter.analyze.compiled):
+
+    - ``kernels``: each kernel Inductor generated, per compiled region it ran in
+      (``"F/C"`` of the ``Torch-Compiled Region`` around it; a kernel of a compiled
+      backward, under ``CompiledFunctionBackward``, belongs to the region whose
+      ``CompiledFunction`` has the same autograd sequence number; None where no region
+      encloses it, as in torch 2.0 traces): name, region, calls, time (device time of
+      the kernels on a GPU, the C++ kernel's range on the CPU);
+    - ``breaks``: how often a compiled region ran inside another one: after a graph
+      break the frame runs the code Dynamo could not compile eagerly, then calls the
+      frame Dynamo resumes in, whose region nests in its own; ``break_us`` the host time
+      from the end of the outer region's last graph call to the nested region (the eager
+      code of the break, Dynamo's guard checks included), ``break_lookup_us`` the guard
+      checks in it, ``break_pairs`` the regions, outer and nested;
+    - ``compiled_us``: host time in compiled code: the outermost regions (or, in torch 2.0
+      traces, compiled functions) and compiled backwards, less the breaks' time (a region
+      nested in another is counted once, the eager code of a break not at all);
+      ``compiled_device_us``: the device time of the work launched from inside a
+      compiled graph's call (``CompiledFunction``, ``## Call CompiledFxGraph ... ##``,
+      ``CompiledFunctionBackward``); ``step_us``: ``compiled_us`` per profiled step
+      (by the step each range starts in), when the trace marks steps.
+
+    Empty when the trace holds no compiled region or compiled function."""
+    labels: dict[int, str] = {}
+    fwd = bwd = lookup = None
+    for (name, _), a in aggs.items():
+        m = REGION.match(name)
+        if m is not None:
+            labels[id(a)] = f"{m[1]}/{m[2]}"
+        elif name == FORWARD:
+            fwd = a
+        elif name == BACKWARD:
+            bwd = a
+        elif name == CACHE_LOOKUP:
+            lookup = a
+    if not labels and fwd is None and bwd is None:
+        return {}
+    seq_region: dict[Any, str | None] = {}
+
+    def region(rec: list | None) -> str | None:
+        while rec is not None:
+            a = rec[_AGG]
+            label = labels.get(id(a))
+            if label is not None:
+                return label
+            if a is bwd:
+                args = rec[_EVENT].args
+                return seq_region.get(args.seq) if args is not None else None
+            rec = rec[_PARENT]
+        return None
+
+    # A graph break: the frame runs its graph, then the code Dynamo could not compile
+    # eagerly, then calls the frame it resumes in, whose region nests in the first one.
+    # The break's time: from the end of the outer region's last graph call (its start,
+    # when it ran none) to the start of the nested region.
+    def outer_of(rec: list) -> list | None:
+        node = rec[_PARENT]
+        while node is not None:
+            if id(node[_AGG]) in labels:
+                return node
+            node = node[_PARENT]
+        return None
+
+    graph_work = {id(a) for (name, _), a in aggs.items()
+                  if name == FORWARD or name.startswith("## Call CompiledFxGraph")}
+    last_end: dict[int, float] = {}
+    checks: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    breaks, break_us, break_lookup_us = 0, 0.0, 0.0
+    pairs: dict[str, int] = defaultdict(int)
+    compiled_ids = set(labels) | {id(a) for a in (fwd, bwd) if a is not None}
+    outermost_us = 0.0
+    spans = sorted(step_ranges)
+    starts = [lo for lo, _ in spans]
+    per_step = [0.0] * len(spans)
+
+    def step_of(t: float) -> int | None:
+        i = bisect_right(starts, t) - 1
+        return i if i >= 0 and t < spans[i][1] else None
+    for rec in records:
+        a = rec[_AGG]
+        if a is fwd and rec[_EVENT].args is not None and rec[_EVENT].args.seq is not None:
+            seq_region[rec[_EVENT].args.seq] = region(rec[_PARENT])
+        if id(a) in compiled_ids:
+            node = rec[_PARENT]
+            while node is not None and id(node[_AGG]) not in compiled_ids:
+                node = node[_PARENT]
+            if node is None:
+                outermost_us += rec[_DUR]
+                i = step_of(rec[_EVENT].ts)
+                if i is not None:
+                    per_step[i] += rec[_DUR]
+        is_region = id(a) in labels
+        if not (is_region or id(a) in graph_work or a is lookup):
+            continue
+        outer = outer_of(rec)
+        if outer is None:
+            continue
+        key, ts = id(outer), rec[_EVENT].ts
+        if a is lookup:
+            checks[key].append((ts, rec[_DUR]))
+        elif not is_region:
+            last_end[key] = max(last_end.get(key, 0.0), rec[_END])
+        else:
+            since = max(last_end.get(key, outer[_EVENT].ts), outer[_EVENT].ts)
+            breaks += 1
+            break_us += max(0.0, ts - since)
+            i = step_of(ts)
+            if i is not None:
+                per_step[i] -= max(0.0, ts - since)
+            break_lookup_us += sum(d for t, d in checks.pop(key, []) if since <= t < ts)
+            pairs[f"{labels[id(outer[_AGG])]} → {labels[id(a)]}"] += 1
+            last_end[key] = rec[_END]
+    kernels: dict[tuple[str, str | None], list[float]] = {}
+
+    def generated(name: str) -> bool:
+        return GENERATED.match(name) is not None or UNNAMED_TRITON.match(name) is not None
+
+    if device:
+        for e in device:
+            if e.cat in ("kernel", "Kernel") and generated(e.name):
+                rt = (correlation_rt.get(e.args.corr) if e.args is not None
+                      and e.args.corr is not None else None)
+                k = kernels.setdefault((e.name, region(rt)), [0, 0.0])
+                k[0] += 1
+                k[1] += max(0.0, e.dur)
+    else:
+        names = {id(a) for (name, kind), a in aggs.items()
+                 if kind == KIND_OP and generated(name)}
+        for rec in records:
+            if id(rec[_AGG]) in names:
+                k = kernels.setdefault((rec[_AGG].name, region(rec)), [0, 0.0])
+                k[0] += 1
+                k[1] += rec[_DUR]
+    in_graph = graph_work | ({id(bwd)} if bwd is not None else set())
+    device_us = 0.0
+    for e in device:
+        rt = (correlation_rt.get(e.args.corr) if e.args is not None
+              and e.args.corr is not None else None)
+        node = rt
+        while node is not None and id(node[_AGG]) not in in_graph:
+            node = node[_PARENT]
+        if node is not None:
+            device_us += max(0.0, e.dur)
+    return {"kernels": [{"name": n, "region": r, "calls": int(c), "time_us": t * scale}
+                        for (n, r), (c, t) in kernels.items()],
+            "compiled_us": max(0.0, outermost_us - break_us) * scale,
+            "compiled_device_us": device_us * scale,
+            "step_us": [max(0.0, us) * scale for us in per_step],
+            "breaks": breaks, "break_us": break_us * scale,
+            "break_lookup_us": break_lookup_us * scale, "break_pairs": dict(pairs)}
 
 
 def _facts(name: str, cat: str, aggs: dict, comm_of: dict) -> tuple:

@@ -154,6 +154,10 @@ class Profile:
     # CUDA graphs (from a trace): the kernels a graph launch replayed, and their device time.
     graph_kernels: int = 0
     graph_kernel_us: float = 0.0
+    # torch.compile's events beyond their sums (reporter.ingest.traces._compiled_facts):
+    # the generated kernels per compiled region, the graph breaks between regions. Empty
+    # for tables, profiles of eager code, and runs stored before it.
+    compiled: dict[str, Any] = field(default_factory=dict)
     # Per-rank traces: the ranks' steps and the slowest rank's extra time by cause
     # (analyze.stragglers), on the first rank's profile (the one a report shows).
     stragglers: dict[str, Any] = field(default_factory=dict)
@@ -199,5 +203,6 @@ class Profile:
             shapes_recorded=bool(data.get("shapes_recorded", False)),
             graph_kernels=data.get("graph_kernels", 0),
             graph_kernel_us=data.get("graph_kernel_us", 0.0),
+            compiled=dict(data.get("compiled") or {}),
             stragglers=dict(data.get("stragglers") or {}),
         )

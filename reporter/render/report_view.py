@@ -271,6 +271,9 @@ def _critical_view(c: dict[str, Any], fmt: Fmt) -> dict[str, Any] | None:
             **{f"{g}_share": fmt.pct(v) for g, v in parts.items()}}
 
 
+SOURCE_LINES = 3  # lines of model code shown per generated kernel
+
+
 def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, Any]:
     """What torch.compile did (reporter.analyze.compiled), per profiled step: the time in
     compiled regions against eager code, Dynamo's guard checks and recompilations, the
@@ -291,6 +294,10 @@ def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, 
         "time": fmt.time(c.compiled_us / n),
         "share": fmt.pct(min(1.0, c.compiled_us / c.step_us)) if c.step_us else None,
         "eager": fmt.time(max(0.0, c.step_us - c.compiled_us) / n),
+        # Per profiled step, where the trace marks them: the lowest and highest.
+        "low": (fmt.time(min(c.step_compiled_us)) if len(c.step_compiled_us) > 1
+                and min(c.step_compiled_us) != max(c.step_compiled_us) else None),
+        "high": fmt.time(max(c.step_compiled_us)) if c.step_compiled_us else None,
         "step": fmt.time(c.step_us / n),
         "device_time": (fmt.time(c.compiled_device_us / n)
                         if device and c.compiled_device_us else None),
@@ -302,12 +309,25 @@ def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, 
         "recompiled": [markup.code(f) for f in c.recompiled],
         "compile_time": fmt.time(c.compile_us / n) if c.compile_us else None,
         "kernels": [{"fused": markup.code(k.fused) if k.fused else None,
+                     "region": markup.code(k.region) if k.region else "—",
+                     "sources": [markup.code(line) for line in k.sources[:SOURCE_LINES]],
+                     "sources_more": max(0, len(k.sources) - SOURCE_LINES),
                      "name": markup.code(k.names[0]), "backend": k.backend,
                      "kind": k.kind or "none", "calls": count(k.calls / n),
                      "time": fmt.time(k.time_us / n),
                      "share": fmt.pct(k.time_us / total) if total else "—"}
                     for k in c.kernels[:KERNEL_ROWS]],
         "kernels_more": max(0, len(c.kernels) - KERNEL_ROWS),
+        "by_region": any(k.region for k in c.kernels),
+        "by_source": any(k.sources for k in c.kernels[:KERNEL_ROWS]),
+        # Graph breaks, where a trace placed the regions (None: the profile cannot say).
+        "breaks": (count(c.breaks / n) if c.breaks else None) if section.profile.compiled
+        else None,
+        "breaks_n": c.breaks / n,
+        "breaks_known": bool(section.profile.compiled),
+        "break_time": fmt.time(c.break_us / n),
+        "break_pairs": [markup.code(p) for p in sorted(c.break_pairs,
+                                                       key=lambda p: -c.break_pairs[p])],
         "kernel_time": fmt.time(c.kernel_us / n) if c.kernels else None,
         "on_gpu": device,
         "graph_launches": count(c.graph_launches / n) if c.graph_launches else None,
