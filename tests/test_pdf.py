@@ -104,3 +104,31 @@ def test_run_writes_markdown_and_pdf(runs):
     md = paths[0].read_text() if paths[0].suffix == ".md" else paths[1].read_text()
     chart = re.search(r"!\[[^\]]+\]\(([^)]*-chart-[^)]+\.svg)\)", md)
     assert chart and (paths[0].parent / chart.group(1)).is_file()
+
+
+def test_an_interrupt_between_two_formats_leaves_none_of_them(tmp_path, monkeypatch):
+    """#35: Ctrl-C after the Markdown was written and before the PDF leaves neither, nor
+    the charts; a report that was there before is kept (replaced whole)."""
+    import reporter.render.report as report
+    from reporter.render.report import write_reports
+
+    view = report_view(load(FIXTURES / "runs" / "cpu-transformer"), "en")
+    real, calls = report.write_atomic, []
+
+    def interrupted(path, content):
+        calls.append(path)
+        if len(calls) == 2:  # the second format: the user pressed Ctrl-C
+            raise KeyboardInterrupt
+        return real(path, content)
+
+    monkeypatch.setattr(report, "write_atomic", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_reports(view, tmp_path, ["md", "pdf"])
+    assert [p.name for p in calls] == ["report.en.md", "report.en.pdf"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    (tmp_path / "report.en.md").write_text("an earlier report")
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        write_reports(view, tmp_path, ["md", "pdf"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.en.md"]
+    assert "# Profiling report" in (tmp_path / "report.en.md").read_text()

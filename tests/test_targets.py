@@ -381,6 +381,25 @@ def test_native_stderr_is_passed_on_as_it_comes_without_kinetos_lines(capfd):
     assert "after" in capfd.readouterr().err
 
 
+def test_kinetos_failed_write_line_is_dropped_where_reporter_says_it_in_one(capfd):
+    """D1: a full disk while torch exports its trace: reporter's [io] line says it, so
+    kineto's own "Failed to write to log file!" is not a second line."""
+    import os
+    import time
+
+    from reporter.collect.runner import _KINETO_WRITE_FAILED, _filtered_native_stderr
+
+    with _filtered_native_stderr(_KINETO_WRITE_FAILED):
+        os.write(2, b"ERROR:2026 output_json.cpp:977] Failed to write to log file!\n"
+                    b"something else\n")
+        deadline, seen = time.monotonic() + 5, ""
+        while "something else" not in seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+            seen += capfd.readouterr().err
+    seen += capfd.readouterr().err
+    assert "something else" in seen and "Failed to write" not in seen
+
+
 def test_cnn_fixed_prefetches_no_more_than_shared_memory_holds():
     from reporter.collect.targets.cnn import _worker_settings
 

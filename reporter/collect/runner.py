@@ -243,8 +243,10 @@ class _Stepper:
 
 
 @contextlib.contextmanager
-def _filtered_native_stderr():
-    """Drop kineto's "USDT: ... profiler_start/stop" lines, which no setting turns off.
+def _filtered_native_stderr(*dropped: bytes):
+    """Drop kineto's "USDT: ... profiler_start/stop" lines, which no setting turns off,
+    and any line holding one of ``dropped`` (kineto's own words for a failure that
+    reporter then states in its one line).
 
     They are written by C++ straight to file descriptor 2, so for the duration the
     descriptor is a pipe, and a thread passes every other line on to the real
@@ -263,7 +265,7 @@ def _filtered_native_stderr():
         with os.fdopen(read_fd, "rb", buffering=0) as pipe, \
                 os.fdopen(out, "wb", buffering=0) as dest:
             for line in pipe:
-                if not line.startswith(b"USDT:"):
+                if not line.startswith(b"USDT:") and not any(d in line for d in dropped):
                     dest.write(line)
 
     sys.stderr.flush()
@@ -599,13 +601,18 @@ def _profile_once(stepper: _Stepper, device: str, active: int, trace: Path,
     disturbance = watch.stop()
     # The profile is read back from the exported trace: the same numbers as
     # key_averages() (tests/test_traces.py), in a fraction of its time.
-    prof.export_chrome_trace(str(trace))
+    # A trace kineto cannot write (a full disk, its folder removed) is told in one line by
+    # _unreadable_trace: kineto's own "Failed to write to log file!" would be a second.
+    with _filtered_native_stderr(_KINETO_WRITE_FAILED):
+        prof.export_chrome_trace(str(trace))
     try:
         profile_obj = read_trace(trace, shapes=True)
     except BadInput as exc:  # torch wrote it: not the user's input
         raise _unreadable_trace(trace, exc) from exc
     return profile_obj, active_s, disturbance
 
+
+_KINETO_WRITE_FAILED = b"Failed to write to log file"
 
 # Less free space than this where the trace is written: a cut-off trace is the full disk's.
 _LOW_DISK_B = 64 << 20

@@ -176,15 +176,23 @@ def write_reports(view: View, folder: Path, formats: Sequence[str],
     folder = Path(folder)
     before = {p.name for p in folder.glob(f"{stem}-chart-*")} if folder.is_dir() else set()
     charts = draw(view, folder, terms(view.lang), stem, mermaid=options.github)
+    written: list[Path] = []
     try:
         contents = [(RENDERERS[fmt], RENDERERS[fmt].render(view, options, charts))
                     for fmt in formats]
-    except BaseException:
+        for renderer, content in contents:
+            path = folder / f"{stem}.{view.lang}.{renderer.extension}"
+            fresh = not path.exists()  # one there before is replaced whole, and kept
+            write_atomic(path, content)
+            if fresh:
+                written.append(path)
+    except BaseException:  # an error or an interrupt: nothing of this call is left
+        for path in written:
+            path.unlink(missing_ok=True)
         for name in charts.names() - before:
             (folder / name).unlink(missing_ok=True)
         raise
-    return [write_atomic(folder / f"{stem}.{view.lang}.{renderer.extension}", content)
-            for renderer, content in contents]
+    return [folder / f"{stem}.{view.lang}.{renderer.extension}" for renderer, _ in contents]
 
 
 def write_report(view: View, folder: Path, fmt: str,
