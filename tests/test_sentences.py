@@ -81,3 +81,22 @@ def _count(folder: Path) -> int:
 @pytest.mark.parametrize("lang", LANGUAGES)
 def test_a_language_holds_words_not_logic(lang):
     assert _count(language(lang).folder) <= MOST_TAGS
+
+
+# A time threshold written into the words ("10 µs") instead of printed from the analysis.
+WRITTEN_TIME = re.compile(r"\b\d+[ \u00a0]?(?:µs|μs|мкс|微秒|ms|мс|毫秒)(?![^{]*\}\})")
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_the_launch_latency_threshold_is_printed_from_the_analysis(lang):
+    from reporter.model.profile import LATENCY_US
+    from reporter.render.fmt import Fmt
+
+    env = environment(lang)
+    assert env.globals["limits"]["latency"] == Fmt(lang).whole_time(LATENCY_US)
+    assert str(round(LATENCY_US)) in env.globals["limits"]["latency"]
+    t = env.get_template("terms.j2").module
+    assert env.globals["limits"]["latency"] in t.path_link["latency"]
+    for path in sorted(language(lang).folder.rglob("*.j2")):
+        written = WRITTEN_TIME.findall(path.read_text(encoding="utf-8"))
+        assert not written, f"{path}: a time written into the prose: {written}"

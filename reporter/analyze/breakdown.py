@@ -32,7 +32,7 @@ import re
 from bisect import bisect_left, bisect_right
 from typing import Any, Iterable
 
-from ..model.profile import Breakdown
+from ..model.profile import LATENCY_US, Breakdown
 
 Interval = tuple[float, float]
 
@@ -46,14 +46,7 @@ PRIORITY = ("drain", "data", "input_copy", "optimizer", "backward", "loss", "for
 DEVICE_ACTIVITIES = ("compute", "communication", "copy_h2d", "copy_d2h", "copy_d2d",
                      "memset", "idle_data", "idle_sync", "idle_latency", "idle_queued",
                      "idle_host")
-# A gap between device work whose next work was launched before the gap began, and that
-# lasts at most this long, is the launch's own latency: the device fetching and setting up
-# the next kernel. Between kernels queued on one stream that takes 1-5 us (on the corpus,
-# 90% of such gaps on the busiest stream are at most 5 us on an A100, trace 07, and 7 us
-# on a V100, 13; CUPTI's timestamps add about a microsecond). Twice the longest of these
-# leaves room; a queued gap longer than that waits on something: another stream's work
-# (an event, a stream wait), a dependency.
-LATENCY_US = 10.0
+# A gap of device idle time before queued work: see model.profile.LATENCY_US.
 # A stream's own split: busy, then idle by cause (no data/sync split: that is the host's).
 STREAM_ACTIVITIES = ("busy", "idle_latency", "idle_queued", "idle_host")
 

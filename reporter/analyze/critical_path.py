@@ -41,9 +41,9 @@ import re
 from bisect import bisect_left, bisect_right
 from typing import Any
 
+from ..model.profile import LATENCY_US
 from .breakdown import (
     HOST_PHASES,
-    LATENCY_US,
     PRIORITY,
     Interval,
     _copy_kind,

@@ -95,6 +95,10 @@ class Fmt:
         """A threshold in whole percent, the locale's way: "3%", "3 %"."""
         return self._minus(format_percent(share, locale=self.locale))
 
+    def whole_time(self, us: float) -> str:
+        """A threshold time in whole microseconds, the locale's way: "10 μs", "10 мкс"."""
+        return self._unit(round(us), "duration-microsecond", "#,##0")
+
     def signed_pct(self, share: float) -> str:
         return ("+" if share > 0 else "−" if share < 0 else "") + self.pct(abs(share))
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import WorkFailed
+from ..model.profile import LATENCY_US
 from ..store import write_atomic
 from . import markup
 # The options live in a light module (the command line reads them without Jinja, Babel
@@ -27,7 +28,7 @@ from .view import CompareView, Fmt, ReportView, View
 
 
 @lru_cache(maxsize=None)
-def _environment(folder: Path):
+def _environment(folder: Path, lang: str):
     import jinja2
 
     if not (folder / "report.md.j2").is_file():
@@ -48,12 +49,14 @@ def _environment(folder: Path):
                        url=markup.url, join=markup.join)
     # a sentence the view's values choose, a sentence said of each item (render/sentences.py)
     env.globals.update(say=say, each=each)
+    # thresholds the prose names, from the analysis' own constants (terms.j2 too)
+    env.globals["limits"] = {"latency": Fmt(lang).whole_time(LATENCY_US)}
     return env
 
 
 def environment(lang: str):
     """The Jinja environment of a language's templates (BadInput for an unknown one)."""
-    return _environment(language(lang).folder)
+    return _environment(language(lang).folder, lang)
 
 
 @contextmanager
