@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -214,7 +215,8 @@ def test_live_cpu_run_measures_peaks_and_reports_efficiency(tmp_path):
     spec, builder = resolve("transformer")
     opts = RunOptions(device="cpu", preset="tiny", windows=3, time_budget_s=0.5,
                       warmup_steps=1)
-    for attempt in range(3):  # again while the machine's other work withholds the figures
+    for attempt in range(5):  # again while the machine's other work withholds the figures
+        time.sleep(2 * bool(attempt))  # a pause: a burst of other work may pass
         run = profile_target(spec, builder, opts, tmp_path / f"scratch{attempt}")
         section = run.sections[0]
         e = of_section(section, run.target["batch_size"])

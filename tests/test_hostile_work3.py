@@ -389,7 +389,7 @@ def test_a_report_that_cannot_be_written_keeps_the_run(tmp_path):
     shutil.copytree(language("en").folder, langs / "xx")
     text = (langs / "xx" / "report.md.j2").read_text(encoding="utf-8")
     (langs / "xx" / "report.md.j2").write_text(text.replace(
-        "{% block summary %}", "{% block summary %}{{ 1 // 0 }}"), encoding="utf-8")
+        "{% block summary_heading %}", "{% block summary_heading %}{{ 1 // 0 }}"), encoding="utf-8")
     (tmp_path / "slow.py").write_text(SLOW.replace("0.05", "0.001"))
     code = ("import os, sys\nos.environ['REPORTER_TEMPLATES'] = sys.argv.pop(1)\n"
             "from reporter.cli import main\nsys.exit(main(sys.argv[1:]))\n")
