@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from test_hostile import SLOW_TARGET
 
 from reporter.store import OWNER_FILE, STALE_AFTER_S, owner_record
 
@@ -89,19 +90,7 @@ def test_only_folders_of_our_own_dead_processes_are_removed(tmp_path):
     assert [k for k, p in removed.items() if p.exists()] == []
 
 
-SLOW = """
-import time, torch
-from torch import nn
-from reporter import Target
-
-def build(device="cpu", preset="default"):
-    model = nn.Linear(4, 4)
-    def forward(model, batch):
-        time.sleep(0.05)
-        return model(batch[0])
-    return Target(model=model, batches=[(torch.randn(2, 4),)], batch_size=2,
-                  modes=("inference",), forward=forward)
-"""
+SLOW = SLOW_TARGET.replace("time.sleep(0.2)", "time.sleep(0.05)")  # a slow inference step
 
 
 def _pid_namespaces() -> bool:
