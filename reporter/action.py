@@ -167,6 +167,15 @@ def comment_key(inputs: Inputs) -> str:
 
 # --- running reporter ---------------------------------------------------------------
 
+# ``python -m reporter`` in the user's checkout would import a ``reporter/`` folder of
+# theirs: the working directory comes first on sys.path. Take it off (a target's own
+# imports still find it: collect/target.py adds the working directory when it loads one).
+_LAUNCH = ("import runpy, sys\n"
+           "if not getattr(sys.flags, 'safe_path', False):\n"
+           "    del sys.path[0]\n"
+           "runpy.run_module('reporter', run_name='__main__', alter_sys=True)\n")
+
+
 def reporter(args: Sequence[str], cwd: Path | None = None) -> int:
     """``reporter ARGS`` in a child process with this interpreter; its exit code."""
     return _reporter(args, cwd)[0]
@@ -176,7 +185,7 @@ def _reporter(args: Sequence[str], cwd: Path | None = None, keep_errors: bool = 
               ) -> tuple[int, str]:
     """``reporter ARGS``: its exit code and, with ``keep_errors``, its stderr (held back
     from the log: the caller decides)."""
-    cmd = [sys.executable, "-m", "reporter", *args]
+    cmd = [sys.executable, "-c", _LAUNCH, *args]
     print("reporter-action: " + shlex.join(["reporter", *args]), file=sys.stderr, flush=True)
     res = subprocess.run(cmd, cwd=cwd, stderr=subprocess.PIPE if keep_errors else None,
                          text=True)

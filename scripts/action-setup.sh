@@ -12,7 +12,8 @@ if [ -n "${INPUT_PYTHON:-}" ]; then
     if ! command -v "$py" >/dev/null; then
         say "input python: $py is not a program here"; exit 2
     fi
-    if ! "$py" -c 'import reporter.cli, reporter.action' 2>/dev/null; then
+    # From / : in the workspace a `reporter/` folder of the user's would be imported.
+    if ! (cd / && "$py" -c 'import reporter.cli, reporter.action') 2>/dev/null; then
         say "input python: $py cannot import reporter; install it there, or leave python empty"
         exit 2
     fi
@@ -21,4 +22,4 @@ else
     py=$root/.venv/bin/python
 fi
 echo "python=$py" >> "${GITHUB_OUTPUT:-/dev/null}"
-echo "reporter-action: $("$py" -m reporter --version) ($py)" >&2
+echo "reporter-action: $(cd / && "$py" -m reporter --version) ($py)" >&2

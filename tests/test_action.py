@@ -294,6 +294,21 @@ def test_no_regression_passes(job):
     assert "faster" in job.summary
 
 
+def test_a_reporter_package_in_the_users_repository_is_not_imported(job):
+    """The step runs in the user's checkout: a `reporter/` of theirs (a reporting module
+    of their own) must not shadow the installed reporter, in the action or its children."""
+    own = Path(job.env["GITHUB_WORKSPACE"]) / "reporter"
+    own.mkdir()
+    (own / "__init__.py").write_text("raise ImportError('the user repository reporter')\n")
+    (own / "action.py").write_text("raise ImportError('the user repository reporter')\n")
+    res = run_action(job, **_stored(baseline=str(RUNS / "cpu-transformer-bloat"),
+                                    runs=str(RUNS / "cpu-transformer-bloat-fixed"),
+                                    comment="false", artifact_name=""))
+    assert "the user repository reporter" not in res.err + res.out
+    assert res.code == 0, res.err
+    assert res.outputs["reporter"]["result"] == "pass"
+
+
 def test_several_targets_are_paired_by_name_in_one_comment(job):
     base, new = job.root / "base-runs", job.root / "new-runs"
     for dest, names in ((base, ("cpu-tensor-ops", "cpu-transformer")),
