@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from reporter.analyze.analyzer import FIRST_TOUCH, profiler_distortion
+from reporter.analyze.analyzer import profiler_distortion
+from reporter.analyze.savings import FIRST_TOUCH
 from reporter.model.finding import Finding
 from reporter.render.view import LANGUAGES
 
@@ -50,6 +51,8 @@ def test_a_live_run_counts_the_page_faults_with_and_without_the_profiler(tmp_pat
     for when in ("unprofiled", "profiled"):
         assert cost[f"{when}_minor_faults"] + cost[f"{when}_major_faults"] >= 0.9 * pages, cost
         assert cost[f"{when}_step_us"] > 0
+    # the profiler's own cost per recorded call, measured by the runner on the CPU
+    assert 0 < cost["call_us"] < 1000, cost
     # the profiled step is the one the profiled throughput is of
     assert cost["profiled_step_us"] == pytest.approx(
         run.target["batch_size"] / section.throughput.profiled * 1e6, rel=1e-6)
@@ -80,6 +83,10 @@ def test_which_findings_the_profiler_distorts():
     fill, mm = _finding("aten::fill_"), _finding("aten::mm")
     profiler_distortion([fill, mm], {**COST, "profiled_minor_faults": 600.0})
     assert fill.evidence["profiled_faults"] == 600 and "profiled_faults" not in mm.evidence
+    # a copy writes fresh memory as a fill does; the runner's cost per call goes along
+    copy = _finding("aten::copy_")
+    profiler_distortion([copy], {**COST, "profiled_minor_faults": 600.0, "call_us": 1.5})
+    assert copy.evidence["first_touch"] and copy.evidence["profiler_call_us"] == 1.5
     # no faults added: nothing said
     fill = _finding("aten::fill_")
     profiler_distortion([fill], {**COST, "profiled_minor_faults": 301.0})

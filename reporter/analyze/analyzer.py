@@ -28,6 +28,7 @@ from ..model.run import Run, Section
 from . import rules  # noqa: F401  (the registry is whole: see the package)
 from .compiled import Compiled, compiled
 from .efficiency import Efficiency
+from .savings import WRITERS
 from .findings import (
     MATMUL_OPS,
     MIN_PROFILE_US,
@@ -122,13 +123,6 @@ class Analysis:
     stragglers: dict[str, Any] = field(default_factory=dict)
 
 
-# Operators whose time is mostly the first touch of fresh memory (page faults) on the
-# CPU: filling, zeroing and allocating. The profiler's own buffers and records change
-# what the allocator hands out, and the faults land in these operators' time.
-FIRST_TOUCH = {"aten::fill_", "aten::zero_", "aten::zeros", "aten::zeros_like",
-               "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::ones",
-               "aten::ones_like", "aten::full", "aten::full_like", "aten::new_zeros",
-               "aten::new_empty", "aten::new_full"}
 # Page faults under the profiler this many times those without it, and this many more per
 # step: every share of the profiled step is distorted, not only the first-touch operators'.
 FAULTS_RATIO = 5.0
@@ -138,10 +132,13 @@ FAULTS_MORE = 100.0
 def profiler_distortion(findings: list[Finding], cost: dict[str, float] | None) -> None:
     """Say, in the findings whose share it distorts, what the profiler did to the step
     (``cost``: the runner's measurement, Section.profiler_cost): the step's time and page
-    faults with and without it. A finding of first-touch operators (``FIRST_TOUCH``: its
-    named operators or its top one) is distorted as soon as the profiler adds faults;
-    every finding is when the faults under it are ``FAULTS_RATIO`` times those without it
-    and ``FAULTS_MORE`` more per step."""
+    faults with and without it. A finding of operators that write fresh memory
+    (``savings.WRITERS``: its named operators or its top one) is distorted as soon as the
+    profiler adds faults; every finding is when the faults under it are ``FAULTS_RATIO``
+    times those without it and ``FAULTS_MORE`` more per step. The runner's measured cost
+    per recorded call goes with them (``profiler_call_us``): with it,
+    reporter.analyze.savings tells the profiler's per-call cost and the first touch
+    apart."""
     if not cost:
         return
     try:
@@ -152,19 +149,27 @@ def profiler_distortion(findings: list[Finding], cost: dict[str, float] | None) 
             cost["unprofiled_step_us"])
     except (KeyError, TypeError, ValueError):
         return
+    try:  # the profiler's own cost per recorded call, measured by the runner (newer runs)
+        call_us: float | None = float(cost["call_us"]) if "call_us" in cost else None
+    except (TypeError, ValueError):
+        call_us = None
+    if call_us is not None and not (0 < call_us < 1e6):
+        call_us = None
     more = with_ - without
     if more < FAULTS_MORE / 10:
         return  # the profiler added next to no faults
     everywhere = more >= FAULTS_MORE and with_ >= FAULTS_RATIO * max(without, 1.0)
     for f in findings:
         names = {*f.ops, str(f.evidence.get("op") or "")}
-        first_touch = bool(names & FIRST_TOUCH)
+        first_touch = bool(names & WRITERS)
         if not (everywhere or first_touch):
             continue
         f.evidence.update({"profiled_faults": round(with_), "unprofiled_faults": round(without),
                            "profiled_faults_step_us": step_with,
                            "unprofiled_faults_step_us": step_without,
                            "first_touch": first_touch})
+        if call_us is not None:
+            f.evidence["profiler_call_us"] = call_us
 
 
 def analyze_section(section: Section, batch_size: int | None = None,

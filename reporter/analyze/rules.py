@@ -37,7 +37,7 @@ ELEMENTWISE = {
     "aten::pow", "aten::exp", "aten::neg", "aten::sqrt", "aten::rsqrt", "aten::where",
     "aten::maximum", "aten::minimum", "aten::prod", "aten::mul_out",
 }
-COPIES = {"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone"}
+COPIES = savings.COPY_OPS
 # Operators that materialise a larger tensor than their input (blow-up).
 BLOWUP = ("aten::repeat", "aten::repeat_interleave", "aten::tile", "aten::expand_copy")
 # Operators behind layout copies.
