@@ -248,9 +248,9 @@ def test_attention_is_timed_under_the_autocast_the_model_ran_under():
     section = load(FIXTURES / "runs" / "cpu-transformer").sections[0]
     section.precision = {"autocast": "bf16", "tf32": {}}
     seen = []
-    real = torch.bmm
+    real = torch.matmul
 
-    def bmm(a, b):  # the recipe times the recorded chain: its products are bmm
+    def matmul(a, b):  # the recipe times the recorded chain: its products are matmul
         out = real(a, b)
         seen.append(out.dtype)
         return out
@@ -258,7 +258,7 @@ def test_attention_is_timed_under_the_autocast_the_model_ran_under():
         ctx = whatif._autocast(devices.get("cuda"), section)
         assert isinstance(ctx, torch.autocast) and ctx.fast_dtype == torch.bfloat16
         import unittest.mock as mock
-        with mock.patch.object(torch, "bmm", bmm):
+        with mock.patch.object(torch, "matmul", matmul):
             got = whatif.attention(section.profile, "cuda", False, 3, section)
     assert got is not None and got["before_ms"] > 0 and seen
     assert set(seen) == {torch.bfloat16} and "event.record" in gpu.log

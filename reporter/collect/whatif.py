@@ -322,12 +322,15 @@ def attention(profile: Profile, device: str, train: bool, steps: int,
 
     def make(name: str, rows: int, cols: int) -> Any:
         """An operand (*batch, rows, cols) in the recorded dtype; where the model's was a
-        view that its product copied, one as heads split off a (batch, rows, heads, cols)
-        tensor are: rows and heads transposed, so that folding the batch copies it."""
+        view that its product copied, one as heads split off a projection's output are: a
+        (batch, rows, heads x cols) tensor viewed as (batch, rows, heads, cols), rows and
+        heads transposed, so that folding the batch copies it, and so that its gradient
+        is put back in the projection's layout (the copy the unfused products' gradients
+        need and the fused kernel's may not)."""
         if name in copies:
-            t = torch.randn(batch[0], rows, *batch[1:], cols, generator=gen,
+            t = torch.randn(batch[0], rows, math.prod(batch[1:]) * cols, generator=gen,
                             device=dev.tensor_device).to(dtype).requires_grad_(train)
-            return t.movedim(1, -2)
+            return t.view(batch[0], rows, *batch[1:], cols).movedim(1, -2)
         return torch.randn(*batch, rows, cols, generator=gen, device=dev.tensor_device
                            ).to(dtype).requires_grad_(train)
     q, k, v = make("q", lq, e), make("k", ls, e), make("v", ls, ev)
@@ -344,8 +347,28 @@ def attention(profile: Profile, device: str, train: bool, steps: int,
             return torch.ones(lq, ls, dtype=torch.bool, device=dev.tensor_device).triu(1)
         return given
 
+    # The heads' outputs as the model goes on with them: where the scores have a batch and
+    # a heads dimension, put back beside each other, (batch, L, heads x Ev), the copy that
+    # the unfused product's layout needs and the fused kernel's may not; and a dense
+    # gradient from there back, as the layers after it give (the gradient of a sum is an
+    # expanded tensor, which neither variant sees in a model).
+    def merged(out: Any) -> Any:
+        if len(batch) == 2:
+            return out.transpose(1, 2).reshape(batch[0], lq, batch[1] * ev)
+        return out
+    grads: dict[tuple[int, ...], Any] = {}
+
+    def backward(out: Any) -> None:
+        key = tuple(out.shape)
+        if key not in grads:
+            grads[key] = torch.randn(*key, generator=gen, device=dev.tensor_device).to(dtype)
+        out.backward(grads[key])
+
     def unfused(masked: bool) -> None:
-        scores = torch.bmm(q.reshape(n, lq, e), k_t.reshape(n, e, ls)).view(*batch, lq, ls)
+        # torch.matmul on the operands as the model held them: it folds the batch
+        # dimensions (copying a transposed head dense) and unfolds the result, as the
+        # recorded chain did
+        scores = torch.matmul(q, k_t)
         if shape.get("scale") == "aten::div":
             scores = scores / math.sqrt(e)
         else:
@@ -353,17 +376,16 @@ def attention(profile: Profile, device: str, train: bool, steps: int,
         if masked:
             scores = scores + given if added and not causal else scores.masked_fill(
                 mask(), float("-inf"))
-        p = torch.softmax(scores, -1).reshape(n, lq, ls)
-        out = torch.bmm(p, v.reshape(n, ls, ev))
+        out = merged(torch.matmul(torch.softmax(scores, -1), v))
         if train:
-            out.sum().backward()
+            backward(out)
 
     def fused(masked: bool) -> None:
         attn_mask = (None if not masked or causal else given if added else ~given)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                             is_causal=masked and causal)
+        out = merged(F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                                    is_causal=masked and causal))
         if train:
-            out.sum().backward()
+            backward(out)
     total = shape["calls"]
     # The masked calls the profile counts; where it counts none but the trace shows a mask
     # applied to the scores, every call is masked.
