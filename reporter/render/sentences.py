@@ -107,6 +107,10 @@ FINDINGS: dict[str, dict[str, Choice]] = {
                                        f("multiprocess"))},
     "dispatch-bound": LOOP,
     "dominant-operator": {"memory": when("memory_per_call", f("mem_per_call")),
+                          # bf16 products on a CPU without bf16 matrix units: BART's
+                          # training step took 15 times as long under bf16 autocast
+                          "precision": either("lower_precision_timed_first", "lower_precision",
+                                              lambda v: not v["on_gpu"] and v["f"]["matrix_op"]),
                           "fuse": when("fuse_with_compile", lambda v: not v["f"]["compiled"]),
                           "compiled": when("compiled_already", f("compiled"))},
     "dropout-cost": {"steps": OVER_STEPS,
