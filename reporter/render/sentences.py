@@ -156,7 +156,9 @@ FINDINGS: dict[str, dict[str, Choice]] = {
         "also": when("also", f("faster_dtype"))},
     "per-sample-loop": LOOP,
     "recompilation": {"steps": OVER_STEPS, "ids": when("compile_ids", f("compile_ids"))},
-    "single-tensor-optimizer": {"steps": OVER_STEPS, "foreach": when("or_foreach", f("fused"))},
+    "single-tensor-optimizer": {"steps": OVER_STEPS,
+                                "foreach": first(("foreach_no_faster", f("foreach_slower")),
+                                                 ("or_foreach", f("fused")))},
     "slow-copies": {
         "direction": either("host_to_device", "device_to_host",
                             lambda v: v["f"]["direction"] == "h2d"),
