@@ -181,8 +181,8 @@ def optimizer_variants(findings: list[Finding], whatif: dict[str, Any] | None) -
     if not isinstance(timed, dict):
         return
     before, foreach = timed.get("before_ms"), timed.get("foreach_ms")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (before,
-                                                                              foreach)):
+    if not (isinstance(before, (int, float)) and isinstance(foreach, (int, float))) \
+            or isinstance(before, bool) or isinstance(foreach, bool):
         return
     for f in findings:
         if f.rule == "single-tensor-optimizer":

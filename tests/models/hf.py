@@ -146,3 +146,63 @@ def bart_train_bf16(device: str = "cpu", preset: str = "default") -> Target:
     t = bart_train(device, preset)
     t.autocast = "bf16"
     return t
+
+
+def t5_train(device: str = "cpu", preset: str = "default", dropout: float = 0.1,
+             foreach: bool | None = None) -> Target:
+    """A small T5 (encoder-decoder, relative position buckets) training step with its
+    configuration's default dropout (0.1), Adam as constructed by default (on the CPU,
+    torch steps its parameters one by one). No test uses it: an architecture tried
+    against its report's advice (README, #27)."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = T5Config(vocab_size=1000, d_model=256, d_kv=64, d_ff=1024, num_layers=2,
+                      num_decoder_layers=2, num_heads=4, dropout_rate=dropout,
+                      decoder_start_token_id=0, pad_token_id=0)
+    model = T5ForConditionalGeneration(config).to(device)
+    batches = _ids(1000, 8, 64)
+    return Target(model=model, batches=batches, batch_size=8,
+                  forward=lambda m, batch: m(input_ids=batch[0], labels=batch[0]).loss,
+                  loss=lambda out, batch: out,
+                  optimizer=torch.optim.Adam(model.parameters(), lr=1e-4, foreach=foreach))
+
+
+def t5_train_no_dropout(device: str = "cpu", preset: str = "default") -> Target:
+    """The same T5 step with dropout_rate=0.0, as the dropout-cost advice says."""
+    return t5_train(device, preset, dropout=0.0)
+
+
+def t5_train_foreach(device: str = "cpu", preset: str = "default") -> Target:
+    """The same T5 step with Adam(..., foreach=True), as the optimizer advice says."""
+    return t5_train(device, preset, foreach=True)
+
+
+def distilbert_train(device: str = "cpu", preset: str = "default", dropout: float = 0.1,
+                     foreach: bool | None = None) -> Target:
+    """A small DistilBERT masked-language-model training step with its configuration's
+    default dropout (0.1, and 0.1 on the attention weights), Adam as constructed by
+    default. No test uses it: an architecture tried against its report's advice
+    (README, #27)."""
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
+
+    torch.manual_seed(0)
+    config = DistilBertConfig(vocab_size=1000, dim=256, n_layers=2, n_heads=4, hidden_dim=1024,
+                              max_position_embeddings=256, dropout=dropout,
+                              attention_dropout=dropout)
+    model = DistilBertForMaskedLM(config).to(device)
+    batches = _ids(1000, 8, 128)
+    return Target(model=model, batches=batches, batch_size=8,
+                  forward=lambda m, batch: m(input_ids=batch[0], labels=batch[0]).loss,
+                  loss=lambda out, batch: out,
+                  optimizer=torch.optim.Adam(model.parameters(), lr=1e-4, foreach=foreach))
+
+
+def distilbert_train_no_dropout(device: str = "cpu", preset: str = "default") -> Target:
+    """The same DistilBERT step without dropout, as the dropout-cost advice says."""
+    return distilbert_train(device, preset, dropout=0.0)
+
+
+def distilbert_train_foreach(device: str = "cpu", preset: str = "default") -> Target:
+    """The same DistilBERT step with Adam(..., foreach=True), as the optimizer advice says."""
+    return distilbert_train(device, preset, foreach=True)
