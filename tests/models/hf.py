@@ -149,7 +149,7 @@ def bart_train_bf16(device: str = "cpu", preset: str = "default") -> Target:
 
 
 def t5_train(device: str = "cpu", preset: str = "default", dropout: float = 0.1,
-             foreach: bool | None = None) -> Target:
+             foreach: bool | None = None, fused: bool | None = None) -> Target:
     """A small T5 (encoder-decoder, relative position buckets) training step with its
     configuration's default dropout (0.1), Adam as constructed by default (on the CPU,
     torch steps its parameters one by one). No test uses it: an architecture tried
@@ -165,7 +165,8 @@ def t5_train(device: str = "cpu", preset: str = "default", dropout: float = 0.1,
     return Target(model=model, batches=batches, batch_size=8,
                   forward=lambda m, batch: m(input_ids=batch[0], labels=batch[0]).loss,
                   loss=lambda out, batch: out,
-                  optimizer=torch.optim.Adam(model.parameters(), lr=1e-4, foreach=foreach))
+                  optimizer=torch.optim.Adam(model.parameters(), lr=1e-4, foreach=foreach,
+                                             fused=fused))
 
 
 def t5_train_no_dropout(device: str = "cpu", preset: str = "default") -> Target:
@@ -174,8 +175,13 @@ def t5_train_no_dropout(device: str = "cpu", preset: str = "default") -> Target:
 
 
 def t5_train_foreach(device: str = "cpu", preset: str = "default") -> Target:
-    """The same T5 step with Adam(..., foreach=True), as the optimizer advice says."""
+    """The same T5 step with Adam(..., foreach=True), the optimizer advice's alternative."""
     return t5_train(device, preset, foreach=True)
+
+
+def t5_train_fused(device: str = "cpu", preset: str = "default") -> Target:
+    """The same T5 step with Adam(..., fused=True), as the optimizer advice says."""
+    return t5_train(device, preset, fused=True)
 
 
 def distilbert_train(device: str = "cpu", preset: str = "default", dropout: float = 0.1,
