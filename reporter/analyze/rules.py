@@ -684,7 +684,7 @@ _DROPOUT_PARTS = ("aten::bernoulli_", "aten::bernoulli", "aten::native_dropout",
                   "aten::native_dropout_backward")
 
 
-@rule("dropout-cost", saving=savings.removed, share=0.10, high=0.25)
+@rule("dropout-cost", saving=savings.removed, share=0.05, high=0.25)
 def dropout_cost(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Dropout's random masks take a share of the time (a bernoulli_ per element on the
     CPU; a fused kernel on a GPU, still a random number per element)."""
