@@ -1,8 +1,9 @@
 """Benchmark: do the findings' predicted savings come true?
 
-For every built-in baseline and its fixed twin, and the hand-made models with one
+For every built-in baseline and its fixed twin, the hand-made models with one
 planted problem each (tests/models/planted.py: a per-sample loop, dropout) and
-their fixes: the share of the step that the baseline's main problems which the twin no
+their fixes, and transformers' T5 with Adam one parameter at a time against fused:
+the share of the step that the baseline's main problems which the twin no
 longer has were predicted to save (reporter.analyze.savings, with its low-high band: the
 baseline profiled by reporter as `reporter run` does), against the share the twin
 actually saves, and the error. The twin's saving is timed in one process, the baseline's
@@ -58,6 +59,10 @@ PLANTED = Path(__file__).resolve().parent.parent / "tests" / "models" / "planted
 PAIRS = [(n, f"{n}-fixed", n) for n in ("seq2seq", "transformer-bloat", "cnn", "transformer")]
 PAIRS += [(f"{PLANTED}:{a}", f"{PLANTED}:{b}", a) for a, b in
           (("per_sample_loop", "per_sample_batched"), ("dropout_heavy", "dropout_fixed"))]
+# A library model's per-parameter optimizer (transformers' T5, Adam as constructed by
+# default) against the fused step its advice gives; needs transformers (the test extra)
+HF = PLANTED.parent / "hf.py"
+PAIRS += [(f"{HF}:t5_train", f"{HF}:t5_train_fused", "t5 (Adam)")]
 # findings that are no fault for a twin to fix: the statements (near-roofline)
 STATEMENTS = {r.id for r in RULES.values() if r.derive is not None}
 ROUNDS = 11  # interleaved rounds per pair and mode
