@@ -567,7 +567,7 @@ def test_the_optimizer_advice_drops_foreach_where_it_timed_no_faster(tmp_path):
     from reporter.store import load
 
     said = {"en": "no faster than updating one parameter at a time",
-            "ru": "не быстрее обновления по одному параметру",
+            "ru": "не быстрее, чем по одному параметру",
             "zh": "并不比逐个参数更新更快"}
     offered = {"en": "(or `foreach=True`)", "ru": "`foreach=True`", "zh": "（或 `foreach=True`）"}
     folder = tmp_path / "run"
