@@ -62,7 +62,12 @@ PAIRS += [(f"{PLANTED}:{a}", f"{PLANTED}:{b}", a) for a, b in
 # A library model's per-parameter optimizer (transformers' T5, Adam as constructed by
 # default) against the fused step its advice gives; needs transformers (the test extra)
 HF = PLANTED.parent / "hf.py"
-PAIRS += [(f"{HF}:t5_train", f"{HF}:t5_train_fused", "t5 (Adam)")]
+try:
+    import transformers  # noqa: F401
+    PAIRS += [(f"{HF}:t5_train", f"{HF}:t5_train_fused", "t5 (Adam)")]
+except ImportError:  # reporter without its test extra: the built-in pairs only
+    print("bench/diagnosis.py: transformers is not installed: the T5 pair is left out",
+          file=sys.stderr)
 # findings that are no fault for a twin to fix: the statements (near-roofline)
 STATEMENTS = {r.id for r in RULES.values() if r.derive is not None}
 ROUNDS = 11  # interleaved rounds per pair and mode
