@@ -172,21 +172,15 @@ def profiler_distortion(findings: list[Finding], cost: dict[str, float] | None) 
             f.evidence["profiler_call_us"] = call_us
 
 
-def optimizer_variants(findings: list[Finding], whatif: dict[str, Any] | None) -> None:
-    """Say, in the single-tensor-optimizer finding, whether ``foreach=True`` timed no faster
-    than the one-parameter-at-a-time step (``foreach_slower``; the runner's what-if,
-    Section.whatif): on a CPU it often is not (T5's Adam: 16.5 ms a step one parameter at
-    a time, 14-22 ms with foreach, 6.0 ms fused), and the advice then gives fused alone."""
-    timed = (whatif or {}).get("single-tensor-optimizer")
-    if not isinstance(timed, dict):
-        return
-    before, foreach = timed.get("before_ms"), timed.get("foreach_ms")
-    if not (isinstance(before, (int, float)) and isinstance(foreach, (int, float))) \
-            or isinstance(before, bool) or isinstance(foreach, bool):
-        return
+def whatif_notes(findings: list[Finding], whatif: dict[str, Any] | None) -> None:
+    """Add to each finding's evidence what its replacement, timed by the runner
+    (Section.whatif), says about the advice (its rule's ``WhatIf.notes``)."""
     for f in findings:
-        if f.rule == "single-tensor-optimizer":
-            f.evidence["foreach_slower"] = bool(foreach >= before)
+        r = RULES.get(f.rule)
+        timed = (whatif or {}).get(f.rule)
+        if r is not None and r.whatif is not None and r.whatif.notes is not None \
+                and isinstance(timed, dict):
+            r.whatif.notes(f, timed)
 
 
 def analyze_section(section: Section, batch_size: int | None = None,
@@ -209,7 +203,7 @@ def analyze_section(section: Section, batch_size: int | None = None,
                else replace(section.profile, stragglers=ranks))
     findings = analyze(profile, overrides, eff)
     profiler_distortion(findings, getattr(section, "profiler_cost", None))
-    optimizer_variants(findings, section.whatif)
+    whatif_notes(findings, section.whatif)
     t = section.throughput
     # A step timed while the machine was busy is no yardstick: the profiled one is used.
     real_step_us = t.step_us(batch_size) if t is not None and t.reliable else None

@@ -56,11 +56,14 @@ class WhatIf:
     finding accounts for, not only the operators timed, so the timed "before" is at least
     that time. ``of_recorded``: the recipe applies the speed-up it timed to the operators'
     recorded times, so its milliseconds are of the profiled step (the others time both
-    variants outright, without the profiler)."""
+    variants outright, without the profiler). ``notes``: what the timed result adds to
+    the finding's evidence for its words (the finding, the result as stored), where the
+    advice depends on it."""
 
     recipe: str
     replaces_all: bool = False
     of_recorded: bool = False
+    notes: Callable[[Finding, dict[str, Any]], None] | None = None
 
 
 @dataclass(frozen=True)
