@@ -83,11 +83,14 @@ def interleaved(baseline: str, fix: str, mode: str, opts: RunOptions
     since one that has profiled holds the profiler's heap: a baseline that allocates more
     was slower in it (transformer in training: 17.7% saved timed after the profiles in
     the same process, 11.0% in a fresh one)."""
-    out = subprocess.run([sys.executable, __file__, "--interleave", baseline, fix, mode,
-                          "--device", opts.device, "--preset", opts.preset]
-                         + (["--threads", str(opts.threads)] if opts.threads else []),
-                         check=True, capture_output=True, text=True).stdout
-    got = json.loads(out.strip().splitlines()[-1])
+    child = subprocess.run([sys.executable, __file__, "--interleave", baseline, fix, mode,
+                            "--device", opts.device, "--preset", opts.preset]
+                           + (["--threads", str(opts.threads)] if opts.threads else []),
+                           capture_output=True, text=True)
+    if child.returncode != 0:
+        last = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        sys.exit(f"bench/diagnosis.py: timing {baseline} against {fix} ({mode}) failed: {last}")
+    got = json.loads(child.stdout.strip().splitlines()[-1])
     return got["saving"], got["noise"], got["steps"]
 
 
@@ -96,7 +99,7 @@ def _interleave(baseline: str, fix: str, mode: str, opts: RunOptions) -> None:
     dev = device_of(opts.device)
     steppers = []
     for name in (baseline, fix):
-        spec, builder = resolve(name)
+        _, builder = resolve(name)
         steppers.append(_Stepper(builder(opts.device, opts.preset), mode, opts.device))
 
     def timed(step, n: int) -> float:
