@@ -143,7 +143,7 @@ def stages_child(folder: Path, lang: str) -> None:
     mark("load + analyze + view")
     from reporter.render.charts import draw
     charts = replace(draw(view, folder, report.terms(lang), "report"), mermaid={})
-    mark("charts (matplotlib, import included)")
+    mark("charts (SVG)")
     markdown = report.render_markdown(view, report.RenderOptions(), charts)
     mark("Markdown (Jinja)")
     pdf.check_fonts(lang)

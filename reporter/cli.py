@@ -24,7 +24,7 @@ from .errors import BadInput, ReporterError, Terminated, WorkFailed, install_sig
 if TYPE_CHECKING:
     from .pipeline import Output
 
-# reporter.pipeline (and the renderers, Babel, matplotlib behind it) is imported in each
+# reporter.pipeline (and the renderers, Jinja and Babel behind it) is imported in each
 # command, once main() handles interrupts: a Ctrl-C while they load is one line too.
 
 DEFAULT_RUNS = Path(os.environ.get("REPORTER_RUNS", "runs"))

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .errors import BadInput, ReporterError, WorkFailed
 from .model.profile import Profile
 from .model.run import Run, Section
-# Not the renderers (Jinja, Babel, matplotlib): they load in the functions that render, so
+# Not the renderers (Jinja, Babel, WeasyPrint): they load in the functions that render, so
 # `reporter --help`, `--version`, `list` and `analyze --json` start without them.
 from .render.options import GITHUB_COMMENT_LIMIT, RenderOptions, parse_formats
 

@@ -938,7 +938,7 @@ def test_a_template_that_fails_at_run_time_is_a_template_error(tmp_path, monkeyp
     assert not list(run.glob("*.xx.*"))
 
 
-def test_charts_print_no_matplotlib_warning(tmp_path, stored):
+def test_charts_print_no_warning(tmp_path, stored):
     """O4: an all-zero step breakdown (nothing to put in the legend) and 40 steps (a tall
     chart): the chart is drawn, and stderr stays empty."""
     _, folder = stored("cpu-transformer")

@@ -49,10 +49,10 @@ def one_line(err: str) -> str:
 
 def test_help_and_version_load_no_renderer(tmp_path):
     """I6: what `reporter --help` and `--version` import stays light (no Jinja, Babel's
-    formatting, matplotlib or the report templates), so start-up is short."""
+    formatting, WeasyPrint or the report templates), so start-up is short."""
     code = ("import sys\nfrom reporter import cli\ncli.build_parser()\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'jinja2', "
-            "'weasyprint', 'torch') or m in ('reporter.render.report', 'reporter.render.view', "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jinja2', 'weasyprint', "
+            "'torch') or m in ('reporter.render.report', 'reporter.render.view', "
             "'reporter.render.charts', 'reporter.analyze.analyzer')))")
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -291,7 +291,7 @@ def test_a_broken_language_leaves_help_version_and_other_languages_alone(tmp_pat
 
 def test_10000_steps_and_64_dtypes_render_quietly_within_bounds(tmp_path):
     """H4, H10, O4: at the limits (10,000 profiled steps, 64 dtypes of peaks) the report
-    renders under 1 GiB with nothing on stderr (no matplotlib warning), its step chart
+    renders under 1 GiB with nothing on stderr (no warning), its step chart
     bounded."""
     def change(doc):
         b = _section0(doc)["profile"]["breakdown"]

@@ -1,4 +1,4 @@
-"""Charts as SVG files, drawn with matplotlib, linked from the Markdown and embedded in the PDF.
+"""Charts as SVG files (reporter.render.svg), linked from the Markdown and embedded in the PDF.
 
 The words on a chart come from the language's templates (``terms.j2``: ``chart``),
 so that they exist in every language like the rest of the report; numbers are
@@ -8,76 +8,83 @@ formatted by the view model (Babel).
 from __future__ import annotations
 
 import glob
-import io
 import math
 import textwrap
 import unicodedata
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+from . import svg
 from .markup import clean, mermaid_label, shorten
 from .view import CompareView, View
 
 
-def _pyplot():
-    """pyplot, set up for our charts (the fonts are set by write_charts)."""
-    import matplotlib
-
-    matplotlib.use("svg", force=True)
-    import matplotlib.pyplot as plt
-
-    # Words as SVG text in the fonts of the report's language (draw sets them), not
-    # as one path per glyph: a chart's thousands of glyph outlines were most of the
-    # time WeasyPrint spent on a PDF, and of matplotlib's own (bench/render.py).
-    plt.rcParams.update({"svg.fonttype": "none",
-                         "text.parse_math": False,  # names are text: "$5 and $6" is no formula
-                         "text.usetex": False,
-                         "svg.hashsalt": "reporter",  # the same input gives the same file
-                         "font.size": 9})
-    return plt
+# Figures are 7 in (504 pt) wide, as the PDF's text.
+WIDTH = 504.0
+BLUE = "#4c72b0"
 
 
-def share_chart(rows: list[tuple[str, float, str]], title: str) -> str:
+def _title(c: svg.Canvas, title: str, size: float = 10.0) -> float:
+    """The chart's title at its top left; the y below it."""
+    return svg.wrapped(c, 8, 2, _wrap_title(title).split("\n"), size)
+
+
+def share_chart(rows: list[tuple[str, float, str]], title: str,
+                fonts: Sequence[str] = ()) -> str:
     """A horizontal bar chart: (operator, share 0..1, label) per bar, largest on top."""
-    plt = _pyplot()
     rows = rows[:10]
-    fig, ax = plt.subplots(figsize=(7.0, 0.35 * len(rows) + 1.0))
-    try:
-        names = [_short(name) for name, _, _ in rows][::-1]
-        values = [100.0 * share for _, share, _ in rows][::-1]
-        # Numeric positions: two operators whose shortened names agree keep two bars.
-        bars = ax.barh(range(len(values)), values, color="#4c72b0")
-        ax.set_yticks(range(len(values)), names)
-        for bar, (_, _, label) in zip(bars, rows[::-1]):
-            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, " " + label,
-                    va="center", fontsize=8)
-        ax.set_xlim(0, max(values + [1.0]) * 1.18)
-        ax.tick_params(axis="y", labelsize=8)
-        ax.tick_params(axis="x", labelsize=7)
-        return _svg(fig, ax, title)
-    finally:
-        plt.close(fig)
+    c = svg.Canvas(WIDTH, 25.2 * len(rows) + 72.0, fonts)
+    top = _title(c, title) + 4
+    names = [_short(name) for name, _, _ in rows]
+    values = [100.0 * share for _, share, _ in rows]
+    left = 12 + max([svg.text_width(n, 8) for n in names] + [20])
+    right = 8 + max([svg.text_width(" " + label, 8) for _, _, label in rows] + [0])
+    bottom = c.height - 22
+    ax = svg.Axes(c, (left, top, WIDTH - right, bottom), (0.0, max(values + [1.0]) * 1.02),
+                  (0.0, 1.0))
+    band = (bottom - top) / max(1, len(rows))
+    for i, (name, value, (_, _, label)) in enumerate(zip(names, values, rows)):
+        y = top + band * i
+        c.rect(ax.x0, y + band * 0.1, ax.x(max(0.0, value)) - ax.x0, band * 0.8, BLUE)
+        c.text(ax.x(max(0.0, value)), y + band / 2, " " + label, 8)
+        c.line(ax.x0 - 3, y + band / 2, ax.x0, y + band / 2)
+        c.text(ax.x0 - 5, y + band / 2, name, 8, anchor="end")
+    ax.frame()
+    ax.linear_xticks()
+    return c.svg()
 
 
-def throughput_chart(steps: list[tuple[str, Any]], title: str) -> str:
+def throughput_chart(steps: list[tuple[str, Any]], title: str,
+                     fonts: Sequence[str] = ()) -> str:
     """Median samples/s per step, with the range of the timed windows as error bars."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.0, 3.2))
-    try:
-        xs = range(len(steps))
-        medians = [t.median for _, t in steps]
-        low = [t.median - min(t.windows) for _, t in steps]
-        high = [max(t.windows) - t.median for _, t in steps]
-        ax.bar(xs, medians, color="#4c72b0", yerr=[low, high], capsize=4,
-               error_kw={"ecolor": "#333", "elinewidth": 1})
-        ax.set_xticks(list(xs), [f"{i + 1}. {_short(name, 28)}" for i, (name, _) in
-                                 enumerate(steps)], fontsize=8)
-        ax.set_ylabel("samples/s", fontsize=8)
-        return _svg(fig, ax, title)
-    finally:
-        plt.close(fig)
+    labels = [f"{i + 1}. {_short(name, 28)}" for i, (name, _) in enumerate(steps)]
+    widest = max(svg.text_width(label, 8) for label in labels)
+    slot = (WIDTH - 70) / max(1, len(steps))
+    turn = widest > slot * 0.95  # labels that would touch are turned
+    below = 22 + (widest * 0.5 + 8 if turn else 0)
+    c = svg.Canvas(WIDTH, 230.4 + (widest * 0.5 if turn else 0), fonts)
+    top = _title(c, title) + 4
+    high = max(max(t.windows) for _, t in steps)
+    ax = svg.Axes(c, (56, top, WIDTH - 12, c.height - below), (0.0, float(len(steps))),
+                  (0.0, high * 1.05 if high > 0 else 1.0))
+    for i, ((_, t), label) in enumerate(zip(steps, labels)):
+        mid = ax.x(i + 0.5)
+        c.rect(ax.x(i + 0.1), ax.y(t.median), ax.x(i + 0.9) - ax.x(i + 0.1),
+               ax.y(0.0) - ax.y(t.median), BLUE)
+        lo, hi = ax.y(min(t.windows)), ax.y(max(t.windows))
+        c.line(mid, lo, mid, hi, "#333", 1)
+        for y in (lo, hi):
+            c.line(mid - 4, y, mid + 4, y, "#333", 1)
+        c.line(mid, ax.y1, mid, ax.y1 + 3)
+        if turn:
+            c.text(mid, ax.y1 + 8, label, 8, anchor="end", rotate=-30)
+        else:
+            c.text(mid, ax.y1 + 10, label, 8, anchor="middle")
+    ax.frame()
+    ax.linear_yticks()
+    c.text(12, (ax.y0 + ax.y1) / 2, "samples/s", 8, anchor="middle", rotate=-90)
+    return c.svg()
 
 
 # Colours of the memory categories, in MEMORY_CATEGORIES order.
@@ -85,28 +92,50 @@ _CATEGORY_COLOURS = ["#4c72b0", "#dd8452", "#8172b3", "#55a868", "#c44e52", "#93
                      "#da8bc3", "#8c8c8c"]
 
 
-def memory_chart(memory: Any, names: dict[str, str], title: str, axis: str) -> str:
-    """Live tensor memory over one step, stacked by category (MiB against ms)."""
+def memory_chart(memory: Any, names: dict[str, str], title: str, axis: str,
+                 fonts: Sequence[str] = ()) -> str:
+    """Live tensor memory over one step, stacked by category (MiB against ms), each
+    value holding until the next time."""
     from ..model.run import MEMORY_CATEGORIES
 
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.0, 3.4))
-    try:
-        present = [c for c in MEMORY_CATEGORIES if c in memory.timeline_b]
-        ax.stackplot(memory.timeline_ms,
-                     [[b / 2**20 for b in memory.timeline_b[c]] for c in present],
-                     labels=[names.get(c, c) for c in present],
-                     colors=[_CATEGORY_COLOURS[MEMORY_CATEGORIES.index(c)] for c in present],
-                     step="post", linewidth=0)
-        ax.set_xlabel("ms", fontsize=8)
-        ax.set_ylabel(axis, fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.set_xlim(memory.timeline_ms[0], memory.timeline_ms[-1])
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=7, frameon=False,
-                  ncol=4)
-        return _svg(fig, ax, title)
-    finally:
-        plt.close(fig)
+    present = [k for k in MEMORY_CATEGORIES if k in memory.timeline_b]
+    times = list(memory.timeline_ms)
+    n = len(times)
+    stacked, running = [], [0.0] * n
+    for k in present:
+        row = [(b or 0) / 2**20 for b in memory.timeline_b[k]][:n]
+        row += [0.0] * (n - len(row))
+        lower = running
+        running = [a + max(0.0, b) for a, b in zip(running, row)]
+        stacked.append((k, lower, running))
+    c = svg.Canvas(WIDTH, 244.8, fonts)
+    top = _title(c, title) + 4
+    keys = [(names.get(k, k), _CATEGORY_COLOURS[MEMORY_CATEGORIES.index(k)])
+            for k in present]
+    rows = -(-len(keys) // 4)
+    bottom = c.height - 34 - 11.2 * rows
+    high = max(running, default=0.0)
+    span = (times[0], times[-1]) if n and times[-1] > times[0] else (0.0, 1.0)
+    ax = svg.Axes(c, (44, top, WIDTH - 12, bottom), span, (0.0, high * 1.05 or 1.0))
+    for k, lower, upper in stacked:
+        if not any(u > lo for u, lo in zip(upper, lower)):
+            continue
+        edge = []
+        for i in range(n):  # each value holds until the next time (a step line)
+            end = times[i + 1] if i + 1 < n else times[i]
+            edge += [(ax.x(times[i]), ax.y(upper[i])), (ax.x(end), ax.y(upper[i]))]
+        back = []
+        for i in reversed(range(n)):
+            end = times[i + 1] if i + 1 < n else times[i]
+            back += [(ax.x(end), ax.y(lower[i])), (ax.x(times[i]), ax.y(lower[i]))]
+        c.polygon(edge + back, _CATEGORY_COLOURS[MEMORY_CATEGORIES.index(k)])
+    ax.frame()
+    below = ax.linear_xticks()
+    ax.linear_yticks()
+    c.text((ax.x0 + ax.x1) / 2, ax.y1 + below + 5, "ms", 8, anchor="middle")
+    c.text(10, (ax.y0 + ax.y1) / 2, axis, 8, anchor="middle", rotate=-90)
+    svg.legend(c, ax.y1 + below + 20, keys)
+    return c.svg()
 
 
 _PHASE_COLOURS = {"data": "#c44e52", "input_copy": "#dd8452", "forward": "#4c72b0",
@@ -120,38 +149,52 @@ _PHASE_COLOURS = {"data": "#c44e52", "input_copy": "#dd8452", "forward": "#4c72b
 
 
 def breakdown_chart(breakdown: Any, names: dict[str, str], titles: dict[str, str],
-                    step_word: str) -> str:
+                    step_word: str, fonts: Sequence[str] = ()) -> str:
     """One stacked bar per profiled step (ms): host phases, and device activity on a GPU."""
     from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 
-    plt = _pyplot()
     parts: list[tuple[str, Any, tuple[str, ...]]] = [("host", breakdown.host_us, HOST_PHASES)]
     if breakdown.device_us:
         parts.append(("device", breakdown.device_us, DEVICE_ACTIVITIES))
     n, labels, groups = _step_groups(len(breakdown.steps_us), step_word)
-    fig, axes = plt.subplots(len(parts), 1, figsize=(7.0, 1.2 + len(parts) * (0.3 * n + 1.0)),
-                             squeeze=False)
-    try:
-        for ax, (which, values, order) in zip(axes[:, 0], parts):
-            left = [0.0] * n
-            for key in order:
-                row = [_mean(values.get(key) or [], g) / 1e3 for g in groups]
-                if not any(row):
-                    continue
-                ax.barh(range(n), row, left=left, color=_PHASE_COLOURS.get(key, "#999"),
-                        label=names.get(key, key), height=0.7)
-                left = [a + b for a, b in zip(left, row)]
-            ax.set_yticks(range(n), labels, fontsize=8)
-            ax.invert_yaxis()
-            ax.set_xlabel("ms", fontsize=8)
-            ax.tick_params(axis="x", labelsize=7)
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35 - 0.02 * n), fontsize=7,
-                      frameon=False, ncol=4)
-            ax.set_title(titles[which], fontsize=9, loc="left")
-            _frame(ax)
-        return _svg_text(fig)
-    finally:
-        plt.close(fig)
+    panels = []
+    for which, values, order in parts:
+        rows = [(key, [_mean(values.get(key) or [], g) / 1e3 for g in groups])
+                for key in order]
+        panels.append((which, [(key, row) for key, row in rows if any(row)]))
+    row_h = 21.6
+    # The figure's height as it was with matplotlib (a report keeps its pages), and at
+    # least what the bars and the legend need.
+    heights = [max(row_h * n + 72 + 86.4 / len(panels),
+                   14 + row_h * n + 26 + 11.2 * -(-max(1, len(rows)) // 4) + 14)
+               for _, rows in panels]
+    c = svg.Canvas(WIDTH, sum(heights), fonts)
+    left = 14 + max((svg.text_width(label, 8) for label in labels), default=0.0)
+    top = 0.0
+    for (which, rows), height in zip(panels, heights):
+        y0 = svg.wrapped(c, left, top, [titles[which]], 9)
+        totals = [sum(row[i] for _, row in rows) for i in range(n)]
+        ax = svg.Axes(c, (left, y0, WIDTH - 14, y0 + row_h * n),
+                      (0.0, max(totals + [0.0]) * 1.03 or 1.0), (0.0, 1.0))
+        start = [0.0] * n
+        for key, row in rows:
+            for i, v in enumerate(row):
+                if v > 0:
+                    c.rect(ax.x(start[i]), ax.y0 + row_h * (i + 0.15),
+                           ax.x(start[i] + v) - ax.x(start[i]), row_h * 0.7,
+                           _PHASE_COLOURS.get(key, "#999"))
+                start[i] += v
+        for i, label in enumerate(labels):
+            y = ax.y0 + row_h * (i + 0.5)
+            c.line(ax.x0 - 3, y, ax.x0, y)
+            c.text(ax.x0 - 5, y, label, 8, anchor="end")
+        ax.frame()
+        below = ax.linear_xticks()
+        c.text((ax.x0 + ax.x1) / 2, ax.y1 + below + 5, "ms", 8, anchor="middle")
+        svg.legend(c, ax.y1 + below + 20,
+                   [(names.get(key, key), _PHASE_COLOURS.get(key, "#999")) for key, _ in rows])
+        top += height
+    return c.svg()
 
 
 # A chart of more steps than this draws the mean of consecutive steps per bar: a bar per
@@ -174,47 +217,48 @@ def _mean(values: list[float], steps: range) -> float:
     return sum(picked) / len(steps) if picked else 0.0
 
 
-def roofline_chart(eff: Any, title: str, axes: dict[str, str]) -> str:
+def roofline_chart(eff: Any, title: str, axes: dict[str, str],
+                   fonts: Sequence[str] = ()) -> str:
     """Log-log: arithmetic intensity (FLOP/byte) against achieved FLOP/s; the memory roof
     (bandwidth x intensity) and the compute roofs; operators as points sized by time."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.0, 4.2))
-    try:
-        points = [o for o in eff.ops if o.flops > 0 and o.bytes > 0 and o.time_us > 0][:20]
-        peaks, bandwidth = eff.peaks.flops, eff.peaks.bandwidth
-        xs = [o.intensity for o in points]
-        lo = min(xs + [bandwidth and min(peaks.values()) / bandwidth / 10]) / 2
-        hi = max(xs + [max(peaks.values()) / bandwidth * 10]) * 2
-        grid = [lo * (hi / lo) ** (i / 99) for i in range(100)]
-        roofs: dict[float, list[str]] = {}  # dtypes of the same peak share one roof
-        for key in sorted(peaks, key=peaks.get):
-            roofs.setdefault(peaks[key], []).append(key)
-        for peak, keys in roofs.items():
-            ax.plot(grid, [min(peak, bandwidth * x) for x in grid], linewidth=1,
-                    color="#888888" if "fp32" in keys else "#4c72b0", alpha=0.8)
-            ax.annotate("/".join(keys), (hi, peak), fontsize=7, ha="right", va="bottom")
-        longest = max((o.time_us for o in points), default=1.0)
-        ax.scatter(xs, [o.achieved_flops for o in points],
-                   s=[20 + 280 * o.time_us / longest for o in points],
-                   c=["#c44e52" if o.bound == "memory" else "#55a868" for o in points],
-                   alpha=0.6, edgecolors="none")
-        for o in points[:6]:
-            ax.annotate(_short(o.name, 24), (o.intensity, o.achieved_flops), fontsize=6,
-                        xytext=(3, 3), textcoords="offset points")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        # Math text is off (names are text), so the log axes label their decades
-        # themselves: 10 with a superscript exponent.
-        from matplotlib.ticker import FuncFormatter
-        for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_formatter(FuncFormatter(_decade))
-            axis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
-        ax.set_xlabel(axes["x"], fontsize=8)
-        ax.set_ylabel(axes["y"], fontsize=8)
-        ax.tick_params(labelsize=7)
-        return _svg(fig, ax, title)
-    finally:
-        plt.close(fig)
+    points = [o for o in eff.ops if o.flops > 0 and o.bytes > 0 and o.time_us > 0][:20]
+    peaks, bandwidth = eff.peaks.flops, eff.peaks.bandwidth
+    xs = [o.intensity for o in points]
+    lo = min(xs + [bandwidth and min(peaks.values()) / bandwidth / 10]) / 2
+    hi = max(xs + [max(peaks.values()) / bandwidth * 10]) * 2
+    ys = [o.achieved_flops for o in points] + list(peaks.values()) + [bandwidth * lo]
+    ylo, yhi = math.log10(min(ys)), math.log10(max(ys))
+    margin = 0.05 * (yhi - ylo or 1.0)
+    c = svg.Canvas(WIDTH, 302.4, fonts)
+    top = _title(c, title) + 6
+    ax = svg.Axes(c, (58, top, WIDTH - 12, c.height - 36), (lo, hi),
+                  (10 ** (ylo - margin), 10 ** (yhi + margin)), xlog=True, ylog=True)
+    roofs: dict[float, list[str]] = {}  # dtypes of the same peak share one roof
+    for key in sorted(peaks, key=peaks.get):
+        roofs.setdefault(peaks[key], []).append(key)
+    for peak, keys in roofs.items():
+        knee = peak / bandwidth
+        corners = [(lo, bandwidth * lo)] + ([(knee, peak)] if lo < knee < hi else []) + [
+            (hi, min(peak, bandwidth * hi))]
+        c.polyline([(ax.x(x), ax.y(y)) for x, y in corners],
+                   "#888888" if "fp32" in keys else BLUE, 1.0, 0.8)
+        c.text(ax.x(hi) - 2, ax.y(peak) - 3, "/".join(keys), 7, anchor="end", middle=False)
+    longest = max((o.time_us for o in points), default=1.0)
+    for o in points:
+        area = 20 + 280 * o.time_us / longest  # points squared, as matplotlib's scatter
+        c.circle(ax.x(o.intensity), ax.y(o.achieved_flops), math.sqrt(area / math.pi),
+                 "#c44e52" if o.bound == "memory" else "#55a868", 0.6)
+    for o in points[:6]:
+        c.text(ax.x(o.intensity) + 3, ax.y(o.achieved_flops) - 3, _short(o.name, 24), 6,
+               middle=False)
+    ax.frame()
+    xdec = range(math.ceil(ax.xlim[0] - 1e-9), math.floor(ax.xlim[1] + 1e-9) + 1)
+    ydec = range(math.ceil(ax.ylim[0] - 1e-9), math.floor(ax.ylim[1] + 1e-9) + 1)
+    ax.xticks([10.0 ** k for k in xdec], [_decade(10.0 ** k) for k in xdec])
+    ax.yticks([10.0 ** k for k in ydec], [_decade(10.0 ** k) for k in ydec])
+    c.text((ax.x0 + ax.x1) / 2, ax.y1 + 22, axes["x"], 8, anchor="middle")
+    c.text(10, (ax.y0 + ax.y1) / 2, axes["y"], 8, anchor="middle", rotate=-90)
+    return c.svg()
 
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
@@ -238,27 +282,6 @@ TITLE_WIDTH = 72
 def _wrap_title(title: str) -> str:
     wide = any(unicodedata.east_asian_width(ch) in "WF" for ch in title)
     return "\n".join(textwrap.wrap(title, TITLE_WIDTH // 2 if wide else TITLE_WIDTH)) or title
-
-
-def _svg(fig, ax, title: str) -> str:
-    """Title, a light frame, and the figure as SVG text."""
-    ax.set_title(_wrap_title(title), fontsize=10, loc="left")
-    _frame(ax)
-    return _svg_text(fig)
-
-
-def _frame(ax) -> None:
-    """A light frame: no top and right spines."""
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-
-
-def _svg_text(fig) -> str:
-    """The figure as SVG text (no date: the same input gives the same file)."""
-    fig.tight_layout()
-    out = io.StringIO()
-    fig.savefig(out, format="svg", metadata={"Date": None})
-    return out.getvalue()
 
 
 def _short(name: str, width: int = 48) -> str:
@@ -294,23 +317,14 @@ def draw(view: View, folder: Path, terms: Any, stem: str, mermaid: bool = False
     """Draw the report's charts into ``folder``, as SVG files named after the report
     (``<stem>-chart-...``: reports that share a folder never show each other's charts);
     with ``mermaid``, also as Mermaid sources (GitHub draws them in a comment)."""
-    from matplotlib import font_manager
-
     from .languages import all_fonts
 
-    plt = _pyplot()
-    installed = {f.name for f in font_manager.fontManager.ttflist}
     # The language's fonts first, then the other languages' (a name may be in any script).
-    families = [f for f in all_fonts(view.lang) if f in installed] or ["DejaVu Sans"]
-    # matplotlib's warnings (an empty legend, a layout it could not fit) are about a chart
-    # that is still drawn; on stderr they would print reporter's own source paths.
-    with plt.rc_context({"font.family": families}), warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        files = _write_charts(view, Path(folder), terms, stem)
+    files = _write_charts(view, Path(folder), terms, stem, all_fonts(view.lang))
     return Charts(Path(folder), files, _mermaid(view, terms) if mermaid else {})
 
 
-def _write_charts(view: View, folder: Path, terms: Any, stem: str
+def _write_charts(view: View, folder: Path, terms: Any, stem: str, fonts: Sequence[str]
                   ) -> dict[tuple[int, str], str]:
     """The charts of ``view``, written into ``folder``; when drawing one fails or is
     interrupted, the ones it wrote are removed (those of an earlier report stay)."""
@@ -318,7 +332,7 @@ def _write_charts(view: View, folder: Path, terms: Any, stem: str
     before = ({p.name for p in folder.glob(f"{glob.escape(stem)}-chart-*")}
               if folder.is_dir() else set())
     try:
-        _draw_each(view, folder, terms, stem, written)
+        _draw_each(view, folder, terms, stem, fonts, written)
     except BaseException:
         for name in set(written.values()) - before:
             (folder / name).unlink(missing_ok=True)
@@ -326,7 +340,7 @@ def _write_charts(view: View, folder: Path, terms: Any, stem: str
     return written
 
 
-def _draw_each(view: View, folder: Path, terms: Any, stem: str,
+def _draw_each(view: View, folder: Path, terms: Any, stem: str, fonts: Sequence[str],
                written: dict[tuple[int, str], str]) -> None:
     from ..store import write_atomic
 
@@ -338,7 +352,7 @@ def _draw_each(view: View, folder: Path, terms: Any, stem: str,
             name = f"{stem}-chart-{i + 1}.{view.lang}.svg"
             written[(i, "share")] = name
             write_atomic(folder / name, throughput_chart(m.chart_rows,
-                                                         terms.chart["throughput"]))
+                                                         terms.chart["throughput"], fonts))
         return
     for i, s in enumerate(view.sections):
         rows = s.chart_rows
@@ -348,7 +362,7 @@ def _draw_each(view: View, folder: Path, terms: Any, stem: str,
         title = terms.chart["share"][basis]
         name = f"{stem}-chart-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
         written[(i, "share")] = name
-        write_atomic(folder / name, share_chart(rows, title))
+        write_atomic(folder / name, share_chart(rows, title, fonts))
     for i, s in enumerate(view.sections):
         if not s.breakdown_rows:
             continue
@@ -356,14 +370,15 @@ def _draw_each(view: View, folder: Path, terms: Any, stem: str,
         written[(i, "breakdown")] = name
         write_atomic(folder / name, breakdown_chart(
             s.breakdown_rows, {**terms.phase, **terms.activity}, terms.chart["steps"],
-            terms.chart["step"]))
+            terms.chart["step"], fonts))
     for i, s in enumerate(view.sections):
         if not s.memory_rows:
             continue
         name = f"{stem}-chart-memory-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
         written[(i, "memory")] = name
         write_atomic(folder / name, memory_chart(s.memory_rows, terms.category,
-                                                 terms.chart["memory"], terms.chart["mib"]))
+                                                 terms.chart["memory"], terms.chart["mib"],
+                                                 fonts))
     for i, s in enumerate(view.sections):
         if not s.roofline_points:
             continue
@@ -371,7 +386,7 @@ def _draw_each(view: View, folder: Path, terms: Any, stem: str,
         written[(i, "roofline")] = name
         write_atomic(folder / name, roofline_chart(s.roofline_points,
                                                    terms.chart["roofline"],
-                                                   terms.chart["roofline_axes"]))
+                                                   terms.chart["roofline_axes"], fonts))
 
 
 def _mermaid(view: View, terms: Any) -> dict[int, str]:

@@ -1,7 +1,7 @@
 """What a command line asks of the renderers: the output formats and their options.
 
 Light on purpose: the command line and ``analyze --json`` read these without importing
-the renderers (Jinja, Babel, matplotlib behind ``reporter.render.report``)."""
+the renderers (Jinja and Babel behind ``reporter.render.report``)."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ from ..errors import WorkFailed
 from ..model.profile import LATENCY_US
 from ..store import write_atomic
 from . import markup
-# The options live in a light module (the command line reads them without Jinja, Babel
-# or matplotlib); imported here too for whoever renders.
+# The options live in a light module (the command line reads them without Jinja or
+# Babel); imported here too for whoever renders.
 from .options import FORMATS, GITHUB_COMMENT_LIMIT, RenderOptions, parse_formats  # noqa: F401
 from .charts import NO_CHARTS, Charts
 from .languages import builtin_templates, language

@@ -1,0 +1,105 @@
+"""The report's charts (reporter.render.svg): well-formed SVG whatever the names, bars that
+measure their values, the words of the report's language, and the pages of the PDF."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+from conftest import FIXTURES
+
+from reporter.pipeline import report_view
+from reporter.render import charts, svg
+from reporter.render.report import write_report
+from reporter.store import load
+
+NS = "{http://www.w3.org/2000/svg}"
+
+
+def _tree(text: str) -> ET.Element:
+    return ET.fromstring(text)  # raises on anything that is not well-formed XML
+
+
+def _words(root: ET.Element) -> list[str]:
+    return [t.text or "" for t in root.iter(NS + "text")]
+
+
+def test_names_that_are_not_xml_are_drawn_as_text():
+    names = ["<script>alert(1)</script>", "a & b \"q\" 'r'", "ctl\x01\x08\x1f\ufffe",
+             "$5 and $6", "名字" * 40]
+    rows = [(n, 0.1 * (i + 1), f"{10 * (i + 1)}%") for i, n in enumerate(names)]
+    root = _tree(charts.share_chart(rows, "T <&>", ["Noto Sans", "x'); }"]))
+    words = _words(root)
+    assert "T <&>" in words and "<script>alert(1)</script>" in words
+    assert "a & b \"q\" 'r'" in words
+    assert any(w.startswith("ctl") and w.isprintable() for w in words)  # no control character
+    assert not list(root.iter(NS + "script"))
+    style = root.find(NS + "style").text
+    assert "'Noto Sans'" in style and "x')" not in style  # a family that could break out
+
+
+def test_share_bars_measure_their_shares():
+    rows = [("aten::mm", 0.5, "50%"), ("aten::add", 0.25, "25%"), ("aten::mul", 0.05, "5%")]
+    root = _tree(charts.share_chart(rows, "share"))
+    bars = [r for r in root.iter(NS + "rect") if r.get("fill") == charts.BLUE]
+    widths = [float(r.get("width")) for r in bars]
+    assert len(widths) == 3
+    assert widths[0] / widths[1] == pytest.approx(2.0, rel=1e-3)
+    assert widths[0] / widths[2] == pytest.approx(10.0, rel=1e-3)
+    # Every label sits to the left of the plot, clear of it.
+    left = min(float(r.get("x")) for r in bars)
+    for t in root.iter(NS + "text"):
+        if t.text in ("aten::mm", "aten::add", "aten::mul"):
+            assert t.get("text-anchor") == "end" and float(t.get("x")) < left
+
+
+def test_ticks_are_round_and_cover_the_range():
+    assert svg.ticks(0, 18.4) == [0, 5, 10, 15]
+    assert svg.ticks(0, 63.9) == [0, 20, 40, 60]
+    assert svg.ticks(0, 63.9, most=12) == [0, 10, 20, 30, 40, 50, 60]
+    assert svg.ticks(0.0, 0.003)[-1] == pytest.approx(0.003)
+    values = svg.ticks(0, 0.9)
+    assert [svg.tick_label(v, values) for v in values] == ["0.0", "0.2", "0.4", "0.6", "0.8"]
+    values = svg.ticks(0, 13)
+    assert [svg.tick_label(v, values) for v in values] == ["0.0", "2.5", "5.0", "7.5", "10.0",
+                                                           "12.5"]
+    assert svg.ticks(5, 5) == [5]
+
+
+def test_text_width_counts_wide_characters_twice():
+    assert svg.text_width("ab", 10) == pytest.approx(12)
+    assert svg.text_width("算子", 10) == pytest.approx(20)
+
+
+@pytest.mark.parametrize("lang,title", [("en", "Live tensor memory"), ("ru", "Память"),
+                                        ("zh", "内存")])
+def test_every_chart_of_a_run_is_well_formed_and_in_its_language(tmp_path, lang, title):
+    view = report_view(load(FIXTURES / "runs" / "cpu-transformer"), lang)
+    write_report(view, tmp_path, "md")
+    files = {f.name.split("chart-", 1)[1].split("-")[0]: f for f in tmp_path.glob("*.svg")}
+    assert {"1", "2", "memory", "roofline", "steps"} <= set(files), sorted(files)
+    for f in files.values():
+        root = _tree(f.read_text())
+        assert float(root.get("height").removesuffix("pt")) > 100
+    assert "aten::addmm" in _words(_tree(files["1"].read_text()))
+    assert any(title in w for w in _words(_tree(files["memory"].read_text())))
+    assert view.sections[0].breakdown_rows is not None
+    step = {"en": "step 1", "ru": "шаг 1", "zh": "步 1"}[lang]
+    assert step in _words(_tree(files["steps"].read_text()))
+
+
+def test_the_throughput_chart_turns_labels_that_would_touch():
+    class T:
+        def __init__(self, median, windows):
+            self.median, self.windows = median, windows
+
+    few = [("base", T(100.0, [90.0, 110.0])), ("fixed", T(200.0, [190.0, 230.0]))]
+    root = _tree(charts.throughput_chart(few, "throughput"))
+    assert not [t for t in root.iter(NS + "text") if t.get("transform") and t.text[0].isdigit()]
+    bars = [r for r in root.iter(NS + "rect") if r.get("fill") == charts.BLUE]
+    heights = [float(r.get("height")) for r in bars]
+    assert heights[1] / heights[0] == pytest.approx(2.0, rel=1e-3)
+    many = [(f"a long run name number {i}", T(100.0, [100.0])) for i in range(12)]
+    root = _tree(charts.throughput_chart(many, "throughput"))
+    assert len([t for t in root.iter(NS + "text") if t.get("transform")
+                and t.text[0].isdigit()]) == 12
