@@ -103,3 +103,19 @@ def test_the_throughput_chart_turns_labels_that_would_touch():
     root = _tree(charts.throughput_chart(many, "throughput"))
     assert len([t for t in root.iter(NS + "text") if t.get("transform")
                 and t.text[0].isdigit()]) == 12
+
+
+def _area(points):
+    return abs(sum(x0 * y1 - x1 * y0 for (x0, y0), (x1, y1)
+                   in zip(points, points[1:] + points[:1]))) / 2
+
+
+def test_a_step_outline_keeps_its_corners_only():
+    times, values = [0, 1, 2, 3, 4, 5], [1, 1, 1, 3, 3, 2]
+    edge = []
+    for i, (t, v) in enumerate(zip(times, values)):
+        edge += [(t, v), (times[min(i + 1, 5)], v)]
+    outline = edge + [(5, 0), (0, 0)]
+    kept = svg.straight(outline)
+    assert kept == [(0, 1), (3, 1), (3, 3), (5, 3), (5, 0), (0, 0)]
+    assert _area(kept) == pytest.approx(_area(outline))
