@@ -130,3 +130,45 @@ def test_a_trace_whose_events_would_not_fit_is_refused_before_they_are_decoded(
     assert "[too-big]" in err and "events" in err and "bytes each" in err, err
     if name == "flat.json":
         assert peak < 128 << 20, peak  # counted, not decoded
+
+
+def test_a_small_plain_trace_is_not_counted_first_and_a_large_one_is(tmp_path, monkeypatch):
+    """Counting a plain trace's events before decoding them took 7% of reading it: a
+    trace under 1/SMALL_FRACTION of the memory available cannot hold more events than
+    fit (its events take at most about 26 times its bytes), so it is not counted."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i,
+         "dur": 1} for i in range(2000)]}))
+    size = path.stat().st_size
+    counted: list[int] = []
+    real = traces._count_events
+
+    def count(p, f):
+        counted.append(1)
+        return real(p, f)
+    monkeypatch.setattr(traces, "_count_events", count)
+    for free, expected in ((traces.READ_CONSTANT + size * traces.SMALL_FRACTION + 1, []),
+                           (traces.READ_CONSTANT + size * traces.SMALL_FRACTION - 1, [1])):
+        counted.clear()
+        monkeypatch.setattr(traces.memory, "available", lambda free=free: free)
+        assert traces.read_trace(path).steps == 0
+        assert counted == expected
+
+
+def test_tiny_events_of_a_name_each_fit_under_the_fraction(tmp_path):
+    """The worst case measured for SMALL_FRACTION: events of 55 bytes, each of its own
+    name (an _Agg, a record and a struct each), read under an address-space limit that
+    leaves about SMALL_FRACTION times the file: not counted, and read whole."""
+    path = tmp_path / "names.json"
+    with open(path, "w") as f:
+        f.write('{"traceEvents": [')
+        f.write(", ".join(f'{{"ph": "X", "cat": "cpu_op", "name": "n{i}", "ts": {i}, '
+                          f'"dur": 1}}' for i in range(60_000)))
+        f.write("]}")
+    size = path.stat().st_size
+    base = _analyze(tmp_path / "missing.json", 4 << 30)[3]  # the interpreter's own peak
+    code, out, err, peak = _analyze(path, base * 3 + size * traces.SMALL_FRACTION)
+    assert code == 0, err
+    assert json.loads(out)["profiles"][0]["ops"]
+    assert peak - base < size * traces.SMALL_FRACTION, (peak - base) / size
