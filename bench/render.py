@@ -34,8 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "runs"
-# (fixture, language): the recorded CUDA run (one chart, 6 pages) and the CPU run with
-# the most to draw (two sections, eight charts, 13 pages).
+# (fixture, language): the recorded CUDA run (one chart, 7 pages) and the CPU run with
+# the most to draw (two sections, eight charts, 14 pages).
 CASES = [("cuda-seed001", "zh"), ("cpu-transformer", "ru")]
 BASELINE = ("import sys\nfrom weasyprint import HTML\n"
             "HTML(string='<p>reporter</p>').write_pdf(sys.argv[1])\n")
