@@ -1,8 +1,9 @@
 """Benchmark: do the findings' predicted savings come true?
 
 For every built-in baseline and its fixed twin, the hand-made models with one
-planted problem each (tests/models/planted.py: a per-sample loop, dropout) and
-their fixes, and transformers' T5 with Adam one parameter at a time against fused:
+planted problem each (tests/models/planted.py: a per-sample loop, dropout, a buffer
+mapped afresh each step) and their fixes, and transformers' T5 with Adam one parameter
+at a time against fused:
 the share of the step that the baseline's main problems which the twin no
 longer has were predicted to save (reporter.analyze.savings, with its low-high band: the
 baseline profiled by reporter as `reporter run` does), against the share the twin
@@ -58,7 +59,8 @@ PLANTED = Path(__file__).resolve().parent.parent / "tests" / "models" / "planted
 # (baseline, its fix, the name the table gives it)
 PAIRS = [(n, f"{n}-fixed", n) for n in ("seq2seq", "transformer-bloat", "cnn", "transformer")]
 PAIRS += [(f"{PLANTED}:{a}", f"{PLANTED}:{b}", a) for a, b in
-          (("per_sample_loop", "per_sample_batched"), ("dropout_heavy", "dropout_fixed"))]
+          (("per_sample_loop", "per_sample_batched"), ("dropout_heavy", "dropout_fixed"),
+           ("first_touch", "first_touch_reused"))]
 # A library model's per-parameter optimizer (transformers' T5, Adam as constructed by
 # default) against the fused step its advice gives; needs transformers (the test extra)
 HF = PLANTED.parent / "hf.py"

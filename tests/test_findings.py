@@ -203,6 +203,11 @@ SYNTHETIC = {
         Op("aten::mul_", calls=600, self_cpu_us=3000, self_device_us=600),
         Op("void multi_kernel", calls=1200, self_device_us=1200, kind="kernel"),
         Op("ProfilerStep*", calls=3, self_cpu_us=100, cpu_total_us=20_000, kind="annotation")]),
+    # the runner's counts without the profiler (Section.profiler_cost, via host_faults)
+    "page-faults": Profile(label="cpu", self_cpu_us=28_000, steps=1, ops=[
+        Op("aten::mm", calls=40, self_cpu_us=20_000, cpu_total_us=20_000),
+        Op("aten::fill_", calls=10, self_cpu_us=8_000, cpu_total_us=8_000)],
+        host_faults={"faults": 3077.0, "fault_us": 0.98, "step_us": 28_560.0}),
 }
 
 

@@ -152,3 +152,57 @@ def test_a_stored_profiler_cost_is_checked_and_reaches_the_report(tmp_path):
     (folder / "run.json").write_text(json.dumps(doc))
     with pytest.raises(BadInput, match="profiler_cost"):
         load(folder)
+
+
+def _live_run(tmp_path: Path, name: str):
+    """A planted model profiled by the runner in a fresh process (the allocator's state is
+    the process's history: a user's run starts fresh), read back as a Run."""
+    import json
+    import subprocess
+    import sys
+
+    from reporter.model.run import Run
+
+    code = ("import json, sys\nfrom pathlib import Path\n"
+            "from reporter.collect.runner import RunOptions, profile_target\n"
+            "from reporter.collect.target import resolve\n"
+            f"spec, builder = resolve({str(PLANTED) + ':' + name!r})\n"
+            "run = profile_target(spec, builder, RunOptions(device='cpu', windows=3, "
+            f"time_budget_s=0.5, warmup_steps=1), Path({str(tmp_path)!r}))\n"
+            "sys.stdout.write(json.dumps(run.to_dict()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).parent.parent)
+    return Run.from_dict(json.loads(out.stdout))
+
+
+def test_page_faults_every_step_are_found_and_their_fix_is_not(tmp_path):
+    """The planted model maps a fresh 64 MiB buffer in each call (16,384 pages); its fix
+    allocates it once and zeroes it in each call, the same writes without a fault. The
+    runner measures what a fault costs in the process; the finding's worth is the faults'
+    time, a share of the step timed without the profiler, and the fix has no finding."""
+    from reporter.analyze.analyzer import analyze_section
+
+    run = _live_run(tmp_path / "a", "first_touch")
+    (section,) = run.sections
+    cost = section.profiler_cost
+    assert cost is not None and 0 < cost["fault_us"] < 100, cost
+    analysis = analyze_section(section, run.target["batch_size"])
+    found = {f.rule: (f, s) for f, s in analysis.main + analysis.minor}
+    assert "page-faults" in found, [f.rule for f in analysis.findings]
+    f, worth = found["page-faults"]
+    faults = cost["unprofiled_minor_faults"] + cost["unprofiled_major_faults"]
+    assert f.evidence["faults"] == round(faults) > 0
+    share = min(1.0, faults * cost["fault_us"] / cost["unprofiled_step_us"])
+    assert f.evidence["share"] == pytest.approx(share, rel=1e-9)
+    assert not f.evidence.get("profiled_faults")  # measured without the profiler
+    # the worth is that share of the step timed without the profiler (the throughput's),
+    # at least at the cost of a fault spread over the threads
+    assert worth.share(worth.saving_us) == pytest.approx(share, rel=0.01)
+    assert worth.low_us == pytest.approx(
+        worth.saving_us * cost["fault_us_low"] / cost["fault_us"], rel=1e-6)
+
+    fixed = _live_run(tmp_path / "b", "first_touch_reused")
+    (section,) = fixed.sections
+    assert section.profiler_cost["unprofiled_minor_faults"] < 100, section.profiler_cost
+    assert "page-faults" not in {f.rule for f in
+                                 analyze_section(section, fixed.target["batch_size"]).findings}

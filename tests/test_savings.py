@@ -210,3 +210,30 @@ def test_the_a100_trace_names_the_host_blocked_in_copies_first():
     assert first["share"] == pytest.approx(0.589, abs=0.01)
     sync = next(f for f in findings if f["rule"] == "sync-stall")
     assert first["saving_ms"] > sync["saving_ms"] > 0
+
+
+def test_page_faults_leave_the_faults_in_another_findings_writers_to_it():
+    """The faults' time is shared among the operators that write fresh memory by their
+    time; a copy finding's copies take theirs with its fix, a dominant operator (work
+    that stays) does not; the faults' share is of the step timed without the profiler."""
+    from reporter.analyze.rules import page_faults
+
+    p = Profile(label="cpu", self_cpu_us=40_000, steps=1, ops=[
+        Op("aten::copy_", calls=100, self_cpu_us=9_000, cpu_total_us=9_000),
+        Op("aten::fill_", calls=10, self_cpu_us=3_000, cpu_total_us=3_000),
+        Op("aten::mm", calls=10, self_cpu_us=28_000, cpu_total_us=28_000)],
+        host_faults={"faults": 5_000.0, "fault_us": 1.0, "fault_low_us": 0.5,
+                     "step_us": 20_000.0})
+    f = page_faults(p, {"share": 0.05, "high": 0.25})
+    assert f is not None and f.evidence["share"] == pytest.approx(0.25)
+    alone = estimate(f, p, real_step_us=20_000)
+    assert alone.share(alone.saving_us) == pytest.approx(0.25)
+    assert alone.low_us == pytest.approx(alone.saving_us / 2)
+    copies = _f("copy-heavy", 0.225, basis="cpu", ops=["aten::copy_"])
+    shared = estimate(f, p, others=[f, copies], real_step_us=20_000)
+    # copies: 9 of the 12 ms of writers, so 3/4 of the faults go with the copy fix
+    assert shared.share(shared.saving_us) == pytest.approx(0.25 / 4)
+    assert shared.share(shared.accounts_us) == pytest.approx(0.25)
+    dominant = _f("dominant-operator", 0.225, basis="cpu", ops=["aten::copy_"])
+    kept = estimate(f, p, others=[f, dominant], real_step_us=20_000)
+    assert kept.saving_us == pytest.approx(alone.saving_us)

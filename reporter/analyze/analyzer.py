@@ -129,6 +129,29 @@ FAULTS_RATIO = 5.0
 FAULTS_MORE = 100.0
 
 
+def host_faults(cost: dict[str, float] | None) -> dict[str, float]:
+    """The host's page faults per step without the profiler, what one costs (and the
+    least it may: a fault on several threads at once) and that step, from the runner's
+    measurement (Section.profiler_cost: ``unprofiled_*``, ``fault_us``,
+    ``fault_us_low``); empty where it was not measured (older runs, imported profiles)."""
+    if not cost or "fault_us" not in cost:
+        return {}
+    try:
+        faults = float(cost["unprofiled_minor_faults"]) + float(
+            cost["unprofiled_major_faults"])
+        fault_us, step_us = float(cost["fault_us"]), float(cost["unprofiled_step_us"])
+    except (KeyError, TypeError, ValueError):
+        return {}
+    if not (0 < fault_us < 1e4 and 0 < step_us < 1e12 and 0 <= faults < 1e12):
+        return {}
+    try:
+        low = float(cost.get("fault_us_low", fault_us))
+    except (TypeError, ValueError):
+        low = fault_us
+    return {"faults": faults, "fault_us": fault_us,
+            "fault_low_us": low if 0 < low <= fault_us else fault_us, "step_us": step_us}
+
+
 def profiler_distortion(findings: list[Finding], cost: dict[str, float] | None) -> None:
     """Say, in the findings whose share it distorts, what the profiler did to the step
     (``cost``: the runner's measurement, Section.profiler_cost): the step's time and page
@@ -160,6 +183,8 @@ def profiler_distortion(findings: list[Finding], cost: dict[str, float] | None) 
         return  # the profiler added next to no faults
     everywhere = more >= FAULTS_MORE and with_ >= FAULTS_RATIO * max(without, 1.0)
     for f in findings:
+        if f.evidence.get("unprofiled"):
+            continue  # measured without the profiler: nothing of it to distort
         names = {*f.ops, str(f.evidence.get("op") or "")}
         first_touch = bool(names & WRITERS)
         if not (everywhere or first_touch):
@@ -201,6 +226,9 @@ def analyze_section(section: Section, batch_size: int | None = None,
     # profile stays as it was read.
     profile = (section.profile if ranks is section.profile.stragglers
                else replace(section.profile, stragglers=ranks))
+    faults = host_faults(getattr(section, "profiler_cost", None))
+    if faults:
+        profile = replace(profile, host_faults=faults)
     findings = analyze(profile, overrides, eff)
     profiler_distortion(findings, getattr(section, "profiler_cost", None))
     whatif_notes(findings, section.whatif)

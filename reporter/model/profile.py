@@ -161,6 +161,11 @@ class Profile:
     # Per-rank traces: the ranks' steps and the slowest rank's extra time by cause
     # (analyze.stragglers), on the first rank's profile (the one a report shows).
     stragglers: dict[str, Any] = field(default_factory=dict)
+    # The host's page faults per step timed without the profiler, what one costs, and that
+    # step (``faults``, ``fault_us``, ``step_us``): from the run's Section.profiler_cost,
+    # set by reporter.analyze.analyzer.analyze_section for the rules. Not stored: the
+    # section holds the measurement.
+    host_faults: dict[str, float] = field(default_factory=dict)
 
     @property
     def has_device(self) -> bool:
@@ -178,7 +183,9 @@ class Profile:
         return {"self_cpu_us": self.self_cpu_us, "self_device_us": self.self_device_us}
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        del data["host_faults"]  # the section's measurement, not the profile's
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Profile":

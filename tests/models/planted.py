@@ -75,20 +75,32 @@ def per_sample_batched(device: str = "cpu", preset: str = "default") -> Target:
 class _FreshBuffer(nn.Module):
     """A small product on top of a 64 MiB buffer zeroed afresh in every call: each step's
     time is mostly the first touch of fresh pages (glibc maps an allocation over 32 MiB,
-    its largest mmap threshold, afresh each time and unmaps it when it is freed)."""
+    its largest mmap threshold, afresh each time and unmaps it when it is freed). With
+    ``reuse``, the fix: the buffer is allocated once and zeroed again in each call."""
 
-    def __init__(self) -> None:
+    def __init__(self, reuse: bool = False) -> None:
         super().__init__()
         self.proj = nn.Linear(64, 64)
+        self.kept = torch.zeros(16 << 20) if reuse else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        scratch = torch.zeros(16 << 20)
+        scratch = self.kept.zero_() if self.kept is not None else torch.zeros(16 << 20)
         return self.proj(x) + scratch[: x.shape[-1]]
+
+
+def _buffer(reuse: bool, device: str) -> Target:
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    return Target(model=_FreshBuffer(reuse).to(device).eval(), batch_size=8,
+                  modes=("inference",),
+                  batches=[(torch.randn(8, 64, generator=gen),) for _ in range(2)])
 
 
 def first_touch(device: str = "cpu", preset: str = "default") -> Target:
     """Inference of a model that zeroes a fresh 64 MiB buffer in each call."""
-    torch.manual_seed(0)
-    gen = torch.Generator().manual_seed(0)
-    return Target(model=_FreshBuffer().to(device).eval(), batch_size=8, modes=("inference",),
-                  batches=[(torch.randn(8, 64, generator=gen),) for _ in range(2)])
+    return _buffer(False, device)
+
+
+def first_touch_reused(device: str = "cpu", preset: str = "default") -> Target:
+    """The same model with its buffer allocated once and zeroed in each call."""
+    return _buffer(True, device)
