@@ -85,15 +85,19 @@ def interleaved(baseline: str, fix: str, mode: str, opts: RunOptions
     since one that has profiled holds the profiler's heap: a baseline that allocates more
     was slower in it (transformer in training: 17.7% saved timed after the profiles in
     the same process, 11.0% in a fresh one)."""
-    child = subprocess.run([sys.executable, __file__, "--interleave", baseline, fix, mode,
-                            "--device", opts.device, "--preset", opts.preset]
-                           + (["--threads", str(opts.threads)] if opts.threads else []),
-                           capture_output=True, text=True)
+    child = subprocess.run([sys.executable, __file__, "--interleave", baseline, fix, mode]
+                           + _child_args(opts), capture_output=True, text=True)
     if child.returncode != 0:
         last = (child.stderr.strip().splitlines() or ["no output"])[-1]
         sys.exit(f"bench/diagnosis.py: timing {baseline} against {fix} ({mode}) failed: {last}")
     got = json.loads(child.stdout.strip().splitlines()[-1])
     return got["saving"], got["noise"], got["steps"]
+
+
+def _profile(name: str, scratch: Path, opts: RunOptions) -> None:
+    """``run``'s child: the run as one line of JSON."""
+    spec, builder = resolve(name)
+    print(json.dumps(profile_target(spec, builder, opts, scratch).to_dict()))
 
 
 def _interleave(baseline: str, fix: str, mode: str, opts: RunOptions) -> None:
@@ -127,9 +131,25 @@ def _interleave(baseline: str, fix: str, mode: str, opts: RunOptions) -> None:
                       "noise": (q3 - q1) / 2, "steps": n}))
 
 
+def _child_args(opts: RunOptions) -> list[str]:
+    return (["--device", opts.device, "--preset", opts.preset,
+             "--time-budget", str(opts.time_budget_s)]
+            + (["--threads", str(opts.threads)] if opts.threads else []))
+
+
 def run(name: str, opts: RunOptions, scratch: Path):
-    spec, builder = resolve(name)
-    r = profile_target(spec, builder, opts, scratch)
+    """The target profiled as `reporter run --target` profiles it, in a fresh process
+    (``_profile``): what the allocator hands out, and so the page faults a step takes,
+    depends on what the process ran before (the planted first_touch model faulted in a
+    fresh process and not after seq2seq had grown the heap)."""
+    from reporter.model.run import Run
+
+    child = subprocess.run([sys.executable, __file__, "--profile", name, str(scratch)]
+                           + _child_args(opts), capture_output=True, text=True)
+    if child.returncode != 0:
+        last = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        sys.exit(f"bench/diagnosis.py: profiling {name} failed: {last}")
+    r = Run.from_dict(json.loads(child.stdout.strip().splitlines()[-1]))
     out = {}
     for s in r.sections:
         batch = r.target["batch_size"]
@@ -163,6 +183,8 @@ def main() -> None:
                         help="the pairs whose table name is one of these (comma-separated)")
     parser.add_argument("--interleave", nargs=3, default=None, metavar=("BASE", "FIX", "MODE"),
                         help=argparse.SUPPRESS)  # interleaved()'s child process
+    parser.add_argument("--profile", nargs=2, default=None, metavar=("TARGET", "SCRATCH"),
+                        help=argparse.SUPPRESS)  # run()'s child process
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     only = set(args.only.split(",")) if args.only else None
@@ -170,6 +192,9 @@ def main() -> None:
                       preset=default_preset(args.device, args.preset), threads=args.threads)
     if args.interleave:
         _interleave(*args.interleave, opts)
+        return
+    if args.profile:
+        _profile(args.profile[0], Path(args.profile[1]), opts)
         return
     print(f"device {args.device}, preset {opts.preset}, threads {args.threads or 'default'}, "
           f"{os.cpu_count()} CPUs, "

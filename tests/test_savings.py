@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -237,3 +238,18 @@ def test_page_faults_leave_the_faults_in_another_findings_writers_to_it():
     dominant = _f("dominant-operator", 0.225, basis="cpu", ops=["aten::copy_"])
     kept = estimate(f, p, others=[f, dominant], real_step_us=20_000)
     assert kept.saving_us == pytest.approx(alone.saving_us)
+
+
+def test_page_faults_are_not_said_of_a_gpu_step():
+    """On a GPU the host runs ahead of the device: its faults lengthen the step only where
+    the host bounds it, which their count cannot tell."""
+    from reporter.analyze.rules import page_faults
+
+    p = Profile(label="gpu", device_type="cuda", self_cpu_us=40_000, self_device_us=30_000,
+                steps=1, ops=[Op("aten::mm", calls=10, self_cpu_us=40_000,
+                                 self_device_us=30_000)],
+                host_faults={"faults": 5_000.0, "fault_us": 1.0, "fault_low_us": 0.5,
+                             "step_us": 20_000.0})
+    assert page_faults(p, {"share": 0.05, "high": 0.25}) is None
+    assert page_faults(replace(p, device_type=None, self_device_us=0.0),
+                       {"share": 0.05, "high": 0.25}) is not None

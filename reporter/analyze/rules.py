@@ -759,9 +759,11 @@ def page_faults(profile: Profile, limits: dict[str, float]) -> Finding | None:
     the cost of one measured in the same process (runner.measured_fault_us), take over
     ``share`` of that step: freed memory goes back to the OS (glibc's malloc maps blocks
     of 32 MiB and more afresh each time and trims its heap) and the next step has the
-    kernel map and zero it again (Profile.host_faults)."""
+    kernel map and zero it again (Profile.host_faults). On the CPU only: on a GPU the
+    host runs ahead of the device, and its faults lengthen the step only where the host
+    bounds it, which this count cannot tell."""
     h = profile.host_faults
-    if not h:
+    if not h or profile.has_device:
         return None
     faults, fault_us, step_us = h["faults"], h["fault_us"], h["step_us"]
     cost = faults * fault_us

@@ -216,29 +216,37 @@ def measured_call_us() -> float | None:
     return _call_us[0] if _call_us[0] > 0 else None
 
 
-# What one page fault costs this process, measured once (``measured_fault_us``). 64 MiB:
-# past the most glibc's malloc keeps in its heap (its mmap threshold, 32 MiB at most), so
-# each round's tensor is mapped anew, as the allocator maps memory it gave back.
+# What one page fault costs this process, measured once (``measured_fault_us``), on
+# memory mapped afresh for the probe (64 MiB): whatever the allocator holds already.
 _FAULT_PROBE_BYTES = 64 << 20
 _FAULT_PROBE_ROUNDS = 3
 _fault_us: list[tuple[float, float]] = []
 
 
 def _fault_probe() -> float | None:
-    """Wall microseconds per page fault of a fresh 64 MiB tensor's fill, on torch's
-    threads as they are set: the median of ``_FAULT_PROBE_ROUNDS``."""
+    """Wall microseconds per page fault of a fill of freshly mapped memory (a tensor over
+    an anonymous mmap: a tensor from torch.empty may reuse the heap's free memory, in a
+    process that has run other models), on torch's threads as they are set: the median
+    of ``_FAULT_PROBE_ROUNDS``."""
+    import mmap
+
     per_fault = []
     for _ in range(_FAULT_PROBE_ROUNDS):
-        minor0 = _faults()[0]
-        t0 = time.perf_counter()
-        x = torch.empty(_FAULT_PROBE_BYTES // 4)
-        x.fill_(1.0)
-        first = time.perf_counter() - t0
-        faults = _faults()[0] - minor0
-        t0 = time.perf_counter()
-        x.fill_(2.0)
-        again = time.perf_counter() - t0
-        del x
+        # private and anonymous, as malloc maps memory (a shared mapping faults slower)
+        region = mmap.mmap(-1, _FAULT_PROBE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            x = torch.frombuffer(region, dtype=torch.float32)
+            minor0 = _faults()[0]
+            t0 = time.perf_counter()
+            x.fill_(1.0)
+            first = time.perf_counter() - t0
+            faults = _faults()[0] - minor0
+            t0 = time.perf_counter()
+            x.fill_(2.0)
+            again = time.perf_counter() - t0
+            del x
+        finally:
+            region.close()
         if faults > 0:
             per_fault.append((first - again) * 1e6 / faults)
     return statistics.median(per_fault) if per_fault else None
@@ -246,10 +254,10 @@ def _fault_probe() -> float | None:
 
 def measured_fault_us() -> tuple[float, float] | None:
     """What a minor page fault adds to a step here, in microseconds of wall time, as a
-    range: (on all of torch's threads, on one). A fresh 64 MiB tensor is filled
-    (torch.empty, then fill_: the kernel finds and zeroes each page as the fill first
-    writes it), less the same fill of the same tensor again, over the faults the process
-    counted (``_fault_probe``), once on the run's threads and once on one thread. A
+    range: (on all of torch's threads, on one). 64 MiB freshly mapped are filled
+    (fill_ of a tensor over them: the kernel finds and zeroes each page as the fill first
+    writes it), less the same fill again, over the faults the process counted
+    (``_fault_probe``), once on the run's threads and once on one thread. A
     step's faults fall between, nearer one thread's: a fault is taken by the thread that
     touches the page. On the development machine (2 threads) 0.6-0.7 us and 1.1 us;
     measured in steps, 0.97 us (the planted model that maps 64 MiB afresh in each call,
