@@ -17,13 +17,9 @@ PLANTED = Path(__file__).parent / "models" / "planted.py"
 PAGE = 4096
 
 
-def test_a_live_run_counts_the_page_faults_with_and_without_the_profiler(tmp_path):
-    """A model that zeroes a fresh 64 MiB buffer each call faults in its pages each step,
-    with the profiler and without it: the counts are of the steps, per step (16,384 pages
-    of 4 KiB; with transparent huge pages always on, at least 32 of 2 MiB). Profiled in a
-    fresh process, as a user's run is: whether the allocator hands back fresh pages
-    depends on what the process allocated before (a clean-clone CI run of the whole
-    suite, in one process, counted none)."""
+def _live_run(tmp_path: Path, name: str):
+    """A planted model profiled by the runner in a fresh process (the allocator's state is
+    the process's history: a user's run starts fresh), read back as a Run."""
     import json
     import subprocess
     import sys
@@ -33,13 +29,25 @@ def test_a_live_run_counts_the_page_faults_with_and_without_the_profiler(tmp_pat
     code = ("import json, sys\nfrom pathlib import Path\n"
             "from reporter.collect.runner import RunOptions, profile_target\n"
             "from reporter.collect.target import resolve\n"
-            f"spec, builder = resolve({str(PLANTED) + ':first_touch'!r})\n"
+            f"spec, builder = resolve({str(PLANTED) + ':' + name!r})\n"
             "run = profile_target(spec, builder, RunOptions(device='cpu', windows=3, "
             f"time_budget_s=0.5, warmup_steps=1), Path({str(tmp_path)!r}))\n"
             "sys.stdout.write(json.dumps(run.to_dict()))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parent.parent)
-    run = Run.from_dict(json.loads(out.stdout))
+    return Run.from_dict(json.loads(out.stdout))
+
+
+def test_a_live_run_counts_the_page_faults_with_and_without_the_profiler(tmp_path):
+    """A model that zeroes a fresh 64 MiB buffer each call faults in its pages each step,
+    with the profiler and without it: the counts are of the steps, per step (16,384 pages
+    of 4 KiB; with transparent huge pages always on, at least 32 of 2 MiB). Profiled in a
+    fresh process, as a user's run is: whether the allocator hands back fresh pages
+    depends on what the process allocated before (a clean-clone CI run of the whole
+    suite, in one process, counted none)."""
+    from reporter.model.run import Run
+
+    run = _live_run(tmp_path, "first_touch")
     (section,) = run.sections
     cost = section.profiler_cost
     assert cost is not None and cost["steps"] >= 3
@@ -152,27 +160,6 @@ def test_a_stored_profiler_cost_is_checked_and_reaches_the_report(tmp_path):
     (folder / "run.json").write_text(json.dumps(doc))
     with pytest.raises(BadInput, match="profiler_cost"):
         load(folder)
-
-
-def _live_run(tmp_path: Path, name: str):
-    """A planted model profiled by the runner in a fresh process (the allocator's state is
-    the process's history: a user's run starts fresh), read back as a Run."""
-    import json
-    import subprocess
-    import sys
-
-    from reporter.model.run import Run
-
-    code = ("import json, sys\nfrom pathlib import Path\n"
-            "from reporter.collect.runner import RunOptions, profile_target\n"
-            "from reporter.collect.target import resolve\n"
-            f"spec, builder = resolve({str(PLANTED) + ':' + name!r})\n"
-            "run = profile_target(spec, builder, RunOptions(device='cpu', windows=3, "
-            f"time_budget_s=0.5, warmup_steps=1), Path({str(tmp_path)!r}))\n"
-            "sys.stdout.write(json.dumps(run.to_dict()))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).parent.parent)
-    return Run.from_dict(json.loads(out.stdout))
 
 
 def test_page_faults_every_step_are_found_and_their_fix_is_not(tmp_path):
