@@ -11,6 +11,7 @@ import glob
 import gzip
 import json
 import os
+import secrets
 import shutil
 import socket
 import stat
@@ -67,15 +68,27 @@ def write_atomic(path: Path, data: bytes | str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # The temp file's name is chosen before it exists, so that an interrupt at any point,
+    # even inside the call that creates it, leaves nothing behind: the cleanup knows the
+    # name (with mkstemp, an interrupt between its creating the file and returning its
+    # name left a .tmp file, which a fast chart writer met in CI). The mode is the
+    # user's umask applied to 0666, as for any file created without one.
+    name = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    tmp: Path | None = name  # what to remove if this fails
     try:
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                         | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except FileExistsError:
+            tmp = None  # another's file of that name (48 random bits): not ours to remove
+            raise
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; keep the user's umask
-        os.replace(tmp, path)
+        os.replace(name, path)
     except BaseException:
-        with _ignore_missing():
-            os.unlink(tmp)
+        if tmp is not None:
+            with _ignore_missing():
+                os.unlink(tmp)
         raise
     return path
 

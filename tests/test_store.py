@@ -24,6 +24,31 @@ def test_write_atomic_leaves_no_partial_file(tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report.md"]
 
 
+def test_write_atomic_interrupted_as_it_creates_its_temp_file_leaves_none(tmp_path,
+                                                                          monkeypatch):
+    """An interrupt that comes once the temp file exists but before its name is known to
+    the caller (inside the call that creates it) leaves nothing: the name is chosen first.
+    With mkstemp, a fast chart writer interrupted by Ctrl-C left a .tmp file (CI)."""
+    import os
+
+    real = os.open
+
+    def created_then_interrupted(*args, **kwargs):
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+    monkeypatch.setattr("reporter.store.os.open", created_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(tmp_path / "chart.svg", "<svg/>")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    mask = os.umask(0o027)
+    try:
+        made = write_atomic(tmp_path / "chart.svg", "<svg/>")
+    finally:
+        os.umask(mask)
+    assert made.stat().st_mode & 0o777 == 0o640  # the user's umask, as any new file
+
+
 def test_a_failed_staging_leaves_nothing(tmp_path):
     with pytest.raises(RuntimeError):
         with staging(tmp_path) as stage:
