@@ -847,7 +847,8 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
                          "profiled_major_faults": (major1 - major0) / active}
         if not on_gpu and (call_us := measured_call_us()) is not None:
             profiler_cost["call_us"] = call_us
-        if (fault_us := measured_fault_us()) is not None:
+        # the page-faults finding is of CPU steps (a GPU's host runs ahead of the device)
+        if not on_gpu and (fault_us := measured_fault_us()) is not None:
             # a step's faults cost nearer one thread's (see measured_fault_us): that, and
             # the spread fill's as the low end
             profiler_cost["fault_us_low"], profiler_cost["fault_us"] = fault_us
