@@ -253,8 +253,8 @@ def _fault_probe() -> float | None:
 
 
 def measured_fault_us() -> tuple[float, float] | None:
-    """What a minor page fault adds to a step here, in microseconds of wall time, as a
-    range: (on all of torch's threads, on one). 64 MiB freshly mapped are filled
+    """What a minor page fault adds to a step here, in microseconds of wall time: (on all
+    of torch's threads, on one). 64 MiB freshly mapped are filled
     (fill_ of a tensor over them: the kernel finds and zeroes each page as the fill first
     writes it), less the same fill again, over the faults the process counted
     (``_fault_probe``), once on the run's threads and once on one thread. A
@@ -262,9 +262,11 @@ def measured_fault_us() -> tuple[float, float] | None:
     touches the page. On the development machine (2 threads) 0.6-0.7 us and 1.1 us;
     measured in steps, 0.97 us (the planted model that maps 64 MiB afresh in each call,
     a large fill) and 1.18 us (transformer training, faults in many smaller operators:
-    3,077 a step, 3.6 ms less a step with glibc's malloc told to keep its memory). About
-    0.2 s in all, once per process. None when no fault was counted (memory kept or
-    locked) or a time is not positive."""
+    3,077 a step, 3.6 ms less a step with glibc's malloc told to keep its memory). On
+    several threads at once it can also be far slower: 7.3 us against 1.0 us on one, in
+    a process that had just profiled seq2seq (2 GB resident; the threads' faults contend
+    in the kernel). About 0.2 s in all, once per process. None when no fault was counted
+    (memory kept or locked) or a time is not positive."""
     if not _fault_us:
         threads = torch.get_num_threads()
         spread = _fault_probe()
@@ -277,7 +279,7 @@ def measured_fault_us() -> tuple[float, float] | None:
     spread, one = _fault_us[0]
     if spread <= 0 or one <= 0:
         return None
-    return min(spread, one), max(spread, one)
+    return spread, one
 
 
 def _to_device(batch: Any, device: str, non_blocking: bool) -> Any:
@@ -849,9 +851,10 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
             profiler_cost["call_us"] = call_us
         # the page-faults finding is of CPU steps (a GPU's host runs ahead of the device)
         if not on_gpu and (fault_us := measured_fault_us()) is not None:
-            # a step's faults cost nearer one thread's (see measured_fault_us): that, and
-            # the spread fill's as the low end
-            profiler_cost["fault_us_low"], profiler_cost["fault_us"] = fault_us
+            # a step's faults cost about one thread's (see measured_fault_us): that, and
+            # the spread fill's as the low end where it is lower
+            spread, one = fault_us
+            profiler_cost["fault_us"], profiler_cost["fault_us_low"] = one, min(spread, one)
     profile_obj.label = label
     if on_gpu:
         profile_obj.device_type = "cuda"
