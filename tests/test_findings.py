@@ -534,6 +534,7 @@ def test_lower_precision_on_a_cpu_matrix_product_is_advice_to_time_first(lang):
     long. On a CPU the advice for a matrix product now says to time it both ways; on a
     GPU, and for an operator that is no matrix product, it is as it was."""
     from reporter.render.report import render_markdown
+    from reporter.analyze.rules import dominant_operator
     from reporter.render.view import Fmt, _finding_view
 
     caveat = {"en": "many times slower", "ru": "в разы медленнее", "zh": "慢好几倍"}[lang]
@@ -541,9 +542,12 @@ def test_lower_precision_on_a_cpu_matrix_product_is_advice_to_time_first(lang):
              "zh": "用更低的精度"}[lang]
 
     def text(op: str, on_gpu: bool) -> str:
-        f = Finding("dominant-operator", "medium", {
-            "basis": "cpu", "share": 0.6, "threshold": 0.5, "op": op, "op_share": 0.6,
-            "op_time_us": 6000.0, "calls": 40, "mem_per_call_b": 0, "steps": 1}, ops=[op])
+        p = Profile(label="cpu", self_cpu_us=10_000, steps=1, ops=[
+            Op(op, calls=40, self_cpu_us=6000, cpu_total_us=6000),
+            Op("aten::add", calls=40, self_cpu_us=4000, cpu_total_us=4000)])
+        f = dominant_operator(p, {"share": 0.5})
+        assert f is not None and f.evidence["op"] == op
+        f.evidence["steps"] = 1
         fmt = Fmt(lang)
         return render_markdown({"lang": lang, "on_gpu": on_gpu, "plural": fmt.plural,
                                 "f": _finding_view(f, fmt)},

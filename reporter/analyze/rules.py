@@ -27,7 +27,7 @@ from .findings import (
     share,
     step_share,
 )
-from .shapes import blowup_shapes, dense_copies
+from .shapes import MATRIX_CALLS, blowup_shapes, dense_copies
 
 # Element-wise and reduction operators that make a new tensor. In-place updates (mul_,
 # add_, addcdiv_, ...) are left out: they materialise nothing, and most of them are an
@@ -207,9 +207,12 @@ def dominant_operator(profile: Profile, limits: dict[str, float]) -> Finding | N
     s = share([top], b)
     if s <= limits["share"]:
         return None
+    # a matrix product or a convolution (mkldnn's and cudnn's included): on a CPU, lower
+    # precision is advice to time both ways (BART's step took 15 times as long in bf16)
+    matrix = top.name in MATMUL_OPS or top.name in MATRIX_CALLS or "convolution" in top.name
     return Finding("dominant-operator", "medium",
                    {"basis": b.name, "share": s, "threshold": limits["share"],
-                    **op_evidence(top, b)}, ops=[top.name])
+                    **op_evidence(top, b), "matrix_op": matrix}, ops=[top.name])
 
 
 SYNC_OPS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",

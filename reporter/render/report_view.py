@@ -18,8 +18,6 @@ from typing import Any, Callable
 from ..analyze.analyzer import Analysis
 from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 from ..analyze.compiled import KERNEL_ROWS, Compiled
-from ..analyze.findings import MATMUL_OPS
-from ..analyze.shapes import MATRIX_CALLS
 from ..analyze.reading import RankRow, RanksReading, StepReading
 from ..analyze.critical_path import BETWEEN, DEVICE_KINDS
 from ..model.contention import mean_share
@@ -88,10 +86,7 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
     view["steps_text"] = fmt.int(view["steps"])
     view.setdefault("compiled", False)  # set by the analyzer on a compiled model's findings
     view["op"] = md_name(f.evidence["op"]) if f.evidence.get("op") else ""
-    # a matrix product or a convolution (mkldnn's and cudnn's included): lower precision
-    # is advice to time on a CPU
-    op = str(f.evidence.get("op") or "")
-    view["matrix_op"] = op in MATMUL_OPS or op in MATRIX_CALLS or "convolution" in op
+    view.setdefault("matrix_op", False)  # dominant-operator's: the rule decides
     for key in ("materialisers", "others"):
         view[key] = [md_name(n) for n in f.evidence.get(key, [])]
     view["products_named"] = [view["op"], *view["others"]]  # near-roofline's products
