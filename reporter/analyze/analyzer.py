@@ -129,30 +129,39 @@ FAULTS_RATIO = 5.0
 FAULTS_MORE = 100.0
 
 
-def host_faults(cost: dict[str, float] | None) -> dict[str, float]:
+def _measured(cost: dict[str, Any], key: str, ceiling: float = 1e12) -> float | None:
+    """A number of the runner's measurement (Section.profiler_cost) in [0, ``ceiling``),
+    or None: absent, not a number, or out of range (a stored run is input)."""
+    try:
+        value = float(cost[key])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return value if 0 <= value < ceiling else None
+
+
+def _faults(cost: dict[str, Any], when: str) -> float | None:
+    """The page faults (minor and major) per step ``when`` "profiled" or "unprofiled"."""
+    minor, major = _measured(cost, f"{when}_minor_faults"), _measured(cost, f"{when}_major_faults")
+    return None if minor is None or major is None else minor + major
+
+
+def host_faults(cost: dict[str, Any] | None) -> dict[str, float]:
     """The host's page faults per step without the profiler, what one costs (and the
     least it may: a fault on several threads at once) and that step, from the runner's
     measurement (Section.profiler_cost: ``unprofiled_*``, ``fault_us``,
     ``fault_us_low``); empty where it was not measured (older runs, imported profiles)."""
-    if not cost or "fault_us" not in cost:
+    if not cost:
         return {}
-    try:
-        faults = float(cost["unprofiled_minor_faults"]) + float(
-            cost["unprofiled_major_faults"])
-        fault_us, step_us = float(cost["fault_us"]), float(cost["unprofiled_step_us"])
-    except (KeyError, TypeError, ValueError):
+    faults, fault_us = _faults(cost, "unprofiled"), _measured(cost, "fault_us", 1e4)
+    step_us = _measured(cost, "unprofiled_step_us")
+    if faults is None or not fault_us or not step_us:
         return {}
-    if not (0 < fault_us < 1e4 and 0 < step_us < 1e12 and 0 <= faults < 1e12):
-        return {}
-    try:
-        low = float(cost.get("fault_us_low", fault_us))
-    except (TypeError, ValueError):
-        low = fault_us
+    low = _measured(cost, "fault_us_low", 1e4)
     return {"faults": faults, "fault_us": fault_us,
-            "fault_low_us": low if 0 < low <= fault_us else fault_us, "step_us": step_us}
+            "fault_low_us": low if low and low <= fault_us else fault_us, "step_us": step_us}
 
 
-def profiler_distortion(findings: list[Finding], cost: dict[str, float] | None) -> None:
+def profiler_distortion(findings: list[Finding], cost: dict[str, Any] | None) -> None:
     """Say, in the findings whose share it distorts, what the profiler did to the step
     (``cost``: the runner's measurement, Section.profiler_cost): the step's time and page
     faults with and without it. A finding of operators that write fresh memory
@@ -164,20 +173,13 @@ def profiler_distortion(findings: list[Finding], cost: dict[str, float] | None) 
     apart."""
     if not cost:
         return
-    try:
-        with_ = float(cost["profiled_minor_faults"]) + float(cost["profiled_major_faults"])
-        without = float(cost["unprofiled_minor_faults"]) + float(
-            cost["unprofiled_major_faults"])
-        step_with, step_without = float(cost["profiled_step_us"]), float(
-            cost["unprofiled_step_us"])
-    except (KeyError, TypeError, ValueError):
+    with_, without = _faults(cost, "profiled"), _faults(cost, "unprofiled")
+    step_with = _measured(cost, "profiled_step_us")
+    step_without = _measured(cost, "unprofiled_step_us")
+    if with_ is None or without is None or step_with is None or step_without is None:
         return
-    try:  # the profiler's own cost per recorded call, measured by the runner (newer runs)
-        call_us: float | None = float(cost["call_us"]) if "call_us" in cost else None
-    except (TypeError, ValueError):
-        call_us = None
-    if call_us is not None and not (0 < call_us < 1e6):
-        call_us = None
+    # the profiler's own cost per recorded call, measured by the runner (newer runs)
+    call_us = _measured(cost, "call_us", 1e6) or None
     more = with_ - without
     if more < FAULTS_MORE / 10:
         return  # the profiler added next to no faults
