@@ -193,3 +193,19 @@ def test_page_faults_every_step_are_found_and_their_fix_is_not(tmp_path):
     assert section.profiler_cost["unprofiled_minor_faults"] < 100, section.profiler_cost
     assert "page-faults" not in {f.rule for f in
                                  analyze_section(section, fixed.target["batch_size"]).findings}
+
+
+def test_no_memory_for_the_fault_probe_is_no_measurement(tmp_path):
+    """Under an address-space limit that leaves no 64 MiB to map, the fault probe measures
+    nothing (None) instead of failing the run; no page-faults finding rests on it."""
+    import subprocess
+    import sys
+
+    code = ("import resource\nfrom reporter.collect import runner\n"
+            "vm = [int(l.split()[1]) * 1024 for l in open('/proc/self/status')"
+            " if l.startswith('VmSize')][0]\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (vm + (32 << 20), vm + (32 << 20)))\n"
+            "print(runner.measured_fault_us())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).parent.parent)
+    assert out.stdout.strip() == "None", out.stdout + out.stderr

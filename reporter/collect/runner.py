@@ -232,8 +232,13 @@ def _fault_probe() -> float | None:
 
     per_fault = []
     for _ in range(_FAULT_PROBE_ROUNDS):
-        # private and anonymous, as malloc maps memory (a shared mapping faults slower)
-        region = mmap.mmap(-1, _FAULT_PROBE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        # private and anonymous, as malloc maps memory (a shared mapping faults slower);
+        # none to be had (a memory limit): no measurement, and no finding rests on one
+        try:
+            region = mmap.mmap(-1, _FAULT_PROBE_BYTES,
+                               flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except (OSError, ValueError):
+            return None
         try:
             x = torch.frombuffer(region, dtype=torch.float32)
             minor0 = _faults()[0]
