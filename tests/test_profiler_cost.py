@@ -209,3 +209,39 @@ def test_no_memory_for_the_fault_probe_is_no_measurement(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parent.parent)
     assert out.stdout.strip() == "None", out.stdout + out.stderr
+
+
+def test_the_analysis_estimates_with_the_faults_measured_without_the_profiler():
+    """analyze_section ranks the findings with the profile that carries the runner's fault
+    measurement (Profile.host_faults): a copy finding the profiler's page faults distorted
+    keeps at least its part of the faults measured without the profiler (an earlier cut
+    ranked with the section's own profile, which lacks them, and the floor was 0)."""
+    from dataclasses import replace
+
+    from conftest import FIXTURES
+
+    from reporter.analyze.analyzer import analyze_section
+    from reporter.analyze.savings import fault_share
+    from reporter.model.profile import Op, Profile
+    from reporter.store import load
+
+    run = load(FIXTURES / "runs" / "cpu-transformer-bloat")
+    (section,) = run.sections
+    real_step = section.throughput.step_us(run.target["batch_size"])
+    profile = Profile(self_cpu_us=200_000, steps=2, ops=[
+        Op("ProfilerStep*", calls=2, self_cpu_us=0, cpu_total_us=200_000, kind="annotation"),
+        Op("aten::copy_", calls=200, self_cpu_us=120_400, cpu_total_us=120_400),
+        Op("aten::fill_", calls=198, self_cpu_us=10_396, cpu_total_us=10_396),
+        Op("aten::mm", calls=1600, self_cpu_us=69_204, cpu_total_us=69_204)])
+    cost = {"steps": 2, "unprofiled_step_us": real_step, "profiled_step_us": 100_000.0,
+            "unprofiled_minor_faults": 10_000.0, "unprofiled_major_faults": 0.0,
+            "profiled_minor_faults": 90_000.0, "profiled_major_faults": 0.0,
+            "call_us": 2.0, "fault_us": 1.0, "fault_us_low": 0.6}
+    analysis = analyze_section(replace(section, profile=profile, profiler_cost=cost),
+                               run.target["batch_size"])
+    found = {f.rule: (f, s) for f, s in analysis.main + analysis.minor}
+    f, worth = found["copy-heavy"]
+    assert f.evidence["first_touch"] and worth.step_us == real_step
+    share = fault_share(profile, {"aten::copy_"})
+    assert share == pytest.approx(120_400 / 130_796)
+    assert worth.saving_us == pytest.approx(10_000 * 1.0 * share)

@@ -237,7 +237,7 @@ def analyze_section(section: Section, batch_size: int | None = None,
     t = section.throughput
     # A step timed while the machine was busy is no yardstick: the profiled one is used.
     real_step_us = t.step_us(batch_size) if t is not None and t.reliable else None
-    main, minor = ranked(findings, section.profile, eff, section.whatif, real_step_us)
+    main, minor = ranked(findings, profile, eff, section.whatif, real_step_us)
     return Analysis(eff, findings, main, minor, established=not section.busy,
                     reading=read_step(section.profile.breakdown),
                     short_kernel_us=short_kernels_us(section.profile),

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from ..model.finding import Finding, Saving
-from ..model.profile import KIND_ANNOTATION, KIND_OP, Op, Profile
+from ..model.profile import KIND_ANNOTATION, Op, Profile
 from . import savings
 from .breakdown import MODULE_MARK
 from .compiled import GRAPH_LAUNCHES
@@ -741,14 +741,11 @@ def _faults_saving(w: Worth) -> Saving:
     68% measured)."""
     if not w.accounts_us:
         return w.unquantified()
-    writers = {o.name: o.self_cpu_us for o in w.profile.ops
-               if o.kind == KIND_OP and o.name in savings.WRITERS and o.self_cpu_us > 0}
     # a catch-all (one dominant operator) keeps its operators' work: not its faults' fix
     owned = {str(n) for o in w.others if o is not w.finding
              and not (o.rule in RULES and RULES[o.rule].catch_all)
              for n in (*o.ops, *(o.evidence.get("materialisers") or []))}
-    total = sum(writers.values())
-    inside = sum(t for n, t in writers.items() if n in owned) / total if total else 0.0
+    inside = savings.fault_share(w.profile, owned)
     e = w.finding.evidence
     saving = w.accounts_us * (1.0 - inside)
     low = saving * min(1.0, float(e.get("fault_low_us") or e["fault_us"])

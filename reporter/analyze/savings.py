@@ -39,8 +39,9 @@ from .findings import RULES, Worth, step_wall_us
 
 __all__ = ["MINOR_SHARE", "NOT_FASTER", "NOT_QUANTIFIABLE", "Saving", "Worth", "BUSY",
            "beyond_roof", "beyond_roofline", "device_kept_busy", "estimate", "faster_dtype",
-           "COPY_OPS", "FIRST_TOUCH", "WRITERS", "matrix_roof", "profiler_call_us", "ranked",
-           "removed", "stated", "unprofiled_factor", "unquantified", "waited", "work_removed"]
+           "COPY_OPS", "FIRST_TOUCH", "WRITERS", "fault_share", "matrix_roof",
+           "profiler_call_us", "ranked", "removed", "stated", "unprofiled_factor",
+           "unprofiled_floor", "unquantified", "waited", "work_removed"]
 
 # The device's idle time in the step breakdown, by what the host did meanwhile.
 IDLE = ("idle_data", "idle_sync", "idle_latency", "idle_queued", "idle_host")
@@ -229,7 +230,7 @@ def _records_per_step(profile: Profile) -> float:
 
 
 def unprofiled_factor(f: Finding, profile: Profile, step_us: float,
-                      real_step_us: float) -> float:
+                      real_step_us: float, eff: Efficiency | str | None = None) -> float:
     """What a CPU finding's profiled time is without the profiler, as a factor of it.
 
     The profiler's cost is per recorded call (``profiler_call_us``: about 1-6 us a call
@@ -247,9 +248,15 @@ def unprofiled_factor(f: Finding, profile: Profile, step_us: float,
     cost per call (``profiler_call_us``): the profiled step's excess is told apart into
     the measured cost of every record, and the rest, the first touch of the fresh memory
     the profiler's own growth hands out, which lands in the operators that write it: that
-    rest is taken off the writers in proportion to their time, with no floor (seq2seq's
-    copies read 1.03 s of a 1.16 s profiled step whose steps take 0.12 s without the
-    profiler; timed alone without it, 36 ms of a 77 ms step)."""
+    rest is taken off the writers in proportion to their time (seq2seq's copies read
+    1.03 s of a 1.16 s profiled step whose steps take 0.12 s without the profiler; timed
+    alone without it, 36 ms of a 77 ms step). Down to no less than what the operators take
+    without the profiler at the least (``unprofiled_floor``): the rest is the whole excess
+    only where the profiler slows the other operators by no more than its measured cost
+    per call, and it slowed seq2seq's by 3-8 us a call, not the 0.8 us measured on a small
+    ``torch.add`` (2026-11-27), so that the copies were left 17 ms of a 80 ms step while
+    the page faults measured without the profiler alone were 28 ms of theirs, and
+    removing the copies saved 32 ms."""
     k = real_step_us / step_us
     names = {*f.ops, *(str(m) for m in f.evidence.get("materialisers") or [])}
     rows = [o for o in profile.ops if o.kind == KIND_OP and o.name in names
@@ -259,12 +266,38 @@ def unprofiled_factor(f: Finding, profile: Profile, step_us: float,
         return k
     measured = f.evidence.get("profiler_call_us")
     if f.evidence.get("first_touch") and isinstance(measured, (int, float)) and measured > 0:
-        return _faulted_factor(rows, own, profile, step_us, real_step_us, float(measured))
+        factor = _faulted_factor(rows, own, profile, step_us, real_step_us, float(measured))
+        n, _ = _steps(profile)
+        return min(1.0, max(factor, unprofiled_floor(names, profile, eff) * n / own))
     per_call = profiler_call_us(profile, step_us, real_step_us)
     if per_call <= 0:
         return k
     kept = sum(max(o.self_cpu_us - o.calls * per_call, o.self_cpu_us * k) for o in rows)
     return min(1.0, kept / own)
+
+
+def fault_share(profile: Profile, names: set[str]) -> float:
+    """The share of the host's page faults that land in the operators ``names``: a fault
+    lands in the operator that first writes the fresh page, so the faults are shared
+    among the operators that write fresh memory (``WRITERS``: copies, fills, allocations)
+    by their time; 0 without any."""
+    writers = {o.name: o.self_cpu_us for o in profile.ops
+               if o.kind == KIND_OP and o.name in WRITERS and o.self_cpu_us > 0}
+    total = sum(writers.values())
+    return sum(t for n, t in writers.items() if n in names) / total if total else 0.0
+
+
+def unprofiled_floor(names: set[str], profile: Profile, eff: Efficiency | str | None) -> float:
+    """What the operators ``names`` take per step without the profiler at the least: their
+    roofline time (reporter.analyze.efficiency: their bytes at the measured bandwidth,
+    their FLOPs at the peak), and their part (``fault_share``) of the page faults a step
+    took without the profiler at the measured cost of one (Profile.host_faults), which no
+    roofline counts; 0 for what was not measured."""
+    roof = sum(o.roof_us for o in eff.ops if o.name in names) \
+        if eff is not None and not isinstance(eff, str) else 0.0
+    h = profile.host_faults
+    faults = h["faults"] * h["fault_us"] * fault_share(profile, names) if h else 0.0
+    return float(roof + faults)
 
 
 def _faulted_factor(rows: list[Any], own: float, profile: Profile, step_us: float,
@@ -310,7 +343,7 @@ def estimate(f: Finding, profile: Profile, eff: Efficiency | str | None = None,
     if real_step_us and s.step_us:
         # On the CPU, the profiler's cost is per recorded call: long calls keep their
         # time, short ones lose theirs (see ``unprofiled_factor``)
-        k = (unprofiled_factor(f, profile, s.step_us, real_step_us)
+        k = (unprofiled_factor(f, profile, s.step_us, real_step_us, eff)
              if not profile.has_device else real_step_us / s.step_us)
 
         def host(us: float | None) -> float | None:
