@@ -217,6 +217,59 @@ def test_a_per_sample_loop_is_told_under_load_by_the_cost_of_a_call_not_by_its_t
     assert "per-sample-loop" not in rules_of(bare)
 
 
+def _time_step_loop(faults: dict[str, float] | None) -> Profile:
+    """seq2seq as profiled on 2026-11-27 (3 steps of 414 ms, 80 ms without the profiler):
+    its decoder called 39 times a step, 8.6 ms of forward and 11.9 ms of backward a step,
+    and copies that the page faults the profiler added (96,695 a step against 29,080
+    without it) stretched to 322 ms a step."""
+    from reporter.model.profile import Breakdown
+
+    p = profile(op("ProfilerStep*", 0, calls=3, kind="annotation", total=1_241_000),
+                op("module::decoder", 16_800, calls=117, kind="annotation", total=25_800),
+                op("aten::copy_", 965_000, calls=2058),
+                op("aten::fill_", 44_000, calls=720),
+                op("aten::view", 4000, calls=6000),
+                op("aten::mm", 211_200, calls=3200))
+    p.steps = 3
+    p.breakdown = Breakdown(steps_us=[413_700.0] * 3, host_us={},
+                            module_forward_us={"decoder": 8600.0},
+                            module_backward_us={"decoder": 11_900.0})
+    if faults:
+        p.host_faults = faults
+    return p
+
+
+def test_a_loop_over_time_steps_is_weighed_without_the_faults_the_profiler_added():
+    """Issue #27: seq2seq's per-time-step decoder took 5% of the profiled step, which the
+    page faults the profiler added to the copies stretched fivefold; batching its calls
+    saved about 17% of the step timed without the profiler. Its calls and their backward
+    are weighed against the step less that first touch (savings.first_touch_us), and the
+    worth is of the step without the profiler."""
+    from reporter.analyze.savings import estimate, first_touch_us
+
+    bare = _time_step_loop(None)
+    assert "per-sample-loop" not in rules_of(bare)  # 61 ms of 1.24 s: 4.9%
+    faults = {"faults": 29_080.0, "fault_us": 1.0, "fault_low_us": 1.0, "step_us": 80_000.0,
+              "added_faults": 67_615.0, "call_us": 0.76}
+    p = _time_step_loop(faults)
+    touched = first_touch_us(p)
+    writers = (965_000 + 44_000) / 3
+    assert touched == pytest.approx(writers - 29_080)  # their time beyond their faults
+    (f,) = [f for f in analyze(p) if f.rule == "per-sample-loop"]
+    both = 25_800 + 11_900 * 3
+    assert f.evidence["op_time_us"] == pytest.approx(both)
+    assert f.evidence["share"] == pytest.approx(both / (1_241_000 - 3 * touched))
+    assert f.evidence["faults_added_us"] == pytest.approx(3 * touched)
+    s = estimate(f, p, real_step_us=80_000)
+    assert s.step_us == 80_000
+    # the module's time a step, at the ratio of the unprofiled step to the rest
+    k = 80_000 / (413_700 - touched)
+    assert s.accounts_us == pytest.approx(both / 3 * k, rel=0.05)
+    assert s.saving_us == pytest.approx(s.accounts_us * (1 - 1 / 39))
+    # the profiler added no faults: nothing is taken off, and the loop is not told
+    assert "per-sample-loop" not in rules_of(_time_step_loop({**faults, "added_faults": 0.0}))
+
+
 def test_dropout_counts_the_backward_multiply_by_its_mask():
     """Issue #27: an unfused dropout's backward multiplies the gradient by the mask (an
     anonymous MulBackward0 on the CPU); its fix removes that too. The multiplies of the

@@ -149,7 +149,11 @@ def host_faults(cost: dict[str, Any] | None) -> dict[str, float]:
     """The host's page faults per step without the profiler, what one costs (and the
     least it may: a fault on several threads at once) and that step, from the runner's
     measurement (Section.profiler_cost: ``unprofiled_*``, ``fault_us``,
-    ``fault_us_low``); empty where it was not measured (older runs, imported profiles)."""
+    ``fault_us_low``); empty where it was not measured (older runs, imported profiles).
+    With them, the faults the profiler added per step (``added_faults``: 0 under
+    ``FAULTS_MORE`` / 10, as ``profiler_distortion`` counts none) and its measured cost per
+    recorded call (``call_us``, 0 where not measured), which
+    reporter.analyze.savings.first_touch_us reads."""
     if not cost:
         return {}
     faults, fault_us = _faults(cost, "unprofiled"), _measured(cost, "fault_us", 1e4)
@@ -157,8 +161,11 @@ def host_faults(cost: dict[str, Any] | None) -> dict[str, float]:
     if faults is None or not fault_us or not step_us:
         return {}
     low = _measured(cost, "fault_us_low", 1e4)
+    added = (_faults(cost, "profiled") or 0.0) - faults
     return {"faults": faults, "fault_us": fault_us,
-            "fault_low_us": low if low and low <= fault_us else fault_us, "step_us": step_us}
+            "fault_low_us": low if low and low <= fault_us else fault_us, "step_us": step_us,
+            "added_faults": added if added >= FAULTS_MORE / 10 else 0.0,
+            "call_us": _measured(cost, "call_us", 1e6) or 0.0}
 
 
 def profiler_distortion(findings: list[Finding], cost: dict[str, Any] | None) -> None:

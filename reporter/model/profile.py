@@ -162,7 +162,8 @@ class Profile:
     # (analyze.stragglers), on the first rank's profile (the one a report shows).
     stragglers: dict[str, Any] = field(default_factory=dict)
     # The host's page faults per step timed without the profiler, what one costs, and that
-    # step (``faults``, ``fault_us``, ``step_us``): from the run's Section.profiler_cost,
+    # step (``faults``, ``fault_us``, ``step_us``), the faults the profiler added and its
+    # cost per call (``added_faults``, ``call_us``): from the run's Section.profiler_cost,
     # set by reporter.analyze.analyzer.analyze_section for the rules. Not stored: the
     # section holds the measurement.
     host_faults: dict[str, float] = field(default_factory=dict)

@@ -87,6 +87,7 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
     view.setdefault("compiled", False)  # set by the analyzer on a compiled model's findings
     view["op"] = md_name(f.evidence["op"]) if f.evidence.get("op") else ""
     view.setdefault("matrix_op", False)  # dominant-operator's: the rule decides
+    view.setdefault("faults_added", None)  # per-sample-loop's, where the profiler added faults
     for key in ("materialisers", "others"):
         view[key] = [md_name(n) for n in f.evidence.get(key, [])]
     view["products_named"] = [view["op"], *view["others"]]  # near-roofline's products
