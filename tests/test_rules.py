@@ -270,6 +270,30 @@ def test_a_loop_over_time_steps_is_weighed_without_the_faults_the_profiler_added
     assert "per-sample-loop" not in rules_of(_time_step_loop({**faults, "added_faults": 0.0}))
 
 
+def test_an_unfused_attention_owns_the_bytes_of_its_scores_scaling():
+    """Issue #27: the scaling of the scores (`/ sqrt(d)`, forward and backward) allocates
+    as much as the softmax; a fused kernel does away with it and its page faults. Told by
+    shape: a division or multiplication of a softmax's input shape by a scalar, and not a
+    division of another shape."""
+    p = profile(op("aten::bmm", 4000, calls=12), op("aten::_softmax", 2000, calls=6),
+                op("aten::mm", 3000, calls=20))
+    p.steps = 1
+    p.ops_by_shape = [
+        Op("aten::_softmax", calls=6, self_cpu_us=2000, cpu_total_us=2000,
+           input_shapes="[[8, 4, 96, 96], [], []]"),
+        Op("aten::div", calls=12, self_cpu_us=300, cpu_total_us=300, self_cpu_mem_b=14 << 20,
+           input_shapes="[[8, 4, 96, 96], []]"),
+        Op("aten::div", calls=2, self_cpu_us=30, cpu_total_us=30, self_cpu_mem_b=1 << 20,
+           input_shapes="[[8, 96, 64], []]"),
+        Op("aten::mul", calls=2, self_cpu_us=30, cpu_total_us=30, self_cpu_mem_b=3 << 20,
+           input_shapes="[[8, 4, 96, 96], [8, 4, 96, 96]]")]
+    (f,) = [f for f in analyze(p) if f.rule == "unfused-attention"]
+    assert f.evidence["scale_b"] == 14 << 20
+    p.ops_by_shape = p.ops_by_shape[:1]
+    (f,) = [f for f in analyze(p) if f.rule == "unfused-attention"]
+    assert "scale_b" not in f.evidence
+
+
 def test_dropout_counts_the_backward_multiply_by_its_mask():
     """Issue #27: an unfused dropout's backward multiplies the gradient by the mask (an
     anonymous MulBackward0 on the CPU); its fix removes that too. The multiplies of the

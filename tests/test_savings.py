@@ -228,6 +228,33 @@ def test_the_writers_keep_at_least_their_roofline_and_their_unprofiled_faults():
         mm, p, 100_000, 50_000)
 
 
+def test_page_faults_are_shared_by_the_bytes_each_operator_allocates():
+    """A fault lands in the operator that first writes a fresh page: a product or a
+    softmax allocates its own output and writes it; what the allocation operators hand out
+    (empty, zeros) the writers (copies, fills) write, shared by their time. Without
+    recorded memory, the writers' time alone."""
+    from reporter.analyze.savings import fault_share
+
+    def o(name, us, mem):
+        return Op(name, calls=1, self_cpu_us=us, cpu_total_us=us, self_cpu_mem_b=mem)
+
+    p = Profile(self_cpu_us=10_000, steps=1, ops=[
+        o("aten::bmm", 4000, 30 << 20), o("aten::empty", 0, 60 << 20),
+        o("aten::mm", 3000, 10 << 20), o("aten::copy_", 1500, 0), o("aten::fill_", 500, 0),
+        o("aten::add_", 990, -(5 << 20))])  # a release is no allocation
+    assert fault_share(p, {"aten::bmm"}) == pytest.approx(0.3)
+    assert fault_share(p, {"aten::copy_"}) == pytest.approx(0.6 * 0.75)
+    assert fault_share(p, {"aten::copy_", "aten::fill_", "aten::empty"}) == pytest.approx(0.6)
+    assert fault_share(p, {"aten::bmm"}, extra_b=5 << 20) == pytest.approx(0.35)
+    assert fault_share(p, {"aten::add_"}) == 0.0
+    everything = {"aten::bmm", "aten::mm", "aten::copy_", "aten::fill_"}
+    assert fault_share(p, everything) == pytest.approx(1.0)
+    bare = Profile(self_cpu_us=10_000, steps=1,
+                   ops=[replace(op, self_cpu_mem_b=0) for op in p.ops])
+    assert fault_share(bare, {"aten::bmm"}) == 0.0  # no memory: the writers' time
+    assert fault_share(bare, {"aten::copy_"}) == pytest.approx(0.75)
+
+
 def test_small_savings_are_minor():
     p = _profile()
     tiny = _f("copy-heavy", MINOR_SHARE / 2 * 20_000 / 16_000)

@@ -397,6 +397,7 @@ def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
 
 _ATTENTION_PARTS = ("aten::bmm", "aten::baddbmm", "aten::_softmax", "aten::softmax",
                     "aten::_softmax_backward_data", "aten::masked_fill", "aten::masked_fill_")
+_SOFTMAX_OPS = ("aten::_softmax", "aten::softmax")
 _FUSED_ATTENTION = ("scaled_dot_product", "flash_attention", "efficient_attention",
                     "cudnn_attention", "fmha", "flash_fwd", "flash_bwd")
 
@@ -420,10 +421,26 @@ def unfused_attention(profile: Profile, limits: dict[str, float]) -> Finding | N
         return None
     softmax_calls = sum(o.calls for o in parts if "softmax" in o.name
                         and "backward" not in o.name)
+    scale_b = _scale_bytes(profile)
     return Finding("unfused-attention", "medium",
                    {"basis": b.name, "share": s, "threshold": limits["share"],
-                    **op_evidence(parts[0], b), "softmax_calls": softmax_calls},
+                    **op_evidence(parts[0], b), "softmax_calls": softmax_calls,
+                    **({"scale_b": scale_b} if scale_b > 0 else {})},
                    ops=[o.name for o in parts])
+
+
+def _scale_bytes(profile: Profile) -> float:
+    """The bytes the scaling of an attention's scores allocates (a division or a
+    multiplication of a tensor of a softmax's input shape by a scalar, and its backward,
+    by the recorded shapes and memory): a fused kernel does away with those tensors and
+    the page faults they take (savings.fault_share)."""
+    from .shapes import dims
+
+    scores = {tuple(d[0]) for o in profile.ops_by_shape if o.name in _SOFTMAX_OPS
+              for d in [dims(o)] if d and len(d[0]) >= 3}
+    return float(sum(max(0, o.self_cpu_mem_b) for o in profile.ops_by_shape
+                     if o.name in ("aten::div", "aten::mul")
+                     for d in [dims(o)] if d and tuple(d[0]) in scores and not any(d[1:])))
 
 
 # A CUDA graph's launch is one launch, whatever number of kernels it replays.
@@ -735,18 +752,19 @@ def _faults_saving(w: Worth) -> Saving:
     of the step timed without the profiler (the evidence's ``share``, which ``estimate``
     keeps on that step); at least at the cost of a fault spread over the threads. Less
     the faults inside another finding's operators, which go with its fix: a fault lands
-    in the operator that first writes the fresh page, so the faults are shared among
-    the operators that write fresh memory (``savings.WRITERS``: copies, fills,
-    allocations) by their time, and those another finding names are its (seq2seq's copy
+    in the operator that first writes the fresh page (``savings.fault_share``: by the
+    bytes each allocates, the allocators' by the writers' time), and those another
+    finding names are its (seq2seq's copy
     finding owned most of them: counted twice, the two predicted 94% of the step against
     68% measured)."""
     if not w.accounts_us:
         return w.unquantified()
     # a catch-all (one dominant operator) keeps its operators' work: not its faults' fix
-    owned = {str(n) for o in w.others if o is not w.finding
-             and not (o.rule in RULES and RULES[o.rule].catch_all)
-             for n in (*o.ops, *(o.evidence.get("materialisers") or []))}
-    inside = savings.fault_share(w.profile, owned)
+    others = [o for o in w.others if o is not w.finding
+              and not (o.rule in RULES and RULES[o.rule].catch_all)]
+    owned = {str(n) for o in others for n in (*o.ops, *(o.evidence.get("materialisers") or []))}
+    inside = savings.fault_share(w.profile, owned,
+                                 sum(float(o.evidence.get("scale_b") or 0.0) for o in others))
     e = w.finding.evidence
     saving = w.accounts_us * (1.0 - inside)
     low = saving * min(1.0, float(e.get("fault_low_us") or e["fault_us"])

@@ -273,7 +273,8 @@ REPORT: dict[str, Choice] = {
     "problems_heading": either("main_problems", "what_bounds_the_step",
                                lambda s: any(f["rule"] != "near-roofline"
                                              for f in of("findings")(s))),
-    "measured": when("measured_before_after", of("worth.before")),
+    "measured": first(("measured_with_faults", of("worth.faults")),
+                      ("measured_before_after", of("worth.before"))),
     "worth": either("saving_per_step", "not_quantifiable", of("worth.saving")),
     "band": when("between_low_and_high", of("worth.band")),
     "accounts": when("accounts_for", of("worth.accounts")),
