@@ -7,11 +7,14 @@ at a time against fused:
 the share of the step that the baseline's main problems which the twin no
 longer has were predicted to save (reporter.analyze.savings, with its low-high band: the
 baseline profiled by reporter as `reporter run` does), against the share the twin
-actually saves, and the error. The twin's saving is timed in one process, the baseline's
-and the twin's steps in alternation (ROUNDS rounds, the order swapped each round, each
-side about ROUND_S seconds of steps, as the runner steps them: data loading included):
-1 - the median of the twin's step over the baseline's, with the noise, half the
-interquartile range of the rounds' paired savings. Timed one after the other, as two
+actually saves, and the error. The twin's saving is timed in PROCESSES fresh processes
+(``--processes``), in each the baseline's and the twin's steps in alternation (ROUNDS
+rounds, the order swapped each round, each side about ROUND_S seconds of steps, as the
+runner steps them: data loading included): 1 - the median of the twin's step over the
+baseline's; the table gives the processes' median, each process's saving, and the noise:
+the larger of half the interquartile range of a process's paired rounds and half the
+range of the processes' savings (a fresh process's page faults, and the saving with
+them, vary from one to the next). Timed one after the other, as two
 separate runs, the same pair's saving moved with their order (transformer in training,
 2026-11-27: 19% with the twin second, 6% with it first, 11% interleaved), as the
 process's allocator and caches age. It also lists any main problem of the twin that its
@@ -29,6 +32,7 @@ Not a test: run it by hand.
 
     .venv/bin/python bench/diagnosis.py [--device cpu|cuda] [--preset P] [--time-budget 3]
                                         [--only transformer,dropout_heavy] [--threads 1]
+                                        [--processes 3]
 """
 
 from __future__ import annotations
@@ -72,26 +76,38 @@ except ImportError:  # reporter without its test extra: the built-in pairs only
           file=sys.stderr)
 # findings that are no fault for a twin to fix: the statements (near-roofline)
 STATEMENTS = {r.id for r in RULES.values() if r.derive is not None}
-ROUNDS = 11  # interleaved rounds per pair and mode
+ROUNDS = 7  # interleaved rounds per pair, mode and process
+PROCESSES = 3  # fresh processes the pair is timed in, one after the other
 ROUND_S = 0.3  # seconds of steps per side and round
 MISSED = 0.05  # a twin saving this much more than the noise, unpredicted, is a miss
 
 
-def interleaved(baseline: str, fix: str, mode: str, opts: RunOptions
-                ) -> tuple[float, float, int]:
-    """The twin's saving over the baseline in ``mode``, timed in alternation in a fresh
-    process (``_interleave``): (1 - median twin step / median baseline step, half the
-    interquartile range of the rounds' paired savings, steps per round). A fresh process,
-    since one that has profiled holds the profiler's heap: a baseline that allocates more
-    was slower in it (transformer in training: 17.7% saved timed after the profiles in
-    the same process, 11.0% in a fresh one)."""
-    child = subprocess.run([sys.executable, __file__, "--interleave", baseline, fix, mode]
-                           + _child_args(opts), capture_output=True, text=True)
-    if child.returncode != 0:
-        last = (child.stderr.strip().splitlines() or ["no output"])[-1]
-        sys.exit(f"bench/diagnosis.py: timing {baseline} against {fix} ({mode}) failed: {last}")
-    got = json.loads(child.stdout.strip().splitlines()[-1])
-    return got["saving"], got["noise"], got["steps"]
+def interleaved(baseline: str, fix: str, mode: str, opts: RunOptions, processes: int
+                ) -> tuple[float, float, list[float]]:
+    """The twin's saving over the baseline in ``mode``, timed in alternation in
+    ``processes`` fresh processes, one after the other (``_interleave``): (the median of
+    their savings, the noise, each process's saving). A process's saving is 1 - its median
+    twin step / its median baseline step; the noise is the larger of half the
+    interquartile range of a process's paired rounds (their median) and half the range of
+    the processes' savings. Fresh processes, since one that has profiled holds the
+    profiler's heap: a baseline that allocates more was slower in it (transformer in
+    training: 17.7% saved timed after the profiles in the same process, 11.0% in a fresh
+    one). Several, since a fresh process's page faults vary from one to the next, and the
+    saving with them (transformer in training, 2026-11-27: 18.2% in one bench run, 24.3%
+    in the next, each in one process; ~1,100 or ~3,000 faults a step in a fresh process)."""
+    got = []
+    for _ in range(processes):
+        child = subprocess.run([sys.executable, __file__, "--interleave", baseline, fix, mode]
+                               + _child_args(opts), capture_output=True, text=True)
+        if child.returncode != 0:
+            last = (child.stderr.strip().splitlines() or ["no output"])[-1]
+            sys.exit(f"bench/diagnosis.py: timing {baseline} against {fix} ({mode}) failed: "
+                     f"{last}")
+        got.append(json.loads(child.stdout.strip().splitlines()[-1]))
+    savings = [g["saving"] for g in got]
+    noise = max(statistics.median(g["noise"] for g in got),
+                (max(savings) - min(savings)) / 2)
+    return statistics.median(savings), noise, savings
 
 
 def _profile(name: str, scratch: Path, opts: RunOptions) -> None:
@@ -179,6 +195,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch's intra-op threads (default: torch's own); 1 degrades "
                              "in proportion on a shared machine")
+    parser.add_argument("--processes", type=int, default=PROCESSES,
+                        help="fresh processes each pair's saving is timed in (default "
+                             f"{PROCESSES}): the saving varies from one to the next")
     parser.add_argument("--only", default=None,
                         help="the pairs whose table name is one of these (comma-separated)")
     parser.add_argument("--interleave", nargs=3, default=None, metavar=("BASE", "FIX", "MODE"),
@@ -225,7 +244,7 @@ def main() -> None:
             predicted = sum(p for p, _, _ in shares)
             low = sum(lo if lo is not None else p for p, lo, _ in shares)
             high = sum(hi if hi is not None else p for p, _, hi in shares)
-            measured, noise, _ = interleaved(baseline, fix, mode, opts)
+            measured, noise, each = interleaved(baseline, fix, mode, opts, args.processes)
             left_out = disturbed(s) or disturbed(t)
             if left_out:
                 busy += 1
@@ -243,7 +262,8 @@ def main() -> None:
                 err_text = "—"
             rules = ", ".join(f.rule for f, _ in fixed) or "—"
             print(f"| {name} | {mode} | {at} | {rules} | {predicted:.1%} ({low:.1%}–{high:.1%}) | "
-                  + f"{measured:.1%} (±{noise:.1%})"
+                  + f"{measured:.1%} (±{noise:.1%}; "
+                  + "/".join(f"{x:.0%}" for x in each) + ")"
                   + f" | {err_text} | {', '.join(kept) or '—'} |")
     met = sum(errors)
     print(f"\nwithin 30% or the noise: {met} of {len(errors)}"
