@@ -127,7 +127,7 @@ def test_a_timed_attention_adds_the_page_faults_of_its_tensors(tmp_path):
     assert share <= inside < 1
     assert pf.saving_us == pytest.approx(3000 * 1.0 * (1 - inside), rel=1e-6)
     words = {"en": "of page faults on the tensors these operators allocate",
-             "ru": "на page faults в тензорах, которые выделяют эти операции",
+             "ru": "на page faults в тензорах, выделенных этими операциями",
              "zh": "另加这些算子所分配的张量在关闭 profiler 的单步中引发的缺页"}
     for lang, text in words.items():
         assert text in render_markdown(report_view(run, lang)), lang
