@@ -754,9 +754,8 @@ def _faults_saving(w: Worth) -> Saving:
     the faults inside another finding's operators, which go with its fix: a fault lands
     in the operator that first writes the fresh page (``savings.fault_share``: by the
     bytes each allocates, the allocators' by the writers' time), and those another
-    finding names are its (seq2seq's copy
-    finding owned most of them: counted twice, the two predicted 94% of the step against
-    68% measured)."""
+    finding names are its (seq2seq's copy finding owned most of them: counted twice, the
+    two predicted 94% of the step against 68% measured)."""
     if not w.accounts_us:
         return w.unquantified()
     # a catch-all (one dominant operator) keeps its operators' work: not its faults' fix
