@@ -101,7 +101,8 @@ def test_a_timed_attention_adds_the_page_faults_of_its_tensors(tmp_path):
     fixture = load(FIXTURE)  # the step without the profiler: the throughput's
     step_us = fixture.sections[0].throughput.step_us(fixture.target["batch_size"])
     section["profiler_cost"] = {
-        "steps": 4, "unprofiled_step_us": step_us, "profiled_step_us": 1.3 * step_us,
+        # the runner's own unprofiled steps, a second timing of the throughput's step
+        "steps": 4, "unprofiled_step_us": 1.25 * step_us, "profiled_step_us": 1.6 * step_us,
         "unprofiled_minor_faults": 3000.0, "unprofiled_major_faults": 0.0,
         "profiled_minor_faults": 3500.0, "profiled_major_faults": 0.0,
         "call_us": 0.8, "fault_us": 1.0, "fault_us_low": 0.6}
@@ -125,6 +126,8 @@ def test_a_timed_attention_adds_the_page_faults_of_its_tensors(tmp_path):
     inside = fault_share(run.sections[0].profile, owned,
                          sum(o.evidence.get("scale_b") or 0.0 for o in others))
     assert share <= inside < 1
+    # the faults' own time, a share of the throughput's step, not of the runner's
+    assert pf.accounts_us == pytest.approx(3000 * 1.0, rel=1e-6)
     assert pf.saving_us == pytest.approx(3000 * 1.0 * (1 - inside), rel=1e-6)
     words = {"en": "of page faults on the tensors these operators allocate",
              "ru": "на page faults в тензорах, выделенных этими операциями",
