@@ -154,7 +154,7 @@ FINDINGS: dict[str, dict[str, Choice]] = {
         "how": either("with_tf32", "with_autocast", lambda v: v["f"]["faster_dtype"] == "tf32"),
         "lever": either("lower_precision", "no_faster_dtype", f("faster_dtype")),
         "also": when("also", f("faster_dtype"))},
-    "per-sample-loop": LOOP,
+    "per-sample-loop": {**LOOP, "faults_added": when("less_faults_added", f("faults_added"))},
     "recompilation": {"steps": OVER_STEPS, "ids": when("compile_ids", f("compile_ids"))},
     "single-tensor-optimizer": {"steps": OVER_STEPS,
                                 "foreach": first(("foreach_no_faster", f("foreach_slower")),
