@@ -89,7 +89,7 @@ def test_a_timed_attention_adds_the_page_faults_of_its_tensors(tmp_path):
     bytes it allocates, its scores' scaling told by shape), which page-faults leaves
     out, and each language says so."""
     from reporter.analyze.analyzer import analyze_run
-    from reporter.analyze.savings import fault_share
+    from reporter.analyze.savings import fault_share, finding_ops
     from reporter.pipeline import report_view
     from reporter.render.report import render_markdown
 
@@ -121,7 +121,7 @@ def test_a_timed_attention_adds_the_page_faults_of_its_tensors(tmp_path):
     assert worth.saving_us == pytest.approx((6.0 + faults_ms - 4.5) * 1e3)
     # page-faults leaves the attention's faults to it (and other findings' theirs)
     others = [o for o, _ in analysis.main + analysis.minor if o.rule != "page-faults"]
-    owned = {n for o in others for n in (*o.ops, *(o.evidence.get("materialisers") or []))}
+    owned = {n for o in others for n in finding_ops(o)}
     pf = found["page-faults"][1]
     inside = fault_share(run.sections[0].profile, owned,
                          sum(o.evidence.get("scale_b") or 0.0 for o in others))

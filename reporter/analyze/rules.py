@@ -761,7 +761,7 @@ def _faults_saving(w: Worth) -> Saving:
     # a catch-all (one dominant operator) keeps its operators' work: not its faults' fix
     others = [o for o in w.others if o is not w.finding
               and not (o.rule in RULES and RULES[o.rule].catch_all)]
-    owned = {str(n) for o in others for n in (*o.ops, *(o.evidence.get("materialisers") or []))}
+    owned = {n for o in others for n in savings.finding_ops(o)}
     inside = savings.fault_share(w.profile, owned,
                                  sum(float(o.evidence.get("scale_b") or 0.0) for o in others))
     e = w.finding.evidence

@@ -39,9 +39,10 @@ from .findings import RULES, Worth, step_wall_us
 
 __all__ = ["MINOR_SHARE", "NOT_FASTER", "NOT_QUANTIFIABLE", "Saving", "Worth", "BUSY",
            "beyond_roof", "beyond_roofline", "device_kept_busy", "estimate", "faster_dtype",
-           "COPY_OPS", "FIRST_TOUCH", "WRITERS", "fault_share", "finding_faults_us",
-           "first_touch_us", "matrix_roof", "profiler_call_us", "ranked", "removed", "stated",
-           "unprofiled_factor", "unprofiled_floor", "unquantified", "waited", "work_removed"]
+           "COPY_OPS", "FIRST_TOUCH", "WRITERS", "fault_share", "faults_us", "finding_faults_us",
+           "finding_ops", "first_touch_us", "matrix_roof", "profiler_call_us", "ranked",
+           "removed", "stated", "unprofiled_factor", "unprofiled_floor", "unquantified",
+           "waited", "work_removed"]
 
 # The device's idle time in the step breakdown, by what the host did meanwhile.
 IDLE = ("idle_data", "idle_sync", "idle_latency", "idle_queued", "idle_host")
@@ -87,6 +88,12 @@ def matrix_roof(names: list[str], eff: Efficiency | str | None) -> float:
     if eff is None or isinstance(eff, str):
         return 0.0
     return float(sum(o.roof_us for o in eff.ops if o.name in names and o.matrix))
+
+
+def finding_ops(f: Finding) -> set[str]:
+    """The operators a finding's time is of: its ``ops`` and the ``materialisers`` of its
+    evidence (a blow-up's copies)."""
+    return {*f.ops, *(str(m) for m in f.evidence.get("materialisers") or [])}
 
 
 def _host_basis(f: Finding) -> bool:
@@ -264,7 +271,7 @@ def unprofiled_factor(f: Finding, profile: Profile, step_us: float,
     the profiled step less that first touch (``first_touch_us``), which is not in its
     operators: seq2seq's per-time-step loop kept 19% of its profiled time by the whole
     step's ratio, 77% by the rest's."""
-    names = {*f.ops, *(str(m) for m in f.evidence.get("materialisers") or [])}
+    names = finding_ops(f)
     rows = [o for o in profile.ops if o.kind == KIND_OP and o.name in names
             and o.self_cpu_us > 0]
     own = sum(o.self_cpu_us for o in rows)
@@ -316,17 +323,19 @@ def fault_share(profile: Profile, names: set[str], extra_b: float = 0.0) -> floa
     return min(1.0, (own + extra_b + handed * by_time) / total_b)
 
 
-def finding_faults_us(f: Finding, profile: Profile) -> float:
-    """Per step, the page faults a step without the profiler took in the finding's
-    operators (``fault_share``, its ``ops`` and ``materialisers``, and the bytes its
-    evidence's ``scale_b`` adds), at the measured cost of one (Profile.host_faults); 0
-    where they were not measured."""
+def faults_us(profile: Profile, names: set[str], extra_b: float = 0.0) -> float:
+    """Per step, the time of the page faults a step without the profiler took in the
+    operators ``names`` (``fault_share``), at the measured cost of one
+    (Profile.host_faults); 0 where they were not measured."""
     h = profile.host_faults
-    if not h:
-        return 0.0
-    names = {*f.ops, *(str(m) for m in f.evidence.get("materialisers") or [])}
-    extra = float(f.evidence.get("scale_b") or 0.0)
-    return float(h["faults"] * h["fault_us"] * fault_share(profile, names, extra))
+    return float(h["faults"] * h["fault_us"] * fault_share(profile, names, extra_b)) \
+        if h else 0.0
+
+
+def finding_faults_us(f: Finding, profile: Profile) -> float:
+    """``faults_us`` of the finding's operators (``finding_ops``), with the bytes its
+    evidence's ``scale_b`` adds."""
+    return faults_us(profile, finding_ops(f), float(f.evidence.get("scale_b") or 0.0))
 
 
 def unprofiled_floor(names: set[str], profile: Profile, eff: Efficiency | str | None) -> float:
@@ -337,9 +346,7 @@ def unprofiled_floor(names: set[str], profile: Profile, eff: Efficiency | str | 
     roofline counts; 0 for what was not measured."""
     roof = sum(o.roof_us for o in eff.ops if o.name in names) \
         if eff is not None and not isinstance(eff, str) else 0.0
-    h = profile.host_faults
-    faults = h["faults"] * h["fault_us"] * fault_share(profile, names) if h else 0.0
-    return float(roof + faults)
+    return float(roof) + faults_us(profile, names)
 
 
 def first_touch_us(profile: Profile) -> float:
