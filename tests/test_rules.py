@@ -294,6 +294,39 @@ def test_an_unfused_attention_owns_the_bytes_of_its_scores_scaling():
     assert "scale_b" not in f.evidence
 
 
+def test_on_a_busy_machine_the_loop_is_weighed_against_the_profiled_step(tmp_path):
+    """Issue #27: where the step could not be timed quietly, every share and worth is of
+    the profiled step; the loop's share must be too, not of the step less the faults the
+    profiler added (beside two CPU hogs, seq2seq's `proj` read 35.5% of that step while
+    its worth was 6.0% of the profiled one). Through analyze_section, quiet and busy."""
+    from dataclasses import replace
+
+    from conftest import FIXTURES
+
+    from reporter.analyze.analyzer import analyze_section
+    from reporter.store import load
+
+    run = load(FIXTURES / "runs" / "cpu-transformer-bloat")
+    (section,) = run.sections
+    assert section.throughput.reliable
+    cost = {"steps": 3, "unprofiled_step_us": 80_000.0, "profiled_step_us": 413_700.0,
+            "unprofiled_minor_faults": 29_080.0, "unprofiled_major_faults": 0.0,
+            "profiled_minor_faults": 96_695.0, "profiled_major_faults": 0.0,
+            "call_us": 0.76, "fault_us": 1.0, "fault_us_low": 1.0}
+    loop = replace(section, profile=_time_step_loop(None), profiler_cost=cost)
+
+    def found(s):
+        a = analyze_section(s, run.target["batch_size"])
+        return {f.rule: (f, w) for f, w in a.main + a.minor}
+
+    quiet = found(loop)
+    assert "per-sample-loop" in quiet
+    assert quiet["per-sample-loop"][0].evidence["faults_added_us"] > 0
+    busy = found(replace(loop, throughput=None))  # no step timed quietly
+    # 61 ms of 1.24 s profiled: under the threshold, as the profiled step says
+    assert "per-sample-loop" not in busy, busy.get("per-sample-loop")
+
+
 def test_dropout_counts_the_backward_multiply_by_its_mask():
     """Issue #27: an unfused dropout's backward multiplies the gradient by the mask (an
     anonymous MulBackward0 on the CPU); its fix removes that too. The multiplies of the

@@ -243,9 +243,12 @@ def analyze_section(section: Section, batch_size: int | None = None,
         # The faults' share is of the step every other share and saving is of: the
         # throughput's where it was timed quietly (the runner's own unprofiled steps,
         # which counted the faults, are a second timing of the same step; the report
-        # said 52,471 faults at 1.00 us "account for 43.8 ms", of the other one)
+        # said 52,471 faults at 1.00 us "account for 43.8 ms", of the other one). On a
+        # busy machine every share is of the profiled step, the profiler's added faults
+        # included: the step less them (savings.first_touch_us) would be a third one (a
+        # loop read 35.5% of that step while its worth was 6.0% of the profiled one)
         profile = replace(profile, host_faults={**faults, "step_us": real_step_us}
-                          if real_step_us else faults)
+                          if real_step_us else {**faults, "added_faults": 0.0})
     findings = analyze(profile, overrides, eff)
     profiler_distortion(findings, getattr(section, "profiler_cost", None))
     whatif_notes(findings, section.whatif)
