@@ -255,6 +255,51 @@ def test_page_faults_are_shared_by_the_bytes_each_operator_allocates():
     assert fault_share(bare, {"aten::copy_"}) == pytest.approx(0.75)
 
 
+def test_a_fix_that_frees_its_tensors_takes_their_pages_at_the_peak_off_the_faults():
+    """The faults are the step mapping again the memory its allocator gave back: a fix
+    that no longer makes a finding's tensors (Rule.frees) takes their bytes at the peak
+    off it, and at least those pages of the faults; a fix that keeps them (the optimizer's
+    foreach kernels) only the faults in what its operators allocate."""
+    from reporter.analyze.rules import page_faults
+    from reporter.analyze.savings import fault_share, finding_faults_us, freed_ops
+
+    def o(name, us, mem):
+        return Op(name, calls=1, self_cpu_us=us, cpu_total_us=us, self_cpu_mem_b=mem)
+
+    p = Profile(self_cpu_us=20_000, steps=1, ops=[
+        o("aten::_softmax", 2000, 10 << 20), o("aten::addmm", 6000, 30 << 20),
+        o("aten::copy_", 2000, 0), o("aten::empty", 0, 0)],
+        peak_live_b={"aten::_softmax": 2000 * 4096, "aten::addmm": 500 * 4096},
+        host_faults={"faults": 4000.0, "fault_us": 1.0, "fault_low_us": 0.5,
+                     "step_us": 20_000.0, "page_b": 4096.0})
+    assert fault_share(p, {"aten::_softmax"}) == pytest.approx(0.25)  # by bytes allocated
+    assert fault_share(p, {"aten::_softmax"}, freed={"aten::_softmax"}) == pytest.approx(0.5)
+    # at most every fault; a page size that the run measured
+    assert fault_share(replace(p, host_faults={**p.host_faults, "faults": 1000.0}),
+                       {"aten::_softmax"}, freed={"aten::_softmax"}) == 1.0
+    assert fault_share(replace(p, host_faults={**p.host_faults, "faults": 1000.0,
+                                               "page_b": 16384.0}),
+                       {"aten::_softmax"}, freed={"aten::_softmax"}) == pytest.approx(0.5)
+    # runs stored before the peak was read, or without the runner's count: as before
+    assert fault_share(replace(p, peak_live_b={}), {"aten::_softmax"},
+                       freed={"aten::_softmax"}) == pytest.approx(0.25)
+    assert fault_share(replace(p, host_faults={}), {"aten::_softmax"},
+                       freed={"aten::_softmax"}) == pytest.approx(0.25)
+
+    attention = _f("unfused-attention", 0.1, basis="cpu", ops=["aten::_softmax"])
+    optimizer = _f("single-tensor-optimizer", 0.1, basis="cpu", ops=["aten::_softmax"])
+    assert freed_ops(attention) == {"aten::_softmax"} and freed_ops(optimizer) == set()
+    assert finding_faults_us(attention, p) == pytest.approx(2000.0)
+    assert finding_faults_us(optimizer, p) == pytest.approx(1000.0)
+
+    # page faults leave the freed pages to the finding whose fix frees them
+    f = page_faults(p, {"share": 0.05, "high": 0.25})
+    assert f is not None
+    alone = estimate(f, p, real_step_us=20_000)
+    shared = estimate(f, p, others=[f, attention], real_step_us=20_000)
+    assert shared.saving_us == pytest.approx(alone.saving_us / 2)
+
+
 def test_small_savings_are_minor():
     p = _profile()
     tiny = _f("copy-heavy", MINOR_SHARE / 2 * 20_000 / 16_000)

@@ -60,6 +60,45 @@ def test_trace_gives_the_numbers_of_key_averages(tmp_path, name, memory):
     assert parsed.steps == 2
 
 
+def test_the_memory_live_at_the_host_peak_is_told_by_the_operator_that_allocated_it(
+        tmp_path):
+    """What the host allocator holds at its peak in the trace ("Total Allocated"), by the
+    operator that asked for it: an aten::empty's bytes are its caller's; memory freed
+    before the peak and allocated after it is not in it, nor is a device's."""
+    def op(name, ts, dur):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts,
+                "dur": dur, "args": {}}
+
+    def mem(ts, nbytes, addr, total, device=0):
+        return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1,
+                "tid": 1, "ts": ts, "s": "t",
+                "args": {"Total Reserved": 0, "Total Allocated": total, "Bytes": nbytes,
+                         "Addr": addr, "Device Type": device, "Device Id": -1}}
+
+    events = [op("ProfilerStep#1", 0, 100),
+              op("aten::mul", 1, 10), op("aten::empty", 2, 2), mem(3, 8192, 100, 8192),
+              op("aten::_softmax", 20, 10), op("aten::empty", 21, 2),
+              mem(22, 4096, 200, 12288), mem(25, 1 << 20, 900, 1 << 20, device=1),
+              op("aten::add", 40, 10), mem(41, -8192, 100, 4096),
+              mem(42, 6000, 300, 10096), mem(60, -4096, 200, 6000),
+              op("aten::zeros", 70, 5), mem(71, 2048, 400, 8048)]
+    path = tmp_path / "peak.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert read_trace(path).peak_live_b == {"aten::mul": 8192, "aten::_softmax": 4096}
+
+
+def test_a_live_trace_tells_every_byte_at_the_host_peak(tmp_path):
+    """On a live training step, what the operators hold at the peak adds up to what the
+    allocator says it held then (every allocation of the trace is inside an operator)."""
+    _, path = _live_trace(tmp_path, "transformer")
+    peak = read_trace(path).peak_live_b
+    held = max(e["args"]["Total Allocated"] for e in json.loads(path.read_text())["traceEvents"]
+               if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0)
+    assert peak and all(b > 0 for b in peak.values())
+    assert sum(peak.values()) <= held
+    assert sum(peak.values()) == pytest.approx(held, rel=0.05)
+
+
 def test_gzipped_trace_and_nanosecond_mode_read_the_same(tmp_path):
     _, path = _live_trace(tmp_path, "transformer-bloat")
     plain = read_trace(path)

@@ -28,7 +28,7 @@ from ..model.run import Run, Section
 from . import rules  # noqa: F401  (the registry is whole: see the package)
 from .compiled import Compiled, compiled
 from .efficiency import Efficiency
-from .savings import WRITERS
+from .savings import PAGE_B, WRITERS
 from .findings import (
     MATMUL_OPS,
     MIN_PROFILE_US,
@@ -165,7 +165,8 @@ def host_faults(cost: dict[str, Any] | None) -> dict[str, float]:
     return {"faults": faults, "fault_us": fault_us,
             "fault_low_us": low if low and low <= fault_us else fault_us, "step_us": step_us,
             "added_faults": added if added >= FAULTS_MORE / 10 else 0.0,
-            "call_us": _measured(cost, "call_us", 1e6) or 0.0}
+            "call_us": _measured(cost, "call_us", 1e6) or 0.0,
+            "page_b": _measured(cost, "page_b", 1 << 30) or PAGE_B}
 
 
 def profiler_distortion(findings: list[Finding], cost: dict[str, Any] | None) -> None:

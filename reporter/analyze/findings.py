@@ -80,7 +80,11 @@ class Rule:
     - ``catch_all``: a finding dropped when another one explains its operators;
     - ``symptom``: whether, with its saving, the finding is only a symptom of another
       cause, left out of the ranking;
-    - ``whatif``: the replacement the runner can time for it, if any.
+    - ``whatif``: the replacement the runner can time for it, if any;
+    - ``frees``: whether its fix no longer makes the tensors of the finding's operators
+      (a fused kernel, no mask, no copy): what they hold at the host's memory peak comes
+      off it, and with it the page faults of mapping that memory again each step
+      (reporter.analyze.savings.fault_share).
     """
 
     id: str
@@ -93,6 +97,7 @@ class Rule:
     symptom: Callable[[Profile, Saving], bool] | None = None
     whatif: WhatIf | None = None
     derive: DeriveFunc | None = None
+    frees: bool = False
 
 
 RULES: dict[str, Rule] = {}
@@ -109,12 +114,13 @@ def _register(rule_id: str, **fields: Any) -> None:
 def rule(rule_id: str, *, saving: SavingModel,
          explains: Callable[[Finding, Finding], bool] | None = None, catch_all: bool = False,
          symptom: Callable[[Profile, Saving], bool] | None = None,
-         whatif: WhatIf | None = None, **limits: float) -> Callable[[RuleFunc], RuleFunc]:
+         whatif: WhatIf | None = None, frees: bool = False,
+         **limits: float) -> Callable[[RuleFunc], RuleFunc]:
     """Register a rule under a stable id with its saving model, the rest of its story
     (see ``Rule``) and its default thresholds."""
     def register(func: RuleFunc) -> RuleFunc:
         _register(rule_id, func=func, limits=dict(limits), saving=saving, explains=explains,
-                  catch_all=catch_all, symptom=symptom, whatif=whatif)
+                  catch_all=catch_all, symptom=symptom, whatif=whatif, frees=frees)
         return func
     return register
 

@@ -128,7 +128,7 @@ def _runs_products(gemms: Finding, dominant: Finding) -> bool:
     return bool(dominant.ops) and dominant.ops[0] in MATMUL_OPS
 
 
-@rule("elementwise-blowup", saving=savings.removed,
+@rule("elementwise-blowup", saving=savings.removed, frees=True,
       whatif=WhatIf("blowup-matmul", replaces_all=True, of_recorded=True), share=0.30,
       high=0.50)
 def elementwise_blowup(profile: Profile, limits: dict[str, float]) -> Finding | None:
@@ -403,7 +403,7 @@ _FUSED_ATTENTION = ("scaled_dot_product", "flash_attention", "efficient_attentio
 
 
 @rule("unfused-attention", saving=_fused_attention_saving, whatif=WhatIf("attention"),
-      share=0.10)
+      frees=True, share=0.10)
 def unfused_attention(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Attention as separate bmm/matmul and softmax kernels instead of one fused kernel."""
     names = {o.name for o in profile.ops}
@@ -717,7 +717,7 @@ _DROPOUT_PARTS = ("aten::bernoulli_", "aten::bernoulli", "aten::native_dropout",
                   "aten::native_dropout_backward")
 
 
-@rule("dropout-cost", saving=savings.removed, share=0.05, high=0.25)
+@rule("dropout-cost", saving=savings.removed, frees=True, share=0.05, high=0.25)
 def dropout_cost(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Dropout's random masks take a share of the time (a bernoulli_ per element on the
     CPU; a fused kernel on a GPU, still a random number per element)."""
@@ -763,7 +763,8 @@ def _faults_saving(w: Worth) -> Saving:
               and not (o.rule in RULES and RULES[o.rule].catch_all)]
     owned = {n for o in others for n in savings.finding_ops(o)}
     inside = savings.fault_share(w.profile, owned,
-                                 sum(float(o.evidence.get("scale_b") or 0.0) for o in others))
+                                 sum(float(o.evidence.get("scale_b") or 0.0) for o in others),
+                                 {n for o in others for n in savings.freed_ops(o)})
     e = w.finding.evidence
     saving = w.accounts_us * (1.0 - inside)
     low = saving * min(1.0, float(e.get("fault_low_us") or e["fault_us"])

@@ -860,6 +860,7 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
             # the spread fill's as the low end where it is lower
             spread, one = fault_us
             profiler_cost["fault_us"], profiler_cost["fault_us_low"] = one, min(spread, one)
+            profiler_cost["page_b"] = resource.getpagesize()  # what one fault maps
     profile_obj.label = label
     if on_gpu:
         profile_obj.device_type = "cuda"

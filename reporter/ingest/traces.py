@@ -82,6 +82,8 @@ class _Args(msgspec.Struct, gc=False):
     corr: _Id = msgspec.field(name="correlation", default=None)
     nbytes: Any = msgspec.field(name="Bytes", default=None)  # [memory] events
     device_type: Any = msgspec.field(name="Device Type", default=None)
+    addr: Any = msgspec.field(name="Addr", default=None)  # [memory] events
+    total: Any = msgspec.field(name="Total Allocated", default=None)  # [memory] events
     seq: Any = msgspec.field(name="Sequence number", default=None)  # autograd's, fwd <-> bwd
     copied: Any = msgspec.field(name="bytes", default=None)  # gpu_memcpy events: bytes copied
 
@@ -221,6 +223,7 @@ def _coerce(events: list[Any]) -> list[_Event]:
                               ext_old=_id(args.get("external id")),
                               corr=_id(args.get("correlation")), nbytes=args.get("Bytes"),
                               device_type=args.get("Device Type"),
+                              addr=args.get("Addr"), total=args.get("Total Allocated"),
                               seq=args.get("Sequence number"), copied=args.get("bytes"),
                               dims=args.get("Input Dims"),
                               dims_old=args.get("Input dims"), types=args.get("Input type"),
@@ -549,7 +552,8 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     device: list[_Event] = []  # kernels, copies, sets
     device_ann: list[_Event] = []  # gpu_user_annotation
     py_modules: list[_Event] = []  # python_function "nn.Module: ..." events
-    memory: dict[Any, list] = defaultdict(list)  # (pid, tid) -> [(ts, bytes, device type)]
+    # (pid, tid) -> [(ts, bytes, device type, address, the device's total allocated)]
+    memory: dict[Any, list] = defaultdict(list)
     host, dev_cats, dev_ann = HOST_CATS, DEVICE_CATS, DEVICE_ANNOTATION_CATS
     last_pid = last_tid = thread = None
     for events in chunks:
@@ -572,9 +576,12 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                 elif cat == "python_function" and e.name.startswith("nn.Module: "):
                     py_modules.append(e)  # with_stack traces: module calls
             elif ph == "i" and e.name == "[memory]" and e.args is not None:
+                a = e.args
                 try:
                     memory[(e.pid, e.tid)].append(
-                        (e.ts, int(e.args.nbytes), int(e.args.device_type or 0)))
+                        (e.ts, int(a.nbytes), int(a.device_type or 0),
+                         int(a.addr) if a.addr is not None else -1,
+                         int(a.total) if a.total is not None else -1))
                 except (TypeError, ValueError, OverflowError):
                     continue  # a malformed memory event
     # Kineto's nanosecond mode writes integer ns and says so; everything else is in us.
@@ -592,6 +599,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     correlation_rt: dict[Any, list] = {}  # correlation id -> runtime record
     records: list[list] = []
     costed: list[list] = []  # records with a cost
+    host_allocs: list[tuple] = []  # the host's allocations and frees, with their operators
     steps = 0
     step_ranges: list[tuple[float, float]] = []
     eps = _EPS / scale
@@ -617,7 +625,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                 dur = 0
             end = ts + dur
             while next_mem is not None and next_mem < ts:
-                _charge_memory(stack, mems[mi])
+                _charge_memory(stack, mems[mi], host_allocs)
                 mi += 1
                 next_mem = mems[mi][0] if mi < n_mems else None
             while stack and stack[-1][_END] <= ts + eps:  # _pop, inlined in the hot loop
@@ -665,7 +673,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                     if ext is not None:
                         by_ext[ext] = rec
         while mi < n_mems:
-            _charge_memory(stack, mems[mi])
+            _charge_memory(stack, mems[mi], host_allocs)
             mi += 1
         while stack:
             _pop(stack)
@@ -737,7 +745,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                    costs=cost_rows, not_modelled_us=not_modelled, shapes_recorded=recorded,
                    cost_basis=("device" if device else "cpu") if recorded else None,
                    graph_kernels=graph_kernels, graph_kernel_us=graph_us * scale,
-                   compiled=compiled)
+                   compiled=compiled, peak_live_b=_peak_live(host_allocs))
 
 
 def _device_name(props: list) -> str | None:
@@ -1134,16 +1142,54 @@ def _mem(rec: list) -> list:
     return rec[_MEM]
 
 
-def _charge_memory(stack: list[list], mem: tuple) -> None:
-    """An allocation (or free) belongs to the innermost open host event on its thread."""
+# Operators that only hand memory out: what they allocate is their caller's (an
+# operator's output, allocated by the aten::empty it calls).
+_ALLOCATORS = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+               "aten::new_empty_strided", "aten::resize_"}
+
+
+def _charge_memory(stack: list[list], mem: tuple, host: list[tuple]) -> None:
+    """An allocation (or free) belongs to the innermost open host event on its thread.
+    The host's (device type 0) with an address and the allocator's total also go into
+    ``host`` with the operator they are of (``_peak_live``)."""
     while stack and stack[-1][_END] <= mem[0]:
         _pop(stack)
+    if mem[2] == 0 and mem[3] >= 0 and mem[4] >= 0:
+        of = None
+        if stack and mem[1] > 0:
+            rec = stack[-1]
+            while rec[_AGG].name in _ALLOCATORS and rec[_PARENT] is not None:
+                rec = rec[_PARENT]
+            of = rec[_AGG].name
+        host.append((mem[0], mem[1], mem[3], mem[4], of))
     if not stack:
         return
     slot = 0 if mem[2] == 0 else 2
     m = _mem(stack[-1])
     m[slot] += mem[1]
     m[slot + 1] += mem[1]
+
+
+def _peak_live(host: list[tuple]) -> dict[str, int]:
+    """The host memory live at the peak of what the allocator held in the trace (its
+    "Total Allocated"), by the operator that allocated it (an allocator's to its caller):
+    what a fix that no longer makes those tensors takes off the peak. Allocations made
+    before the trace began are not in it (parameters, optimizer state)."""
+    if not host:
+        return {}
+    host.sort(key=lambda m: m[0])
+    peak = max(range(len(host)), key=lambda i: host[i][3])
+    live: dict[int, tuple[int, str | None]] = {}
+    for _, nbytes, addr, _, of in host[:peak + 1]:
+        if nbytes > 0:
+            live[addr] = (nbytes, of)
+        else:
+            live.pop(addr, None)
+    by_op: dict[str, int] = defaultdict(int)
+    for nbytes, of in live.values():
+        if of is not None:
+            by_op[of] += nbytes
+    return dict(by_op)
 
 
 def _pop(stack: list[list]) -> None:

@@ -161,6 +161,10 @@ class Profile:
     # Per-rank traces: the ranks' steps and the slowest rank's extra time by cause
     # (analyze.stragglers), on the first rank's profile (the one a report shows).
     stragglers: dict[str, Any] = field(default_factory=dict)
+    # From a trace with memory recorded: the host memory live at the peak of the profiled
+    # window, by the operator that allocated it (reporter.ingest.traces._peak_live). Empty
+    # for tables, GPU-only memory, and runs stored before it.
+    peak_live_b: dict[str, int] = field(default_factory=dict)
     # The host's page faults per step timed without the profiler, what one costs, and that
     # step (``faults``, ``fault_us``, ``step_us``), the faults the profiler added and its
     # cost per call (``added_faults``, ``call_us``): from the run's Section.profiler_cost,
@@ -213,6 +217,7 @@ class Profile:
             graph_kernel_us=data.get("graph_kernel_us", 0.0),
             compiled=dict(data.get("compiled") or {}),
             stragglers=dict(data.get("stragglers") or {}),
+            peak_live_b=dict(data.get("peak_live_b") or {}),
         )
 
 
