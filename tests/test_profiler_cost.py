@@ -4,6 +4,7 @@ share that distorts say so, in every language."""
 
 from __future__ import annotations
 
+import resource
 from pathlib import Path
 
 import pytest
@@ -173,6 +174,7 @@ def test_page_faults_every_step_are_found_and_their_fix_is_not(tmp_path):
     (section,) = run.sections
     cost = section.profiler_cost
     assert cost is not None and 0 < cost["fault_us"] < 100, cost
+    assert cost["page_b"] == resource.getpagesize()  # what one fault maps, as measured
     analysis = analyze_section(section, run.target["batch_size"])
     found = {f.rule: (f, s) for f, s in analysis.main + analysis.minor}
     assert "page-faults" in found, [f.rule for f in analysis.findings]
