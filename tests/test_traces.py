@@ -84,7 +84,16 @@ def test_the_memory_live_at_the_host_peak_is_told_by_the_operator_that_allocated
               op("aten::zeros", 70, 5), mem(71, 2048, 400, 8048)]
     path = tmp_path / "peak.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    assert read_trace(path).peak_live_b == {"aten::mul": 8192, "aten::_softmax": 4096}
+    parsed = read_trace(path)
+    assert parsed.peak_live_b == {"aten::mul": 8192, "aten::_softmax": 4096}
+    assert {o.name: o.cpu_mem_b for o in parsed.ops}["aten::mul"] == 8192
+    # an address or a total that is not a count leaves the event out of the peak only
+    odd = [dict(e, args={**e["args"], "Addr": "0x64"}) if e["ts"] == 3 else e
+           for e in events]
+    path.write_text(json.dumps({"traceEvents": odd}))
+    parsed = read_trace(path)
+    assert {o.name: o.cpu_mem_b for o in parsed.ops}["aten::mul"] == 8192
+    assert parsed.peak_live_b == {"aten::_softmax": 4096}
 
 
 def test_a_live_trace_tells_every_byte_at_the_host_peak(tmp_path):

@@ -221,12 +221,13 @@ def profiler_call_us(profile: Profile, step_us: float, real_step_us: float) -> f
     return (step_us - real_step_us) / records
 
 
+# What one page fault maps, where the run did not measure it (x86-64 Linux, most arm64).
+PAGE_B = 4096
+
 # Operators whose time is mostly writing fresh memory on the CPU: filling, zeroing and
 # allocating (first touch), and the copies, which write into a new tensor. The profiler's
 # own buffers and records change what the allocator hands out, and the page faults it
 # adds land in these operators' time (reporter.analyze.analyzer.profiler_distortion).
-# What one page fault maps, where the run did not measure it (x86-64 Linux, most arm64).
-PAGE_B = 4096
 FIRST_TOUCH = {"aten::fill_", "aten::zero_", "aten::zeros", "aten::zeros_like",
                "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::ones",
                "aten::ones_like", "aten::full", "aten::full_like", "aten::new_zeros",

@@ -578,12 +578,12 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
             elif ph == "i" and e.name == "[memory]" and e.args is not None:
                 a = e.args
                 try:
-                    memory[(e.pid, e.tid)].append(
-                        (e.ts, int(a.nbytes), int(a.device_type or 0),
-                         int(a.addr) if a.addr is not None else -1,
-                         int(a.total) if a.total is not None else -1))
+                    nbytes, device_type = int(a.nbytes), int(a.device_type or 0)
                 except (TypeError, ValueError, OverflowError):
                     continue  # a malformed memory event
+                # where it was allocated and the allocator's total: for _peak_live only
+                memory[(e.pid, e.tid)].append(
+                    (e.ts, nbytes, device_type, _count(a.addr), _count(a.total)))
     # Kineto's nanosecond mode writes integer ns and says so; everything else is in us.
     first = next((evs[0] for evs in threads.values()), device[0] if device else None)
     int_ts = first is not None and type(first.ts) is int
@@ -1168,6 +1168,11 @@ def _charge_memory(stack: list[list], mem: tuple, host: list[tuple]) -> None:
     m = _mem(stack[-1])
     m[slot] += mem[1]
     m[slot + 1] += mem[1]
+
+
+def _count(value: Any) -> int:
+    """A non-negative integer field of an event, or -1 where it is not one."""
+    return value if type(value) is int and value >= 0 else -1
 
 
 def _peak_live(host: list[tuple]) -> dict[str, int]:
