@@ -19,6 +19,7 @@ from reporter.collect.runner import _Stepper
 from reporter.collect.target import build, resolve
 from reporter.ingest import traces
 from reporter.errors import BadInput
+from reporter.model.profile import KIND_OP
 from reporter.ingest.traces import read_trace, read_trace_folder
 from conftest import SHARED, cli
 
@@ -98,14 +99,20 @@ def test_the_memory_live_at_the_host_peak_is_told_by_the_operator_that_allocated
 
 def test_a_live_trace_tells_every_byte_at_the_host_peak(tmp_path):
     """On a live training step, what the operators hold at the peak adds up to what the
-    allocator says it held then (every allocation of the trace is inside an operator)."""
+    allocator says it held then, less what it held before the trace (every allocation of
+    the trace is inside an operator)."""
     _, path = _live_trace(tmp_path, "transformer")
     peak = read_trace(path).peak_live_b
     held = max(e["args"]["Total Allocated"] for e in json.loads(path.read_text())["traceEvents"]
                if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0)
     assert peak and all(b > 0 for b in peak.values())
-    assert sum(peak.values()) <= held
-    assert sum(peak.values()) == pytest.approx(held, rel=0.05)
+    # the allocator's total counts what the process held before the trace too (tensors of
+    # earlier tests): at most that much of it is not the trace's own
+    first = min((e for e in json.loads(path.read_text())["traceEvents"]
+                 if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
+                key=lambda e: e["ts"])["args"]
+    before = first["Total Allocated"] - first["Bytes"]
+    assert held - before <= sum(peak.values()) <= held
 
 
 def test_gzipped_trace_and_nanosecond_mode_read_the_same(tmp_path):
@@ -222,7 +229,10 @@ def test_a_trace_report_is_named_after_the_trace(tmp_path):
     res = cli("analyze", gz, "--lang", "ru", "--out", tmp_path / "out")
     assert res.code == 0, res.err
     report = tmp_path / "out" / "step.pt.trace.json.report.ru.md"
-    top = max(read_trace(path).ops, key=lambda o: o.self_cpu_us)
+    # the operators' table: the runner's marks (forward, backward: annotations, whose
+    # self time on a tiny model can be the largest) are not operators
+    top = max((o for o in read_trace(path).ops if o.kind == KIND_OP),
+              key=lambda o: o.self_cpu_us)
     assert res.out.strip() == str(report) and f"`{top.name}`" in report.read_text()
 
 
