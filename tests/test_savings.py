@@ -261,7 +261,7 @@ def test_a_fix_that_frees_its_tensors_takes_their_pages_at_the_peak_off_the_faul
     off it, and at least those pages of the faults; a fix that keeps them (the optimizer's
     foreach kernels) only the faults in what its operators allocate."""
     from reporter.analyze.rules import page_faults
-    from reporter.analyze.savings import fault_share, finding_faults_us, freed_ops
+    from reporter.analyze.savings import fault_share, faults_us, freed_ops, owned_fault_share
 
     def o(name, us, mem):
         return Op(name, calls=1, self_cpu_us=us, cpu_total_us=us, self_cpu_mem_b=mem)
@@ -289,8 +289,8 @@ def test_a_fix_that_frees_its_tensors_takes_their_pages_at_the_peak_off_the_faul
     attention = _f("unfused-attention", 0.1, basis="cpu", ops=["aten::_softmax"])
     optimizer = _f("single-tensor-optimizer", 0.1, basis="cpu", ops=["aten::_softmax"])
     assert freed_ops(attention) == {"aten::_softmax"} and freed_ops(optimizer) == set()
-    assert finding_faults_us(attention, p) == pytest.approx(2000.0)
-    assert finding_faults_us(optimizer, p) == pytest.approx(1000.0)
+    assert faults_us(p, owned_fault_share(p, [attention])) == pytest.approx(2000.0)
+    assert faults_us(p, owned_fault_share(p, [optimizer])) == pytest.approx(1000.0)
 
     # page faults leave the freed pages to the finding whose fix frees them
     f = page_faults(p, {"share": 0.05, "high": 0.25})

@@ -761,10 +761,7 @@ def _faults_saving(w: Worth) -> Saving:
     # a catch-all (one dominant operator) keeps its operators' work: not its faults' fix
     others = [o for o in w.others if o is not w.finding
               and not (o.rule in RULES and RULES[o.rule].catch_all)]
-    owned = {n for o in others for n in savings.finding_ops(o)}
-    inside = savings.fault_share(w.profile, owned,
-                                 sum(float(o.evidence.get("scale_b") or 0.0) for o in others),
-                                 {n for o in others for n in savings.freed_ops(o)})
+    inside = savings.owned_fault_share(w.profile, others)
     e = w.finding.evidence
     saving = w.accounts_us * (1.0 - inside)
     low = saving * min(1.0, float(e.get("fault_low_us") or e["fault_us"])

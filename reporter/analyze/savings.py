@@ -40,7 +40,7 @@ from .findings import RULES, Worth, step_wall_us
 __all__ = ["MINOR_SHARE", "NOT_FASTER", "NOT_QUANTIFIABLE", "Saving", "Worth", "BUSY",
            "beyond_roof", "beyond_roofline", "device_kept_busy", "estimate", "faster_dtype",
            "COPY_OPS", "FIRST_TOUCH", "PAGE_B", "WRITERS", "fault_share", "faults_us",
-           "finding_faults_us", "freed_ops",
+           "freed_ops", "owned_fault_share",
            "finding_ops", "first_touch_us", "matrix_roof", "profiler_call_us", "ranked",
            "removed", "stated", "unprofiled_factor", "unprofiled_floor", "unquantified",
            "waited", "work_removed"]
@@ -343,14 +343,11 @@ def fault_share(profile: Profile, names: set[str], extra_b: float = 0.0,
     return share
 
 
-def faults_us(profile: Profile, names: set[str], extra_b: float = 0.0,
-              freed: set[str] | None = None) -> float:
-    """Per step, the time of the page faults a step without the profiler took in the
-    operators ``names`` (``fault_share``), at the measured cost of one
-    (Profile.host_faults); 0 where they were not measured."""
+def faults_us(profile: Profile, share: float) -> float:
+    """Per step, the time of ``share`` of the page faults a step without the profiler took,
+    at the measured cost of one (Profile.host_faults); 0 where they were not measured."""
     h = profile.host_faults
-    return float(h["faults"] * h["fault_us"] * fault_share(profile, names, extra_b, freed)) \
-        if h else 0.0
+    return float(h["faults"] * h["fault_us"] * share) if h else 0.0
 
 
 def freed_ops(f: Finding) -> set[str]:
@@ -360,12 +357,13 @@ def freed_ops(f: Finding) -> set[str]:
     return finding_ops(f) if r is not None and r.frees else set()
 
 
-def finding_faults_us(f: Finding, profile: Profile) -> float:
-    """``faults_us`` of the finding's operators (``finding_ops``), with the bytes its
-    evidence's ``scale_b`` adds and, where its fix frees them, what its tensors hold at
-    the peak (``freed_ops``)."""
-    return faults_us(profile, finding_ops(f), float(f.evidence.get("scale_b") or 0.0),
-                     freed_ops(f))
+def owned_fault_share(profile: Profile, findings: Sequence[Finding]) -> float:
+    """``fault_share`` of what the fixes of ``findings`` take with them: their operators
+    (``finding_ops``), the bytes their evidence's ``scale_b`` adds, and, where a fix frees
+    its tensors, what they hold at the peak (``freed_ops``)."""
+    return fault_share(profile, {n for f in findings for n in finding_ops(f)},
+                       sum(float(f.evidence.get("scale_b") or 0.0) for f in findings),
+                       {n for f in findings for n in freed_ops(f)})
 
 
 def unprofiled_floor(names: set[str], profile: Profile, eff: Efficiency | str | None) -> float:
@@ -376,7 +374,7 @@ def unprofiled_floor(names: set[str], profile: Profile, eff: Efficiency | str | 
     roofline counts; 0 for what was not measured."""
     roof = sum(o.roof_us for o in eff.ops if o.name in names) \
         if eff is not None and not isinstance(eff, str) else 0.0
-    return float(roof) + faults_us(profile, names)
+    return float(roof) + faults_us(profile, fault_share(profile, names))
 
 
 def first_touch_us(profile: Profile) -> float:
@@ -495,7 +493,7 @@ def _estimate(f: Finding, profile: Profile, eff: Efficiency | str | None, others
         # heap that keeps them, takes none of them (transformer in training, 2026-11-27:
         # 3,077 faults a step, 666 with SDPA; the attention timed alone saved 2.0 ms, the
         # twin 4.6 ms)
-        faults_ms = finding_faults_us(f, profile) / 1e3 \
+        faults_ms = faults_us(profile, owned_fault_share(profile, [f])) / 1e3 \
             if not profile.has_device and not recorded else 0.0
         saving = (before_ms + faults_ms - measured["after_ms"]) * 1e3
         timed = {"before_ms": before_ms, "after_ms": measured["after_ms"]}
