@@ -205,6 +205,8 @@ def main() -> None:
     parser.add_argument("--profile", nargs=2, default=None, metavar=("TARGET", "SCRATCH"),
                         help=argparse.SUPPRESS)  # run()'s child process
     args = parser.parse_args()
+    if args.processes < 1:
+        parser.error("--processes must be at least 1")
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     only = set(args.only.split(",")) if args.only else None
     opts = RunOptions(device=args.device, time_budget_s=args.time_budget,
