@@ -40,6 +40,15 @@ def _cpu_isa():
     guard()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_cache(tmp_path_factory):
+    """The compiled templates the tests' renders keep (reporter.render.report.template_cache)
+    go to a folder of the session's, not the user's ~/.cache; subprocesses inherit it."""
+    import os
+
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+
+
 @pytest.fixture
 def runs(tmp_path: Path) -> Path:
     return tmp_path / "runs"
