@@ -132,3 +132,19 @@ def test_an_interrupt_between_two_formats_leaves_none_of_them(tmp_path, monkeypa
         write_reports(view, tmp_path, ["md", "pdf"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.en.md"]
     assert "# Profiling report" in (tmp_path / "report.en.md").read_text()
+
+
+def test_table_cells_are_styled_by_class_and_code_cells_keep_their_text():
+    """A cell's alignment is a class, not a style attribute (WeasyPrint parses each of
+    those as a style sheet), and a cell that is all code is a code cell."""
+    from reporter.render.pdf import to_html
+
+    md = ("| name | shapes | time |\n| --- | --- | ---: |\n"
+          "| `aten::mm` | `[[8, 64], <b>]` | 1.2 ms |\n| `a` and `b` | `x` y | 3 |\n")
+    body = to_html(md, "en", None).split("<body>")[1]
+    assert " style=" not in body
+    assert '<th class="right">time</th>' in body and '<td class="right">1.2 ms</td>' in body
+    assert '<td class="code">aten::mm</td>' in body
+    assert '<td class="code">[[8, 64], &lt;b&gt;]</td>' in body  # escaped, not a tag
+    assert "<td><code>a</code> and <code>b</code></td>" in body  # mixed: kept as it was
+    assert "<td><code>x</code> y</td>" in body
