@@ -22,10 +22,12 @@ from urllib.parse import unquote, urlsplit
 
 from .. import __version__
 from ..errors import WorkFailed
+from . import columns
 from .charts import Charts
 from .languages import all_fonts, language
 from .view import View
 
+CODE_FONT = "DejaVu Sans Mono"  # code's font (its width is measured: render/columns.py)
 CSS = """
 @page {
   size: A4; margin: 18mm 15mm 18mm 15mm;
@@ -44,13 +46,14 @@ h1, h2, h3 { break-after: avoid; }
 p, li { orphans: 2; widows: 2; }
 ul { padding-left: 5mm; }
 li { margin-bottom: 1.5mm; }
-code, pre, td.code { font-family: "DejaVu Sans Mono", "WenQuanYi Micro Hei Mono", monospace; }
+code, pre, td.code { font-family: "CODE_FONT", "WenQuanYi Micro Hei Mono", monospace; }
 code { font-size: 0.92em; background: #f2f4f7; padding: 0 0.5mm; overflow-wrap: anywhere; }
 blockquote { margin: 2mm 0 3mm 0; padding: 1.5mm 3mm; border-left: 1.2mm solid #d9822b;
              background: #fdf3e7; }
 blockquote p { margin: 0; }
 table { width: 100%; border-collapse: collapse; margin: 2mm 0 4mm 0; font-size: 7.5pt;
         break-inside: auto; }
+table.fixed { table-layout: fixed; }  /* its widths given: reporter/render/columns.py */
 thead { display: table-header-group; }
 tr { break-inside: avoid; }
 th, td { border-bottom: 0.5pt solid #ccd; padding: 1mm 1.5mm; vertical-align: top; }
@@ -207,6 +210,7 @@ def to_html(md_text: str, lang: str, created_iso: str | None) -> str:
     # cells, 106 in a two-section report); it looks the same (td.code in the style sheet)
     body = _CODE_CELL.sub(lambda m: f'<td class="{" ".join(filter(None, ("code", m[1])))}">'
                                     f"{m[2]}</td>", body)
+    body = columns.fix(body, all_fonts(lang)[0], CODE_FONT)  # the tables' widths, once
     h1 = re.search(r"<h1>(.*?)</h1>", body, re.S)
     title = html.unescape(re.sub(r"<[^>]*>", "", h1.group(1))) if h1 else "reporter"
     meta = [f'<meta name="generator" content="reporter {__version__}">']
@@ -219,7 +223,8 @@ def to_html(md_text: str, lang: str, created_iso: str | None) -> str:
 
 def css(lang: str) -> str:
     """The stylesheet, its fonts those of the report's language first (languages.json)."""
-    return CSS.replace("FONTS", ", ".join(f'"{f}"' for f in all_fonts(lang)))
+    return CSS.replace("FONTS", ", ".join(f'"{f}"' for f in all_fonts(lang))).replace(
+        "CODE_FONT", CODE_FONT)
 
 
 def check_fonts(lang: str) -> None:
