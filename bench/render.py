@@ -9,6 +9,11 @@ baseline and of reporter with their range (min-max), their ratio and difference,
 median of the paired differences (reporter minus the baseline run just before it).
 Goal (#32): reporter - baseline <= 1.5 s.
 
+reporter keeps the templates it compiles (``~/.cache/reporter/templates``): the rounds
+run after one untimed render, as any render after the first on a machine does, and a
+line "first on a machine" times the same render with nothing compiled yet (an empty
+cache each time), as a CI job's one render on a fresh machine.
+
 ``--stages`` adds where one cold render's time goes (a child process timing each stage:
 imports, loading and analysing the run, charts, Markdown, HTML, WeasyPrint's layout and
 its drawing); ``--warm`` adds the old in-process table, Markdown against PDF per language.
@@ -41,18 +46,24 @@ BASELINE = ("import sys\nfrom weasyprint import HTML\n"
             "HTML(string='<p>reporter</p>').write_pdf(sys.argv[1])\n")
 
 
-def _env(root: Path = ROOT) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(root)}
+def _env(root: Path = ROOT, cache: Path | None = None) -> dict[str, str]:
+    """The environment of a timed process; ``cache``, its XDG_CACHE_HOME (where reporter
+    keeps its compiled templates)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    if cache:
+        env["XDG_CACHE_HOME"] = str(cache)
+    return env
 
 
 CPU: dict[str, list[float]] = {}  # CPU seconds (user + system, its children included) by label
 
 
-def _timed(cmd: list[str], cwd: Path, root: Path = ROOT, label: str = "") -> float:
+def _timed(cmd: list[str], cwd: Path, root: Path = ROOT, label: str = "",
+           cache: Path | None = None) -> float:
     """Wall seconds of the command; its CPU seconds go to CPU[label]."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, cwd=cwd, env=_env(root))
+    subprocess.run(cmd, check=True, capture_output=True, cwd=cwd, env=_env(root, cache))
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU.setdefault(label, []).append(after.ru_utime - before.ru_utime
@@ -69,8 +80,17 @@ def cold(rounds: int, cases: list[tuple[str, str]], before: Path | None = None) 
     base: dict[tuple[str, str], list[float]] = {c: [] for c in cases}
     ours: dict[tuple[str, str], list[float]] = {c: [] for c in cases}
     old: dict[tuple[str, str], list[float]] = {c: [] for c in cases}
+    first: dict[tuple[str, str], list[float]] = {c: [] for c in cases}
+    kept = work / "cache"  # the user's cache, as after any earlier render on the machine
     load = os.getloadavg()[0]
     try:
+        for case in cases:  # an earlier render: the compiled templates are kept
+            folder = work / "warm"
+            shutil.copytree(FIXTURES / case[0], folder)
+            subprocess.run([sys.executable, "-m", "reporter", "render", str(folder), "--format",
+                            "md", "--lang", case[1]], check=True, capture_output=True,
+                           env=_env(cache=kept))
+            shutil.rmtree(folder)
         for r in range(rounds):
             for case in cases:
                 name, lang = case
@@ -80,11 +100,16 @@ def cold(rounds: int, cases: list[tuple[str, str]], before: Path | None = None) 
                 shutil.copytree(FIXTURES / name, folder)
                 command = [sys.executable, "-m", "reporter", "render", str(folder),
                            "--format", "pdf", "--lang", lang]
-                ours[case].append(_timed(command, work, label=f"{case} ours"))
+                ours[case].append(_timed(command, work, label=f"{case} ours", cache=kept))
+                shutil.rmtree(folder)
+                # the first render on a machine: no template compiled yet
+                shutil.copytree(FIXTURES / name, folder)
+                first[case].append(_timed(command, work, label=f"{case} first",
+                                          cache=work / f"empty-{r}-{name}-{lang}"))
                 shutil.rmtree(folder)
                 if before:  # the same, with an older checkout of reporter
                     shutil.copytree(FIXTURES / name, folder)
-                    old[case].append(_timed(command, work, before, f"{case} before"))
+                    old[case].append(_timed(command, work, before, f"{case} before", kept))
                     shutil.rmtree(folder)
     finally:
         shutil.rmtree(work)
@@ -98,6 +123,11 @@ def cold(rounds: int, cases: list[tuple[str, str]], before: Path | None = None) 
         print(f"{case[0] + ' ' + case[1]:<22} {_spread(b):>26} {_spread(o):>26} "
               f"{statistics.median(o) / statistics.median(b):5.1f}x "
               f"{statistics.median(o) - statistics.median(b):8.2f} s {_spread(pairs):>28}")
+        f = first[case]
+        print(f"{'  first on a machine':<22} {'':>26} {_spread(f):>26} "
+              f"{statistics.median(f) / statistics.median(b):5.1f}x "
+              f"{statistics.median(f) - statistics.median(b):8.2f} s "
+              f"{_spread([y - x for x, y in zip(b, f)]):>28}")
         if before:
             p = old[case]
             print(f"{'  ' + str(before)[-20:]:<22} {'':>26} {_spread(p):>26} "
