@@ -46,4 +46,8 @@ fi
 extras=${REPORTER_EXTRAS-test}
 say "installing reporter (editable)${extras:+ with its extras: $extras}"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras:+[$extras]}"
+# The report templates compiled now, as pip compiled reporter's modules: the first render
+# reads them from ~/.cache/reporter/templates (reporter.render.report.template_cache).
+.venv/bin/python -c 'from reporter.render.report import compile_templates as c; c()' \
+    || say "the report templates were not compiled ahead; the first render compiles them"
 say "ready: .venv/bin/reporter ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

@@ -60,3 +60,13 @@ def test_no_cache_when_turned_off_or_unwritable(cache, monkeypatch, tmp_path):
     (tmp_path / "reporter").write_text("a file where the folder would be")
     assert report.template_cache() is None
     assert _markdown()
+
+
+def test_compiled_ahead_the_first_render_compiles_nothing(cache):
+    """scripts/setup.sh compiles every language's templates (compile_templates): a render
+    afterwards writes no entry, in any language."""
+    assert report.compile_templates() > 0
+    entries = {p: p.stat().st_mtime_ns for p in cache.iterdir()}
+    for lang in ("en", "ru", "zh"):
+        assert _markdown(lang)
+    assert {p: p.stat().st_mtime_ns for p in cache.iterdir()} == entries
