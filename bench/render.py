@@ -9,10 +9,11 @@ baseline and of reporter with their range (min-max), their ratio and difference,
 median of the paired differences (reporter minus the baseline run just before it).
 Goal (#32): reporter - baseline <= 1.5 s.
 
-reporter keeps the templates it compiles (``~/.cache/reporter/templates``): the rounds
-run after one untimed render, as any render after the first on a machine does, and a
-line "first on a machine" times the same render with nothing compiled yet (an empty
-cache each time), as a CI job's one render on a fresh machine.
+reporter keeps the templates it compiles (``~/.cache/reporter/templates``), and
+scripts/setup.sh compiles them all at install: the rounds run with them compiled (as
+after setup.sh, or after any earlier render), and a line "first on a machine" times
+the same render with nothing compiled yet (an empty cache each time: reporter installed
+by pip alone, the first render on a fresh machine).
 
 ``--stages`` adds where one cold render's time goes (a child process timing each stage:
 imports, loading and analysing the run, charts, Markdown, HTML, WeasyPrint's layout and
@@ -84,13 +85,14 @@ def cold(rounds: int, cases: list[tuple[str, str]], before: Path | None = None) 
     kept = work / "cache"  # the user's cache, as after any earlier render on the machine
     load = os.getloadavg()[0]
     try:
-        for case in cases:  # an earlier render: the compiled templates are kept
-            folder = work / "warm"
-            shutil.copytree(FIXTURES / case[0], folder)
-            subprocess.run([sys.executable, "-m", "reporter", "render", str(folder), "--format",
-                            "md", "--lang", case[1]], check=True, capture_output=True,
-                           env=_env(cache=kept))
-            shutil.rmtree(folder)
+        # the templates compiled ahead, as scripts/setup.sh does (and any earlier render)
+        subprocess.run([sys.executable, "-c", "from reporter.render.report import "
+                        "compile_templates as c; assert c()"], check=True, capture_output=True,
+                       env=_env(cache=kept))
+        if before:
+            subprocess.run([sys.executable, "-c", "from reporter.render.report import "
+                            "compile_templates as c; c()"], capture_output=True,
+                           env=_env(before, kept))  # (nothing where it had no cache)
         for r in range(rounds):
             for case in cases:
                 name, lang = case
@@ -192,13 +194,17 @@ def stages_child(folder: Path, lang: str) -> None:
 
 def stages(cases: list[tuple[str, str]]) -> None:
     work = Path(tempfile.mkdtemp(prefix="reporter-bench-"))
+    kept = work / "cache"  # the templates compiled ahead, as scripts/setup.sh does
     try:
+        subprocess.run([sys.executable, "-c", "from reporter.render.report import "
+                        "compile_templates as c; assert c()"], check=True, capture_output=True,
+                       env=_env(cache=kept))
         for name, lang in cases:
             folder = work / name
             shutil.copytree(FIXTURES / name, folder)
             print(f"stages of one cold render, {name} {lang}:", flush=True)
             subprocess.run([sys.executable, __file__, "--stages-child", str(folder), lang],
-                           check=True, env=_env())
+                           check=True, env=_env(cache=kept))
     finally:
         shutil.rmtree(work)
 
