@@ -8,7 +8,10 @@ imports, reading, aggregation, the breakdown, FLOPs, findings and the JSON print
 the two are measured side by side under the same load. It prints the medians with their
 range (min-max), the ratio of the medians (the goal: at most 2), the median of the paired
 ratios, CPU time (user + system) beside wall time, and each process's peak memory
-(VmHWM) in bytes per event and against the file's size.
+(VmHWM) in bytes per event and against the file's size. reporter's modules (and the
+``--before`` checkout's) are compiled first, as pip compiles a package it installs and
+as the floor's msgspec is: where PYTHONDONTWRITEBYTECODE is set (the development
+machine sets it), each run would otherwise compile them again.
 
     .venv/bin/python bench/ingest.py TRACE [--rounds 5] [--before CHECKOUT]
     .venv/bin/python bench/ingest.py --make TRACE [--min-events 900000]
@@ -90,6 +93,9 @@ def bench(trace: Path, rounds: int, before: Path | None) -> None:
              ("reporter", ANALYZE, ["analyze", str(trace), "--json"], ROOT)]
     if before is not None:
         cases.append(("before", ANALYZE, ["analyze", str(trace), "--json"], before))
+    for root in {c[3] for c in cases}:  # reporter's modules compiled, as pip installs them
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "reporter")],
+                       check=True, capture_output=True)
     wall: dict[str, list[float]] = {c[0]: [] for c in cases}
     cpu: dict[str, list[float]] = {c[0]: [] for c in cases}
     peak: dict[str, int] = {c[0]: 0 for c in cases}
