@@ -16,7 +16,7 @@ from reporter.store import load
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.delenv("REPORTER_TEMPLATE_CACHE", raising=False)
+    monkeypatch.delenv("REPORTER_CACHE", raising=False)
     report._environment.cache_clear()  # a fresh process's environment
     yield tmp_path / "reporter" / "templates"
     report._environment.cache_clear()
@@ -54,9 +54,9 @@ def test_a_cache_folder_others_can_write_is_not_used(cache):
 
 
 def test_no_cache_when_turned_off_or_unwritable(cache, monkeypatch, tmp_path):
-    monkeypatch.setenv("REPORTER_TEMPLATE_CACHE", "0")
+    monkeypatch.setenv("REPORTER_CACHE", "0")
     assert report.template_cache() is None
-    monkeypatch.delenv("REPORTER_TEMPLATE_CACHE")
+    monkeypatch.delenv("REPORTER_CACHE")
     (tmp_path / "reporter").write_text("a file where the folder would be")
     assert report.template_cache() is None
     assert _markdown()
@@ -70,3 +70,26 @@ def test_compiled_ahead_the_first_render_compiles_nothing(cache):
     for lang in ("en", "ru", "zh"):
         assert _markdown(lang)
     assert {p: p.stat().st_mtime_ns for p in cache.iterdir()} == entries
+
+
+def test_the_fonts_widths_are_kept_and_a_damaged_entry_is_read_again(cache):
+    """reporter.render.columns keeps each font's advance widths beside the templates; a
+    damaged entry is read from the font again, to the same widths."""
+    from reporter.render import columns
+
+    text = "aten::gelu_backward 650 мкс 每步时间"
+    columns.fonts.cache_clear()
+    measured = [m(text) for m in columns.fonts("DejaVu Sans", "DejaVu Sans Mono")]
+    kept = sorted((cache.parent / "fonts").iterdir())
+    assert len(kept) == 3 and all(p.stat().st_size > 1000 for p in kept)
+    columns.fonts.cache_clear()
+    assert [m(text) for m in columns.fonts("DejaVu Sans", "DejaVu Sans Mono")] == measured
+    for p, damage in zip(kept, [b"{", b'{"em": 0, "codes": [], "advances": []}',
+                                b'{"em": 2048, "codes": [65], "advances": ["x"]}']):
+        p.write_bytes(damage)
+    columns.fonts.cache_clear()
+    try:
+        assert [m(text) for m in columns.fonts("DejaVu Sans", "DejaVu Sans Mono")] == measured
+    finally:
+        columns.fonts.cache_clear()
+    assert all(p.stat().st_size > 1000 for p in kept)  # written again

@@ -5,7 +5,8 @@ find the columns' narrowest and widest widths, then lays the cells out again: of
 two-section report's 0.72-0.79 s of layout, 0.16-0.19 s (cpu-transformer in en, ru and
 zh, 2026-11-27, the development machine).
 Here each cell's text is measured once, by the advance widths of the fonts the style
-sheet names (read with fontTools, which WeasyPrint itself uses to embed them), and the
+sheet names (read with fontTools, which WeasyPrint itself uses to embed them, and kept
+between processes: reporter.render.cache), and the
 width is shared out by the rules WeasyPrint's automatic layout follows (CSS Tables 3,
 width distribution); the table then carries the widths (``<col>``) and
 ``table-layout: fixed``. Where the fonts cannot be measured (no fontconfig, a font it
@@ -21,13 +22,19 @@ breakable anywhere, any cell but the first of a row on one line, and the first c
 
 from __future__ import annotations
 
+import hashlib
 import html
+import json
+import os
 import re
 import shutil
 import subprocess
 import unicodedata
 from functools import lru_cache
 from typing import Callable
+
+from ..store import write_atomic
+from . import cache
 
 PT_PER_MM = 72 / 25.4
 # the body's width: A4 less the page's margins (@page: 15 mm) and the body's own (8 px, the
@@ -49,15 +56,44 @@ _BREAKS = re.compile(rf"\s+|(?<=[/\-{_WIDE}])|(?=[{_WIDE}])")
 Measure = Callable[[str], float]  # a text's width in em
 
 
-def _measure(path: str, index: int) -> Measure:
-    """The width in em of a text set in the font at ``path`` (its face ``index``)."""
+def _advances(path: str, index: int) -> tuple[float, dict[int, int]]:
+    """The font's units per em and each character's advance in them, read with fontTools
+    (about 10 ms a font), or from the cache (reporter.render.cache) where an earlier
+    process kept them for this file, as it was (its size and time)."""
+    st = os.stat(path)
+    where = cache.folder("fonts")
+    entry = None
+    if where is not None:
+        key = f"{path}|{index}|{st.st_size}|{st.st_mtime_ns}|1".encode()
+        entry = where / f"{hashlib.sha1(key).hexdigest()}.json"
+        try:
+            kept = json.loads(entry.read_bytes())
+            em, codes, advances = kept["em"], kept["codes"], kept["advances"]
+            if type(em) is int and em > 0 and len(codes) == len(advances) \
+                    and all(type(v) is int for v in (*codes, *advances)):
+                return float(em), dict(zip(codes, advances))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # not kept yet, or damaged: read the font
     from fontTools.ttLib import TTFont
 
     font = TTFont(path, lazy=True, fontNumber=index)
     # glyphs by number: their names (the post table) are half of the reading, and unused
     font.setGlyphOrder([f"g{i}" for i in range(font["maxp"].numGlyphs)])
-    cmap, advances = font.getBestCmap(), font["hmtx"].metrics
-    em = float(font["head"].unitsPerEm)
+    cmap, metrics = font.getBestCmap(), font["hmtx"].metrics
+    em = int(font["head"].unitsPerEm)
+    advances = {code: int(metrics[glyph][0]) for code, glyph in cmap.items() if glyph in metrics}
+    if entry is not None:
+        try:
+            write_atomic(entry, json.dumps({"em": em, "codes": list(advances),
+                                            "advances": list(advances.values())}))
+        except OSError:
+            pass  # a full disk: read the font again next time
+    return float(em), advances
+
+
+def _measure(path: str, index: int) -> Measure:
+    """The width in em of a text set in the font at ``path`` (its face ``index``)."""
+    em, advances = _advances(path, index)
     widths: dict[str, float] = {}
 
     def width(text: str) -> float:
@@ -65,10 +101,10 @@ def _measure(path: str, index: int) -> Measure:
         for ch in text:
             w = widths.get(ch)
             if w is None:
-                glyph = cmap.get(ord(ch))
+                advance = advances.get(ord(ch))
                 # a character the font lacks comes from the next font in the list: a
                 # Chinese one, whose ideographs are an em wide
-                w = widths[ch] = advances[glyph][0] / em if glyph in advances else (
+                w = widths[ch] = advance / em if advance is not None else (
                     1.0 if unicodedata.east_asian_width(ch) in "WF" else 0.6)
             total += w
         return total

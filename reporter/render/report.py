@@ -34,26 +34,14 @@ def template_cache() -> Any:
     of a cold PDF render on the development machine); reading them compiled takes a few
     milliseconds. Jinja checks each one against its source's checksum and the Python
     version, so an edited template or another interpreter compiles afresh. The folder
-    is ``$XDG_CACHE_HOME/reporter/templates`` (``~/.cache`` by default), the user's own
-    (mode 0700, as Jinja asks of its own default): one that is not, or cannot be made,
-    means no cache, not an error, and so does a file in it that cannot be read or
-    written. ``REPORTER_TEMPLATE_CACHE=0`` turns it off."""
-    import os
-    import stat
-
+    is ``reporter.render.cache.folder("templates")``: where there is none, no cache, not
+    an error, and so for a file in it that cannot be read or written."""
     import jinja2
 
-    if os.environ.get("REPORTER_TEMPLATE_CACHE", "1") == "0" or not hasattr(os, "getuid"):
-        return None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = os.path.join(base, "reporter", "templates")
-    try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        st = os.lstat(folder)
-    except OSError:
-        return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() \
-            or stat.S_IMODE(st.st_mode) & 0o077:  # another user could write code into it
+    from .cache import folder
+
+    where = folder("templates")
+    if where is None:
         return None
 
     class Quiet(jinja2.FileSystemBytecodeCache):
@@ -72,7 +60,7 @@ def template_cache() -> Any:
             except OSError:
                 pass
 
-    return Quiet(folder)
+    return Quiet(str(where))
 
 
 @lru_cache(maxsize=None)
