@@ -217,3 +217,27 @@ def test_a_table_wider_than_the_page_or_fonts_that_cannot_be_read_keep_the_autom
         assert 'class="fixed"' not in to_html(narrow, "en", None)
     finally:
         columns.fonts.cache_clear()
+
+
+def test_column_widths_follow_the_automatic_layout_rules():
+    """columns.widths on a hand-made table, each character an em wide: a heading breaks
+    at spaces and after a slash but not at a no-break space; cells after the first stay
+    on one line; the first column takes its 42% and the others share the rest by their
+    widest width; squeezed, each column keeps its longest unbreakable piece."""
+    from reporter.render import columns
+
+    em, pad, size = len, columns.PADDING_PT, columns.SIZE_PT
+    rows = [[(True, "", "Operator"), (True, "right", "FLOP/byte"), (True, "right", "ab\xa0cd ef")],
+            [(False, "code", "aten::mm"), (False, "right", "12"), (False, "right", "1")]]
+    got = columns.widths(rows, em, em, em, total=1000.0)
+    assert got is not None and abs(sum(got) - 1000.0) < 1e-6
+    assert abs(got[0] - 420.0) < 1e-6  # td:first-child { width: 42% }
+    widest = [9 * size + pad, 8 * size + pad]  # "FLOP/byte", "ab cd ef"
+    for width, w in zip(got[1:], widest):
+        assert abs(width - (w + (580.0 - sum(widest)) * w / sum(widest))) < 1e-6
+    narrowest = [8 * size + pad, 5 * size + pad, 5 * size + pad]  # "Operator", "FLOP/", "ab cd"
+    squeezed = columns.widths(rows, em, em, em, total=sum(narrowest))
+    assert squeezed is not None
+    assert all(abs(a - b) < 1e-6 for a, b in zip(squeezed, narrowest)), squeezed
+    assert columns.widths(rows, em, em, em, total=sum(narrowest) - 1) is None  # too wide
+    assert columns.widths([rows[0], rows[1][:2]], em, em, em) is None  # ragged rows

@@ -51,7 +51,9 @@ _CELL = re.compile(r'<(th|td)(?: class="([^"]*)")?>(.*?)</\1>', re.S)
 _CODE_SPAN = re.compile(r"<code>(.*?)</code>", re.S)
 _TAG = re.compile(r"<[^>]*>")
 _WIDE = "\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef"
-_BREAKS = re.compile(rf"\s+|(?<=[/\-{_WIDE}])|(?=[{_WIDE}])")
+# spaces but the no-break ones (Babel's numbers and units hold them), after a slash or a
+# hyphen, around an ideograph
+_BREAKS = re.compile(rf"[^\S\xa0\u2007\u202f]+|(?<=[/\-{_WIDE}])|(?=[{_WIDE}])")
 
 Measure = Callable[[str], float]  # a text's width in em
 
