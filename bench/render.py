@@ -84,6 +84,14 @@ def _compiled(*roots: Path | None) -> None:
                            check=True, capture_output=True)
 
 
+def _templates(cache: Path, root: Path = ROOT) -> None:
+    """The report templates of the checkout at ``root`` compiled into ``cache``, as
+    scripts/setup.sh compiles them; an older checkout without that function, nothing."""
+    subprocess.run([sys.executable, "-c", "from reporter.render.report import "
+                    "compile_templates as c; assert c()"], check=root == ROOT,
+                   capture_output=True, env=_env(root, cache))
+
+
 def _spread(samples: list[float]) -> str:
     return f"{statistics.median(samples):5.2f} s [{min(samples):.2f}-{max(samples):.2f}]"
 
@@ -99,13 +107,9 @@ def cold(rounds: int, cases: list[tuple[str, str]], before: Path | None = None) 
     load = os.getloadavg()[0]
     try:
         # the templates compiled ahead, as scripts/setup.sh does (and any earlier render)
-        subprocess.run([sys.executable, "-c", "from reporter.render.report import "
-                        "compile_templates as c; assert c()"], check=True, capture_output=True,
-                       env=_env(cache=kept))
+        _templates(kept)
         if before:
-            subprocess.run([sys.executable, "-c", "from reporter.render.report import "
-                            "compile_templates as c; c()"], capture_output=True,
-                           env=_env(before, kept))  # (nothing where it had no cache)
+            _templates(kept, before)  # (nothing where it had no cache)
         for r in range(rounds):
             for case in cases:
                 name, lang = case
@@ -138,14 +142,11 @@ def cold(rounds: int, cases: list[tuple[str, str]], before: Path | None = None) 
         print(f"{case[0] + ' ' + case[1]:<22} {_spread(b):>26} {_spread(o):>26} "
               f"{statistics.median(o) / statistics.median(b):5.1f}x "
               f"{statistics.median(o) - statistics.median(b):8.2f} s {_spread(pairs):>28}")
-        f = first[case]
-        print(f"{'  first on a machine':<22} {'':>26} {_spread(f):>26} "
-              f"{statistics.median(f) / statistics.median(b):5.1f}x "
-              f"{statistics.median(f) - statistics.median(b):8.2f} s "
-              f"{_spread([y - x for x, y in zip(b, f)]):>28}")
+        rows = [("  first on a machine", first[case])]
         if before:
-            p = old[case]
-            print(f"{'  ' + str(before)[-20:]:<22} {'':>26} {_spread(p):>26} "
+            rows.append(("  " + str(before)[-20:], old[case]))
+        for label, p in rows:  # beside the reporter's line, against the same baseline
+            print(f"{label:<22} {'':>26} {_spread(p):>26} "
                   f"{statistics.median(p) / statistics.median(b):5.1f}x "
                   f"{statistics.median(p) - statistics.median(b):8.2f} s "
                   f"{_spread([y - x for x, y in zip(b, p)]):>28}")
@@ -210,9 +211,7 @@ def stages(cases: list[tuple[str, str]]) -> None:
     kept = work / "cache"  # the templates compiled ahead, as scripts/setup.sh does
     _compiled(ROOT)
     try:
-        subprocess.run([sys.executable, "-c", "from reporter.render.report import "
-                        "compile_templates as c; assert c()"], check=True, capture_output=True,
-                       env=_env(cache=kept))
+        _templates(kept)
         for name, lang in cases:
             folder = work / name
             shutil.copytree(FIXTURES / name, folder)
