@@ -13,7 +13,8 @@ width distribution); the table then carries the widths (``<col>``) and
 does not have and would substitute, a file fontTools cannot read), or a table is wider
 than the page at its narrowest, the table is left to the automatic layout.
 
-What it knows of the style sheet (reporter.render.pdf.CSS): tables fill the body's width
+What it knows of the style sheet (reporter.render.pdf.CSS, whose sizes come from the
+constants below): tables fill the body's width
 (A4, 15 mm margins, the body's 8 px), cells are 7.5 pt with 1.5 mm of padding on either
 side, headings bold, code (a code cell, a code span) in the code font at 0.92 em and
 breakable anywhere, any cell but the first of a row on one line, and the first column
@@ -36,14 +37,20 @@ from typing import Callable
 from ..store import write_atomic
 from . import cache
 
-PT_PER_MM = 72 / 25.4
-# the body's width: A4 less the page's margins (@page: 15 mm) and the body's own (8 px, the
-# user agent's style sheet)
-WIDTH_PT = (210 - 2 * 15) * PT_PER_MM - 2 * 6
+# The style sheet's sizes that the widths rest on: reporter.render.pdf.css() writes them
+# into it from here, so that the two cannot disagree.
+SIDE_MM = 15  # @page { margin: ... 15mm } left and right
+LINE = 1.4  # html { line-height }
 SIZE_PT = 7.5  # table { font-size }
-CODE_EM = 0.92  # code { font-size }
-PADDING_PT = 2 * 1.5 * PT_PER_MM  # th, td { padding: 1mm 1.5mm }
+CODE_EM = 0.92  # code { font-size }, and a code cell's
+PAD_MM = 1.5  # th, td { padding: 1mm 1.5mm }
 FIRST_SHARE = 0.42  # td:first-child { width: 42% }
+
+PT_PER_MM = 72 / 25.4
+# the body's width: A4 less the page's margins and the body's own (8 px, the user agent's
+# style sheet)
+WIDTH_PT = (210 - 2 * SIDE_MM) * PT_PER_MM - 2 * 6
+PADDING_PT = 2 * PAD_MM * PT_PER_MM
 
 _TABLE = re.compile(r"<table>(.*?)</table>", re.S)
 _ROW = re.compile(r"<tr>(.*?)</tr>", re.S)

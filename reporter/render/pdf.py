@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
+from string import Template
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -28,15 +29,17 @@ from .languages import all_fonts, language
 from .view import View
 
 CODE_FONT = "DejaVu Sans Mono"  # code's font (its width is measured: render/columns.py)
+# The style sheet; the sizes the tables' widths are worked out from (render/columns.py)
+# are that module's, filled in by css().
 CSS = """
 @page {
-  size: A4; margin: 18mm 15mm 18mm 15mm;
+  size: A4; margin: 18mm ${side}mm 18mm ${side}mm;
   @top-left { content: string(doctitle); font-size: 7.5pt; color: #666; }
   @bottom-right { content: counter(page) " / " counter(pages); font-size: 8pt; color: #666; }
 }
 @page logs { size: A4 landscape; margin: 12mm 10mm 14mm 10mm; }
-html { font-family: FONTS, sans-serif;
-       font-size: 9.5pt; line-height: 1.4; color: #1a1a1a; }
+html { font-family: ${fonts}, sans-serif;
+       font-size: 9.5pt; line-height: ${line}; color: #1a1a1a; }
 h1 { string-set: doctitle content(); font-size: 17pt; margin: 0 0 3mm 0;
      border-bottom: 2px solid #4c72b0; padding-bottom: 2mm; }
 h1 + p { font-size: 8.5pt; color: #444; margin-bottom: 6mm; }
@@ -46,25 +49,25 @@ h1, h2, h3 { break-after: avoid; }
 p, li { orphans: 2; widows: 2; }
 ul { padding-left: 5mm; }
 li { margin-bottom: 1.5mm; }
-code, pre, td.code { font-family: "CODE_FONT", "WenQuanYi Micro Hei Mono", monospace; }
-code { font-size: 0.92em; background: #f2f4f7; padding: 0 0.5mm; overflow-wrap: anywhere; }
+code, pre, td.code { font-family: "${code_font}", "WenQuanYi Micro Hei Mono", monospace; }
+code { font-size: ${code_em}em; background: #f2f4f7; padding: 0 0.5mm; overflow-wrap: anywhere; }
 blockquote { margin: 2mm 0 3mm 0; padding: 1.5mm 3mm; border-left: 1.2mm solid #d9822b;
              background: #fdf3e7; }
 blockquote p { margin: 0; }
-table { width: 100%; border-collapse: collapse; margin: 2mm 0 4mm 0; font-size: 7.5pt;
+table { width: 100%; border-collapse: collapse; margin: 2mm 0 4mm 0; font-size: ${table_pt}pt;
         break-inside: auto; }
 table.fixed { table-layout: fixed; }  /* its widths given: reporter/render/columns.py */
 thead { display: table-header-group; }
 tr { break-inside: avoid; }
-th, td { border-bottom: 0.5pt solid #ccd; padding: 1mm 1.5mm; vertical-align: top; }
+th, td { border-bottom: 0.5pt solid #ccd; padding: 1mm ${pad}mm; vertical-align: top; }
 th { background: #e8edf5; text-align: left; }
 td code { background: none; padding: 0; word-break: break-all; }
-td.code { font-size: 0.92em; line-height: 10.5pt; /* the table's 7.5pt x 1.4, as with <code> */
+td.code { font-size: ${code_em}em; line-height: ${cell_line}pt; /* the table's, as with <code> */
           overflow-wrap: anywhere; word-break: break-all; }
 .left { text-align: left; }
 .right { text-align: right; }
 .center { text-align: center; }
-td:first-child { width: 42%; }
+td:first-child { width: ${first}%; }
 /* Numbers and units stay on one line ("145 GFLOP/s" broke at its slash); names wrap. */
 td:not(:first-child) { white-space: nowrap; }
 img { max-width: 100%; margin: 2mm 0 4mm 0; }
@@ -223,8 +226,12 @@ def to_html(md_text: str, lang: str, created_iso: str | None) -> str:
 
 def css(lang: str) -> str:
     """The stylesheet, its fonts those of the report's language first (languages.json)."""
-    return CSS.replace("FONTS", ", ".join(f'"{f}"' for f in all_fonts(lang))).replace(
-        "CODE_FONT", CODE_FONT)
+    c = columns
+    return Template(CSS).substitute(
+        fonts=", ".join(f'"{f}"' for f in all_fonts(lang)), code_font=CODE_FONT,
+        side=f"{c.SIDE_MM:g}", line=f"{c.LINE:g}", code_em=f"{c.CODE_EM:g}",
+        table_pt=f"{c.SIZE_PT:g}", pad=f"{c.PAD_MM:g}", cell_line=f"{c.SIZE_PT * c.LINE:g}",
+        first=f"{100 * c.FIRST_SHARE:g}")
 
 
 def check_fonts(lang: str) -> None:
