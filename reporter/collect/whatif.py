@@ -348,15 +348,13 @@ def attention(profile: Profile, device: str, train: bool, steps: int,
         folding the batch copies it, and so that its gradient goes back through the
         projection (the copy the unfused products' gradients need and the fused kernel's
         may not)."""
-        if name in copies:
+        def split(t: Any) -> Any:
+            return t.view(batch[0], rows, *batch[1:], cols).movedim(1, -2)
+        if name in copies and heads:
             x, w = leaf(batch[0], rows, width * cols), weight(width * cols, width * cols)
-            def projected() -> Any:
-                return F.linear(x, w).view(batch[0], rows, *batch[1:], cols).movedim(1, -2)
-            if heads:
-                return projected
-            t = projected().detach().requires_grad_(train)
-            return lambda: t
-        t = leaf(*batch, rows, cols)
+            return lambda: split(F.linear(x, w))
+        t = split(leaf(batch[0], rows, width * cols)) if name in copies else \
+            leaf(*batch, rows, cols)
         return lambda: t
     made = make("q", lq, e), make("k", ls, e), make("v", ls, ev)
     out_w = weight(width * ev, width * ev) if heads else None
