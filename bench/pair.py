@@ -3,13 +3,16 @@
 Builds both targets in one process and times their training (or inference) steps in
 alternation, round by round, so that both see the same load: wall time and the
 process's CPU time per step (the CPU time moves less with other work on the machine).
-Prints the medians with their range and the saving of the second over the first
-(1 - its step / the baseline's), with the load average before and after.
+The order is swapped each round, so that neither always runs on the caches the other
+left. Prints the medians with their range and the saving of the second over the first
+(1 - its step / the baseline's), with the load average before and after. The mode is the
+baseline's first (a target built for inference only has no loss to train on); a mode
+either target was not built for is refused.
 
 Not a test: run it by hand.
 
     .venv/bin/python bench/pair.py tests/models/hf.py:bart_train \\
-        tests/models/hf.py:bart_train_bf16 [--rounds 9] [--steps 5] [--mode train] \\
+        tests/models/hf.py:bart_train_bf16 [--rounds 9] [--steps 5] [--mode train|inference] \\
         [--threads 1]
 """
 
@@ -28,9 +31,12 @@ import torch  # noqa: E402
 from reporter.collect.target import resolve  # noqa: E402
 
 
-def stepper(name: str, mode: str):
-    spec, builder = resolve(name)
-    t = builder("cpu", "default")
+def build(name: str):
+    _, builder = resolve(name)
+    return builder("cpu", "default")
+
+
+def stepper(t, mode: str):
     forward = t.forward or (lambda model, batch: model(batch[0]))
     batches = list(t.batches)
     i = [0]
@@ -66,19 +72,26 @@ def main() -> None:
     parser.add_argument("fixed")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--mode", default="train", choices=("train", "inference"))
+    parser.add_argument("--mode", default=None, choices=("train", "inference"),
+                        help="default: the baseline's first mode")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     load = os.getloadavg()[0]
-    steps = {n: stepper(n, args.mode) for n in (args.baseline, args.fixed)}
+    targets = {n: build(n) for n in (args.baseline, args.fixed)}
+    mode = args.mode or targets[args.baseline].modes[0]
+    for n, t in targets.items():
+        if mode not in t.modes:
+            raise SystemExit(f"error: {n} is built for {', '.join(t.modes)}, not {mode}")
+    args.mode = mode
+    steps = {n: stepper(t, mode) for n, t in targets.items()}
     for s in steps.values():  # warm-up
         timed(s, 2)
     got: dict[str, list[tuple[float, float]]] = {n: [] for n in steps}
-    for _ in range(args.rounds):
-        for n, s in steps.items():
-            got[n].append(timed(s, args.steps))
+    for r in range(args.rounds):
+        for n in (list(steps) if r % 2 == 0 else list(steps)[::-1]):
+            got[n].append(timed(steps[n], args.steps))
     print(f"{args.rounds} rounds of {args.steps} {args.mode} steps each, "
           f"{torch.get_num_threads()} threads, load {load:.1f} -> {os.getloadavg()[0]:.1f}")
     med = {}
