@@ -176,7 +176,8 @@ def separately(baseline: str, fix: str, mode: str, opts: RunOptions, processes: 
     noise, each pair's saving). A pair's saving is 1 - the twin's median step / the
     baseline's; the noise is the larger of half the range of the pairs' savings and the
     steps' own spread (half the interquartile range of a process's rounds over its median,
-    both sides' added, the median over the pairs). Not in one process with both: there
+    both sides' added and times the twin's step over the baseline's, as the saving moves
+    with them; the median over the pairs). Not in one process with both: there
     each model's allocations change what the allocator hands the other and the page
     faults it takes (RoBERTa in inference, eager against SDPA, 2026-11-28: 35-40% saved
     interleaved in one process, 0-7% in two runs of their own; transformer in training:
@@ -191,8 +192,10 @@ def separately(baseline: str, fix: str, mode: str, opts: RunOptions, processes: 
                 last = (child.stderr.strip().splitlines() or ["no output"])[-1]
                 sys.exit(f"bench/diagnosis.py: timing {name} ({mode}) failed: {last}")
             got[name] = json.loads(child.stdout.strip().splitlines()[-1])
-        pairs.append(1 - got[fix]["step_s"] / got[baseline]["step_s"])
-        spread.append(got[fix]["spread"] + got[baseline]["spread"])
+        ratio = got[fix]["step_s"] / got[baseline]["step_s"]
+        pairs.append(1 - ratio)
+        # the saving 1 - f/b moves by f/b times the sides' relative spreads, added
+        spread.append(ratio * (got[fix]["spread"] + got[baseline]["spread"]))
     noise = max((max(pairs) - min(pairs)) / 2, statistics.median(spread))
     return statistics.median(pairs), noise, pairs
 
