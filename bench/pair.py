@@ -146,7 +146,8 @@ def main() -> None:
         base, fix = med[(args.baseline, k)], med[(args.fixed, k)]
         paired = [1 - f[k] / b[k] for b, f in zip(got[args.baseline], got[args.fixed])]
         print(f"saving ({label}): {1 - fix / base:.1%} of the baseline's step "
-              f"(paired rounds {min(paired):.1%} to {max(paired):.1%})")
+              f"({'pairs of processes' if args.processes else 'paired rounds'} "
+              f"{min(paired):.1%} to {max(paired):.1%})")
 
 
 if __name__ == "__main__":
