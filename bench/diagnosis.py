@@ -18,8 +18,10 @@ round): 1 - the median of the twin's step over the baseline's, the processes' me
 Each gives its saving, each pair's or process's saving and the noise (the larger of half
 the range of those savings and the steps' own spread), and is judged on its own. The two
 differ: in one process each model's allocations change what the allocator hands the
-other, and so its page faults and caches (transformer in training, 2026-11-28: 19-21%
-interleaved, 13-18% each in its own process; RoBERTa in inference: 35-40% against 0-7%);
+other, and so its page faults and caches (transformer in training, 2026-11-28, three
+runs: 19.8-23.3% interleaved, 14.5-16.7% each in its own process; in inference, which
+takes no page fault, 21.7-22.3% against 13.9-19.7%; RoBERTa in inference: 35-40%
+interleaved, 0-7% in runs of their own);
 timed one after the other in one process, the saving moved with their order (transformer
 in training, 2026-11-27: 19% with the twin second, 6% with it first, 11% interleaved), as
 the process's allocator and caches age. It also lists any main problem of the twin that its
@@ -181,7 +183,7 @@ def separately(baseline: str, fix: str, mode: str, opts: RunOptions, processes: 
     each model's allocations change what the allocator hands the other and the page
     faults it takes (RoBERTa in inference, eager against SDPA, 2026-11-28: 35-40% saved
     interleaved in one process, 0-7% in two runs of their own; transformer in training:
-    19-20% interleaved, 13% in processes of their own, 7-22% from pair to pair)."""
+    19.8-23.3% interleaved in three bench runs, 14.5-16.7% in processes of their own)."""
     pairs, spread = [], []
     for p in range(processes):
         got = {}
