@@ -73,7 +73,7 @@ PLANTED = Path(__file__).resolve().parent.parent / "tests" / "models" / "planted
 # applies): a finding is judged by what applying its own advice gives. Another main
 # problem gone from the twin's run is listed, not counted: its advice was not applied,
 # it went with the run (transformer in training, 2026-11-28: the baseline's page faults
-# were a main problem in one fresh process of three, and their 8 points outside the
+# were a main problem in one fresh process of three, and the faults outside the
 # attention, which SDPA does not take away, were added to the prediction: 21.7% against
 # 14.5% measured). seq2seq's twin runs the decoder over the sequence in one call: its
 # per-step loop goes, and with it the slice copies.
