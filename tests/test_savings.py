@@ -66,6 +66,23 @@ def test_no_finding_accounts_for_or_saves_more_than_the_step():
     assert s.share(s.saving_us) == 1.0
 
 
+def test_a_timed_replacement_keeps_its_own_time_in_the_step():
+    """A chain recorded with the profiler's page faults can read more than the step
+    (transformer-bloat: 14.0 ms of a 13.4 ms step); its replacement, timed at 1 ms, still
+    runs in the fixed step, so the saving stops 1 ms short of the step, not at it."""
+    p = Profile(self_cpu_us=20_000, steps=2, ops=[
+        Op("ProfilerStep*", calls=2, self_cpu_us=100, cpu_total_us=20_000,
+           kind="annotation")])
+    timed = {"before_ms": 12.0, "after_ms": 1.0}  # outright, unprofiled: 11 ms of a 10 ms step
+    s = estimate(_f("unfused-attention", 0.9, basis="cpu"), p, measured=timed)
+    assert s.step_us == 10_000 and s.saving_us == s.high_us == pytest.approx(9000)
+    assert s.share(s.saving_us) == pytest.approx(0.9)
+    # a replacement that fits keeps its measured saving
+    fits = estimate(_f("unfused-attention", 0.5, basis="cpu"), p,
+                    measured={"before_ms": 6.0, "after_ms": 1.0})
+    assert fits.saving_us == pytest.approx(5000)
+
+
 def test_the_step_without_the_profiler_bounds_what_idle_time_saves():
     """The profiler slows the host, not the device: a step it lengthens from 9 to 10 ms
     shows 2.05 ms of idle device time per step, of which at most 9 - 7.95 ms remain."""
