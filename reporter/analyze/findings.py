@@ -84,7 +84,10 @@ class Rule:
     - ``frees``: whether its fix no longer makes the tensors of the finding's operators
       (a fused kernel, no mask, no copy): what they hold at the host's memory peak comes
       off it, and with it the page faults of mapping that memory again each step
-      (reporter.analyze.savings.fault_share).
+      (reporter.analyze.savings.fault_share);
+    - ``keeps_work``: whether its fix leaves every operator's work in the step (it takes
+      away page faults, not operators): the fixed step keeps them all at their roofline
+      at the least, which its saving stops short of (reporter.analyze.savings.kept_us).
     """
 
     id: str
@@ -98,6 +101,7 @@ class Rule:
     whatif: WhatIf | None = None
     derive: DeriveFunc | None = None
     frees: bool = False
+    keeps_work: bool = False
 
 
 RULES: dict[str, Rule] = {}
@@ -114,13 +118,14 @@ def _register(rule_id: str, **fields: Any) -> None:
 def rule(rule_id: str, *, saving: SavingModel,
          explains: Callable[[Finding, Finding], bool] | None = None, catch_all: bool = False,
          symptom: Callable[[Profile, Saving], bool] | None = None,
-         whatif: WhatIf | None = None, frees: bool = False,
+         whatif: WhatIf | None = None, frees: bool = False, keeps_work: bool = False,
          **limits: float) -> Callable[[RuleFunc], RuleFunc]:
     """Register a rule under a stable id with its saving model, the rest of its story
     (see ``Rule``) and its default thresholds."""
     def register(func: RuleFunc) -> RuleFunc:
         _register(rule_id, func=func, limits=dict(limits), saving=saving, explains=explains,
-                  catch_all=catch_all, symptom=symptom, whatif=whatif, frees=frees)
+                  catch_all=catch_all, symptom=symptom, whatif=whatif, frees=frees,
+                  keeps_work=keeps_work)
         return func
     return register
 

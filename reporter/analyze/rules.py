@@ -769,7 +769,7 @@ def _faults_saving(w: Worth) -> Saving:
     return Saving(w.accounts_us, saving, low, saving, w.step_us, host_saving=True)
 
 
-@rule("page-faults", saving=_faults_saving, share=0.05, high=0.25)
+@rule("page-faults", saving=_faults_saving, keeps_work=True, share=0.05, high=0.25)
 def page_faults(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """The host's minor and major page faults in a step timed without the profiler, at
     the cost of one measured in the same process (runner.measured_fault_us), take over

@@ -426,11 +426,12 @@ def estimate(f: Finding, profile: Profile, eff: Efficiency | str | None = None,
     No figure exceeds the step: a trace whose recorded kernels run past its steps (a
     recording that began with earlier steps' kernels still queued, say) would
     otherwise have a finding account for, or save, more than the whole step. A saving
-    stops short of it by what the fixed step keeps at the least (``kept_us``), a timed
-    replacement's own time: transformer-bloat's blow-up chain, recorded with the page
+    stops short of it by what the fixed step keeps at the least (``kept_us``): a timed
+    replacement's own time (transformer-bloat's blow-up chain, recorded with the page
     faults the profiler added to its multiplies, read 14.0 ms against a 13.4 ms step
     (2026-11-28), and one bench run predicted it saved 100% of the step; the twin saved
-    77-83%.
+    77-83%), or, for a fix that takes no operator away, the operators at their roofline
+    (first_touch's page faults read 100% of the step; its twin saves 88-91%).
 
     ``real_step_us``, the step timed without the profiler, bounds what the device's idle
     time can save: the profiler's own work slows the host, not the device, so a step it
@@ -469,19 +470,26 @@ def estimate(f: Finding, profile: Profile, eff: Efficiency | str | None = None,
         def cap(us: float | None, most: float = step_us) -> float | None:
             return min(us, most) if us is not None else None
 
-        most = max(0.0, step_us - kept_us(s))
+        most = max(0.0, step_us - kept_us(f, eff, s))
         s = replace(s, accounts_us=cap(s.accounts_us), saving_us=cap(s.saving_us, most),
                     low_us=cap(s.low_us, most), high_us=cap(s.high_us, most))
     return s
 
 
-def kept_us(s: Saving) -> float:
-    """Per step, what the step keeps at the least once the finding is fixed: the
-    replacement's own time where it was timed on the device (``s.measured``), 0 otherwise.
-    The other operators' roofline would be a further floor, but a finding's operators are
-    not always named as the roofline's are (fp32-gemm names kernels, the roofline ATen
-    operators) and a fix that changes the dtype changes their roof."""
-    return s.measured.get("after_ms", 0.0) * 1e3 if s.measured else 0.0
+def kept_us(f: Finding, eff: Efficiency | str | None, s: Saving) -> float:
+    """Per step, what the step keeps at the least once ``f`` is fixed: the replacement's
+    own time where it was timed on the device (``s.measured``), and, where the fix leaves
+    every operator's work in the step (``Rule.keeps_work``: page faults), every operator
+    at its roofline (reporter.analyze.efficiency; never more than its recorded time, which
+    an operator served from cache can beat). Other fixes take operators away, and which
+    is not always known by the roofline's names (fp32-gemm names kernels, the roofline
+    ATen operators; a fix that changes the dtype changes their roof): for them, nothing
+    more."""
+    after = s.measured.get("after_ms", 0.0) * 1e3 if s.measured else 0.0
+    rule = RULES.get(f.rule)
+    if rule is None or not rule.keeps_work or eff is None or isinstance(eff, str):
+        return float(after)
+    return float(after + sum(min(o.roof_us, o.time_us) for o in eff.ops))
 
 
 def _estimate(f: Finding, profile: Profile, eff: Efficiency | str | None, others: Sequence[Finding],
