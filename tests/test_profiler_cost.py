@@ -190,12 +190,18 @@ def test_page_faults_every_step_are_found_and_their_fix_is_not(tmp_path):
     assert f.evidence["share"] == pytest.approx(share, rel=1e-9)
     assert not f.evidence.get("profiled_faults")  # measured without the profiler
     # the worth is that share of the step timed without the profiler (the throughput's),
-    # at least at the cost of a fault spread over the threads: the faults' own time
-    assert worth.share(worth.saving_us) == pytest.approx(share, rel=0.01)
+    # at least at the cost of a fault spread over the threads: the faults' own time, short
+    # of the step by its operators at their roofline, which the fixed step still runs
+    from reporter.analyze.savings import kept_us
+
+    most = 1 - kept_us(f, analysis.efficiency, worth) / worth.step_us
+    assert most < 1  # the fill's bytes at the measured bandwidth
+    assert worth.share(worth.saving_us) == pytest.approx(min(share, most), rel=0.01)
     if share < 1:
         assert worth.accounts_us == pytest.approx(faults * cost["fault_us"], rel=0.01)
-    assert worth.low_us == pytest.approx(
-        worth.saving_us * cost["fault_us_low"] / cost["fault_us"], rel=1e-6)
+    assert worth.low_us == pytest.approx(min(
+        share * worth.step_us * cost["fault_us_low"] / cost["fault_us"],
+        most * worth.step_us), rel=0.01)
 
     fixed = _live_run(tmp_path / "b", "first_touch_reused")
     (section,) = fixed.sections
@@ -274,3 +280,27 @@ def test_a_steps_page_faults_are_the_median_of_the_timed_windows():
     # without windows, the steps just timed alone, as before
     one = runner._unprofiled_cost(lambda: None, "cpu", 2)
     assert one["steps"] == 2 and one["minor_faults"] >= 0 and one["step_us"] > 0
+
+
+def test_the_fault_probe_leaves_torchs_threads_alone(monkeypatch):
+    """Any torch.set_num_threads call, even to the count already set, leaves
+    scaled_dot_product_attention on the CPU about 1.5x slower for the rest of the process
+    (torch 2.13, 2026-11-28): the probe's one-thread fill took the attention what-if's
+    saving from about 1 ms a step to 0-0.4 ms. The probe measures one thread by fills too
+    short to be split among threads (1.7-1.9 us a fault here, as with torch's threads
+    set to one; 1.0 us on two)."""
+    import torch
+
+    from reporter.collect import runner
+
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(n))
+    monkeypatch.setattr(runner, "_fault_us", [])
+    got = runner.measured_fault_us()
+    assert calls == []
+    if got is not None:  # None where no fault was counted (memory kept or locked)
+        spread, one = got
+        assert spread > 0 and one > 0
+    x = torch.zeros(3 * runner._SERIAL_FILL + 5)
+    runner._serial_fill(x, 2.0)
+    assert bool((x == 2.0).all())

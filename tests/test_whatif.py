@@ -73,25 +73,47 @@ def test_the_attention_is_timed_between_its_projections_which_both_sides_take_of
     section = load(FIXTURE).sections[1]  # inference: 6 calls a step, 2 of them masked
     seen: list[list[str]] = []
 
-    def timed(fn, dev, *args, **kwargs):
-        with torch.profiler.profile() as prof:
-            fn()
-        names = {e.name for e in prof.events()}
-        seen.append(sorted(n for n in names if n in (
-            "aten::linear", "aten::softmax", "aten::scaled_dot_product_attention")))
-        return {0: 1.0, 1: 4.0, 2: 3.0, 3: 5.0, 4: 3.5}[len(seen) - 1] * 1e-3
-    monkeypatch.setattr(whatif, "_median_s", timed)
+    rounds = iter([[4.0, 3.0, 1.0], [5.0, 3.5, 1.0]])
+
+    def timed(fns, dev, *args, **kwargs):
+        for fn in fns:
+            with torch.profiler.profile() as prof:
+                fn()
+            names = {e.name for e in prof.events()}
+            seen.append(sorted(n for n in names if n in (
+                "aten::linear", "aten::softmax", "aten::scaled_dot_product_attention")))
+        return [t * 1e-3 for t in next(rounds)]
+    monkeypatch.setattr(whatif, "_medians_s", timed)
     steps = section.profile.steps
     got = whatif.attention(section.profile, "cpu", False, steps, section)
     assert got is not None and got["calls_per_step"] == 6 and got["masked_per_step"] == 2
-    # the projections alone, then unmasked (4 calls) and masked (2) chain and SDPA
-    assert seen == [["aten::linear"],
+    # unmasked (4 calls), then masked (2): the chain, SDPA and the projections alone,
+    # timed in turn
+    assert seen == [["aten::linear", "aten::softmax"],
+                    ["aten::linear", "aten::scaled_dot_product_attention"],
+                    ["aten::linear"],
                     ["aten::linear", "aten::softmax"],
                     ["aten::linear", "aten::scaled_dot_product_attention"],
-                    ["aten::linear", "aten::softmax"],
-                    ["aten::linear", "aten::scaled_dot_product_attention"]]
+                    ["aten::linear"]]
     assert got["before_ms"] == pytest.approx(4 * 3.0 + 2 * 4.0)
     assert got["after_ms"] == pytest.approx(4 * 2.0 + 2 * 2.5)
+
+
+def test_the_variants_of_a_what_if_are_timed_in_turn():
+    """A burst of other work on a shared machine slows whichever variant is being timed:
+    the attention's variants run one call each per round, the order reversed every other
+    round, so that a burst slows them alike; each gets as many calls as the others."""
+    from reporter.collect import device as devices
+    from reporter.collect import whatif
+
+    order: list[str] = []
+    fns = [lambda: order.append("a"), lambda: order.append("b"), lambda: order.append("c")]
+    got = whatif._medians_s(fns, devices.get("cpu"), budget_s=0.0)
+    assert len(got) == 3 and all(t >= 0 for t in got)
+    assert order[:9] == ["a"] * 3 + ["b"] * 3 + ["c"] * 3  # warm-up
+    timed = order[9:]
+    assert timed[:6] == ["a", "b", "c", "c", "b", "a"]
+    assert len(timed) >= 15 and timed.count("a") == timed.count("b") == timed.count("c")
 
 
 def test_a_stored_whatif_is_checked_and_shown(tmp_path):

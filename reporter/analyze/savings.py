@@ -41,7 +41,7 @@ __all__ = ["MINOR_SHARE", "NOT_FASTER", "NOT_QUANTIFIABLE", "Saving", "Worth", "
            "beyond_roof", "beyond_roofline", "device_kept_busy", "estimate", "faster_dtype",
            "COPY_OPS", "FIRST_TOUCH", "PAGE_B", "WRITERS", "fault_share", "faults_us",
            "freed_ops", "owned_fault_share",
-           "finding_ops", "first_touch_us", "matrix_roof", "profiler_call_us", "ranked",
+           "finding_ops", "first_touch_us", "kept_us", "matrix_roof", "profiler_call_us", "ranked",
            "removed", "stated", "unprofiled_factor", "unprofiled_floor", "unquantified",
            "waited", "work_removed"]
 

@@ -254,11 +254,28 @@ _FAULT_PROBE_ROUNDS = 3
 _fault_us: list[tuple[float, float]] = []
 
 
-def _fault_probe() -> float | None:
+# Under ATen's grain size (32,768 elements): a fill this long runs on the calling thread.
+_SERIAL_FILL = 16_384
+
+
+def _serial_fill(x: torch.Tensor, value: float) -> None:
+    """``x`` filled with ``value`` by torch, a slice at a time, each too short to be split
+    among threads: torch's fill on one thread, its thread count left as it is."""
+    for part in x.split(_SERIAL_FILL):
+        part.fill_(value)
+
+
+def _fault_probe(one_thread: bool = False) -> float | None:
     """Wall microseconds per page fault of a fill of freshly mapped memory (a tensor over
     an anonymous mmap: a tensor from torch.empty may reuse the heap's free memory, in a
-    process that has run other models), on torch's threads as they are set: the median
-    of ``_FAULT_PROBE_ROUNDS``."""
+    process that has run other models), on torch's threads as they are set, or, with
+    ``one_thread``, on this thread alone (``_serial_fill``): the median of
+    ``_FAULT_PROBE_ROUNDS``. Not with torch's threads set to one: setting them to one
+    and back leaves scaled_dot_product_attention on the CPU about 1.5x slower for the
+    rest of the process (torch 2.13: 390 us against 571 us a call at transformer's
+    shapes; the unfused chain as fast as before), which took the attention what-if's
+    saving from about 1 ms a step to 0-0.4 ms and slowed every SDPA model the run
+    stepped after it (2026-11-28)."""
     import mmap
 
     per_fault = []
@@ -272,15 +289,17 @@ def _fault_probe() -> float | None:
             return None
         try:
             x = torch.frombuffer(region, dtype=torch.float32)
+            fill: Callable[[float], Any] = partial(_serial_fill, x) if one_thread \
+                else x.fill_
             minor0 = _faults()[0]
             t0 = time.perf_counter()
-            x.fill_(1.0)
+            fill(1.0)
             first = time.perf_counter() - t0
             faults = _faults()[0] - minor0
             t0 = time.perf_counter()
-            x.fill_(2.0)
+            fill(2.0)
             again = time.perf_counter() - t0
-            del x
+            del x, fill
         finally:
             region.close()
         if faults > 0:
@@ -304,13 +323,7 @@ def measured_fault_us() -> tuple[float, float] | None:
     in the kernel). About 0.2 s in all, once per process. None when no fault was counted
     (memory kept or locked) or a time is not positive."""
     if not _fault_us:
-        threads = torch.get_num_threads()
-        spread = _fault_probe()
-        try:
-            torch.set_num_threads(1)
-            one = _fault_probe()
-        finally:
-            torch.set_num_threads(threads)
+        spread, one = _fault_probe(), _fault_probe(one_thread=True)
         _fault_us.append((spread or 0.0, one or 0.0))
     spread, one = _fault_us[0]
     if spread <= 0 or one <= 0:
