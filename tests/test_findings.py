@@ -599,3 +599,32 @@ def test_the_optimizer_advice_drops_foreach_where_it_timed_no_faster(tmp_path):
                 assert offered[lang] in text, lang
     en = render_markdown(report_view(run, "en"))
     assert "torch.optim.AdamW(params, lr=..., fused=True)" in en
+
+
+WORTH = {"en": "    **Worth:**", "ru": "    **Выигрыш:**", "zh": "    **收益：**"}
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared is absent")
+@pytest.mark.parametrize("rule_id", sorted(RULES))
+def test_every_finding_and_its_worth_are_paragraphs_of_their_own(rule_id):
+    """In a whole report, a finding's last paragraph ("What to change") and its "Worth"
+    are two paragraphs, whether or not the finding's template ends with a newline
+    (dropout-cost's did not: the two ran into one paragraph in every language)."""
+    from dataclasses import replace
+
+    from conftest import FIXTURES
+
+    from reporter import store
+    from reporter.pipeline import report_view
+
+    finding = _finding_for(rule_id)
+    run = store.load(FIXTURES / "runs" / "cpu-transformer-bloat")
+    for lang in LANGUAGES:
+        view = report_view(run, lang)
+        section = view.sections[0]
+        worth = next(f["worth"] for f in section.findings if f.get("worth"))
+        mine = {**_finding_view(finding, Fmt(lang)), "worth": worth}
+        text = render_markdown(replace(view, sections=[replace(section, findings=[mine])]))
+        lines = text.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith(WORTH[lang]))
+        assert lines[at - 1] == "" and lines[at - 2].strip(), (lang, lines[at - 3:at + 1])
