@@ -389,3 +389,28 @@ def test_an_added_mask_is_timed_added_in_both(tmp_path, monkeypatch):
     got = whatif.attention(prof, "cpu", False, 2, None, calls)
     assert got["mask"] == "added"
     assert asked and all(m is not None and m.shape == (2, 1, 1, 32) for m in asked)
+
+
+def test_the_blowups_two_variants_are_timed_in_turn(tmp_path, monkeypatch):
+    """The pairwise chain and its matrix product are timed in turn (whatif._medians_s),
+    not one after the other: a burst of other work while the product alone was timed once
+    made it slower than the chain, and transformer-bloat's blow-up "not faster" (2026-11-29,
+    the test suite beside a benchmark). The product's share of the chain's time is what
+    scales the recorded chain."""
+    prof, calls, _ = traced(_bloat(), tmp_path)
+    given: list[int] = []
+    product_s = [1e-3]
+
+    def in_turn(fns, dev, budget_s):
+        given.append(len(fns))
+        for fn in fns:
+            fn()
+        return [2e-3, product_s[0]]
+    monkeypatch.setattr(whatif, "_medians_s", in_turn)
+    monkeypatch.setattr(whatif, "_median_s", lambda *a, **k: pytest.fail("timed alone"))
+    half = whatif.blowup_matmul(prof, "cpu", 2, calls)
+    product_s[0] = 5e-4
+    quarter = whatif.blowup_matmul(prof, "cpu", 2, calls)
+    assert given and set(given) == {2}
+    assert half is not None and quarter is not None
+    assert quarter["after_ms"] == pytest.approx(half["after_ms"] / 2)
