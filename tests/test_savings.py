@@ -415,6 +415,43 @@ def test_page_faults_stop_short_of_the_step_by_the_operators_roofline():
     assert copies.saving_us == pytest.approx(copies.accounts_us)
 
 
+def test_a_saving_of_nothing_says_why_instead_of_a_bare_zero():
+    """A page-fault finding whose faults all land in another finding's operators saves
+    nothing of its own (IN_OTHERS), and one whose step the operators at their roofline
+    already fill has no saving left to tell (NO_ROOM): the minor list said "(0, 0.0%)"
+    for the first (transformer-bloat beside a CPU hog, 2026-11-29). Each note picks its
+    own sentence, which tests/test_sentences.py holds every language to word."""
+    from reporter.analyze.efficiency import Efficiency, OpEfficiency
+    from reporter.analyze.peaks import Peaks
+    from reporter.analyze.rules import page_faults
+    from reporter.model.finding import IN_OTHERS, NO_ROOM
+    from reporter.render.sentences import REPORT
+
+    p = Profile(label="cpu", self_cpu_us=40_000, steps=1, ops=[
+        Op("aten::copy_", calls=100, self_cpu_us=30_000, cpu_total_us=30_000),
+        Op("aten::mm", calls=10, self_cpu_us=10_000, cpu_total_us=10_000)],
+        host_faults={"faults": 4_000.0, "fault_us": 1.0, "fault_low_us": 0.5,
+                     "step_us": 20_000.0})
+    f = page_faults(p, {"share": 0.05, "high": 0.25})
+    assert f is not None
+    copies = _f("copy-heavy", 0.75, basis="cpu", ops=["aten::copy_"])
+    owned = estimate(f, p, others=[f, copies], real_step_us=20_000)
+    assert owned.saving_us == 0 and owned.note == IN_OTHERS
+    assert estimate(f, p, real_step_us=20_000).note is None  # its own: a saving
+    eff = Efficiency(
+        peaks=Peaks("measured", "cpu", {"fp32": 1e11}, 1e10), basis="cpu",
+        ops=[OpEfficiency("aten::copy_", ["fp32"], 100, 0.0, 2e7, 30_000, 21_000, "memory",
+                          False)],
+        steps=1, training=False, flops_per_step=0.0, model_flops_per_step=0.0,
+        peak_dtype="fp32", peak_flops=1e11, step_us=20_000, step_timed=True,
+        profiled_step_us=40_000, modelled_us=30_000, roof_us=21_000, total_us=40_000)
+    full = estimate(f, p, eff, real_step_us=20_000)
+    assert full.saving_us == 0 and full.note == NO_ROOM
+    pick = REPORT["minor_worth"].pick
+    assert [pick({"worth": {"note": n}}) for n in (IN_OTHERS, NO_ROOM, None)] == [
+        "time_in_others", "no_room_left", "minor_saving"]
+
+
 def test_page_faults_are_not_said_of_a_gpu_step():
     """On a GPU the host runs ahead of the device: its faults lengthen the step only where
     the host bounds it, which their count cannot tell."""

@@ -8,7 +8,7 @@ import re
 from dataclasses import replace
 from typing import Any, Callable
 
-from ..model.finding import Finding, Saving
+from ..model.finding import IN_OTHERS, Finding, Saving
 from ..model.profile import KIND_ANNOTATION, Op, Profile
 from . import savings
 from .breakdown import MODULE_MARK
@@ -763,10 +763,12 @@ def _faults_saving(w: Worth) -> Saving:
               and not (o.rule in RULES and RULES[o.rule].catch_all)]
     inside = savings.owned_fault_share(w.profile, others)
     e = w.finding.evidence
-    saving = w.accounts_us * (1.0 - inside)
+    saving = w.accounts_us * max(0.0, 1.0 - inside)
     low = saving * min(1.0, float(e.get("fault_low_us") or e["fault_us"])
                        / float(e["fault_us"]))
-    return Saving(w.accounts_us, saving, low, saving, w.step_us, host_saving=True)
+    # all of them in other findings' operators: a bare "0" read as a fix worth nothing
+    return Saving(w.accounts_us, saving, low, saving, w.step_us,
+                  IN_OTHERS if saving <= 0 else None, host_saving=True)
 
 
 @rule("page-faults", saving=_faults_saving, keeps_work=True, share=0.05, high=0.25)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from ..model.finding import MINOR_SHARE, NOT_FASTER, NOT_QUANTIFIABLE, Finding, Saving
+from ..model.finding import MINOR_SHARE, NO_ROOM, NOT_FASTER, NOT_QUANTIFIABLE, Finding, Saving
 from ..model.profile import KIND_ANNOTATION, KIND_OP, Breakdown, Profile
 from .efficiency import Efficiency
 from .findings import RULES, Worth, step_wall_us
@@ -431,7 +431,8 @@ def estimate(f: Finding, profile: Profile, eff: Efficiency | str | None = None,
     faults the profiler added to its multiplies, read 14.0 ms against a 13.4 ms step
     (2026-11-28), and one bench run predicted it saved 100% of the step; the twin saved
     77-83%), or, for a fix that takes no operator away, the operators at their roofline
-    (first_touch's page faults read 100% of the step; its twin saves 88-91%).
+    (first_touch's page faults read 100% of the step; its twin saves 88-91%). Where
+    that leaves nothing of a saving, the note says so (``NO_ROOM``), not a bare 0.
 
     ``real_step_us``, the step timed without the profiler, bounds what the device's idle
     time can save: the profiler's own work slows the host, not the device, so a step it
@@ -471,8 +472,10 @@ def estimate(f: Finding, profile: Profile, eff: Efficiency | str | None = None,
             return min(us, most) if us is not None else None
 
         most = max(0.0, step_us - kept_us(f, eff, s))
+        left = s.saving_us is not None and s.saving_us > 0 and most <= 0
         s = replace(s, accounts_us=cap(s.accounts_us), saving_us=cap(s.saving_us, most),
-                    low_us=cap(s.low_us, most), high_us=cap(s.high_us, most))
+                    low_us=cap(s.low_us, most), high_us=cap(s.high_us, most),
+                    note=NO_ROOM if left and s.note is None else s.note)
     return s
 
 

@@ -7,10 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# A saving's note: the profile cannot give an estimate; or the replacement, timed on the
-# device, saves nothing there.
+# A saving's note: the profile cannot give an estimate; the replacement, timed on the
+# device, saves nothing there; the finding's time lies in other findings' operators and
+# goes with their fixes (page faults where those operators write their fresh pages); or
+# what the fixed step keeps (savings.kept_us) fills the step as timed, so no saving is
+# left to tell (a busy machine's step, say).
 NOT_QUANTIFIABLE = "not-quantifiable"
 NOT_FASTER = "not-faster"
+IN_OTHERS = "in-others"
+NO_ROOM = "no-room"
 # A finding whose fix saves less than this share of the step is minor.
 MINOR_SHARE = 0.03
 
@@ -35,7 +40,7 @@ class Saving:
     low_us: float | None
     high_us: float | None
     step_us: float | None  # the step the shares are of (see savings.estimate)
-    note: str | None = None  # NOT_QUANTIFIABLE, or NOT_FASTER when timed here
+    note: str | None = None  # NOT_QUANTIFIABLE, NOT_FASTER, IN_OTHERS or NO_ROOM (above)
     measured: dict[str, float] | None = None  # {"before_ms", "after_ms"}: timed here
     # Set when the step timed without the profiler bounded an idle-time saving.
     unprofiled_step_us: float | None = None

@@ -27,6 +27,7 @@ from typing import Any, Callable
 import jinja2
 from jinja2 import nodes
 
+from ..model.finding import IN_OTHERS, NO_ROOM, NOT_FASTER
 from .markup import Md
 
 Values = Any  # the values where the slot is: a jinja2 Context, or what a sentence is about
@@ -283,8 +284,10 @@ REPORT: dict[str, Choice] = {
     "faults": when("profiler_distorts_the_share", lambda f: "profiled_faults_text" in f),
     "first_touch": when("first_touch_overstates", of("first_touch")),
     "nothing_main": either("no_fix_worth_the_threshold", "no_rule_fired", of("minor_findings")),
-    "minor_worth": either("not_faster_here", "minor_saving",
-                          lambda f: of("worth.note")(f) == "not-faster"),
+    "minor_worth": first(("not_faster_here", lambda f: of("worth.note")(f) == NOT_FASTER),
+                         ("time_in_others", lambda f: of("worth.note")(f) == IN_OTHERS),
+                         ("no_room_left", lambda f: of("worth.note")(f) == NO_ROOM),
+                         ("minor_saving", lambda f: True)),
     # a comparison (m: a mode compared; f: a finding that went, came or stayed)
     "ratio_high": when("up_to_ratio_high", of("ratio_high")),
     "ratio_bounds": either("ratio_from_to", "ratio_alone", of("ratio_high")),
