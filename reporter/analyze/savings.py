@@ -43,7 +43,7 @@ __all__ = ["MINOR_SHARE", "NOT_FASTER", "NOT_QUANTIFIABLE", "Saving", "Worth", "
            "freed_ops", "owned_fault_share",
            "finding_ops", "first_touch_us", "kept_us", "matrix_roof", "profiler_call_us", "ranked",
            "removed", "stated", "unprofiled_factor", "unprofiled_floor", "unquantified",
-           "waited", "work_removed"]
+           "VARIED", "varied", "waited", "work_removed"]
 
 # The device's idle time in the step breakdown, by what the host did meanwhile.
 IDLE = ("idle_data", "idle_sync", "idle_latency", "idle_queued", "idle_host")
@@ -528,9 +528,28 @@ def _estimate(f: Finding, profile: Profile, eff: Efficiency | str | None, others
         host = recorded and not profile.has_device
         if saving <= 0:
             return Saving(accounted, 0.0, 0.0, 0.0, step, NOT_FASTER, timed, host_saving=host)
-        return Saving(accounted, saving, saving, saving, step, None, timed, host_saving=host)
+        low = high = saving
+        each = measured.get("saved_ms")
+        if isinstance(each, list) and len(each) == 2 and varied(*each):
+            # timed twice (runner._whatif_again) and the two differ: the saving is their
+            # mean, within half their difference either way, and the report gives both
+            half = abs(each[0] - each[1]) / 2 * 1e3
+            low, high = max(0.0, saving - half), saving + half
+            timed["saved_first_ms"], timed["saved_second_ms"] = (float(x) for x in each)
+        return Saving(accounted, saving, low, high, step, None, timed, host_saving=host)
+
     w = Worth(f, profile, eff, others, n, step, accounted, real_step_us)
     return rule.saving(w) if rule is not None else w.unquantified()
+
+
+# Two timings of one replacement whose savings differ by more than this share of the
+# larger: the machine changed between them (see runner._whatif_again).
+VARIED = 0.2
+
+
+def varied(first: float, second: float) -> bool:
+    """Whether two timings of a replacement's saving differ by more than VARIED."""
+    return abs(first - second) > VARIED * max(abs(first), abs(second))
 
 
 # A device busy this share of the step or more is what the host waits for: its

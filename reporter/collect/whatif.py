@@ -928,6 +928,22 @@ def kept_state() -> Iterator[None]:
                                      default_device.type == "cpu" else default_device)
 
 
+def timed_twice(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """A replacement timed twice in one run (runner._whatif_again): the mean of the two
+    timings (each ``*_ms``; the first alone where the two chose different variants), and
+    what each saved per step (``saved_ms``, in the order timed), from which the saving's
+    range is read (reporter.analyze.savings) where they differ."""
+    out = dict(first)
+    if first.get("variant") == second.get("variant"):  # the optimizer's faster variant
+        for key, value in first.items():
+            other = second.get(key)
+            if key.endswith("_ms") and isinstance(value, (int, float)) \
+                    and isinstance(other, (int, float)):
+                out[key] = (value + other) / 2
+    out["saved_ms"] = [t["before_ms"] - t["after_ms"] for t in (first, second)]
+    return out
+
+
 def _interrupt(exc: BaseException) -> bool:
     return isinstance(exc, KeyboardInterrupt)
 

@@ -118,7 +118,11 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             "after": fmt.time(saving.measured["after_ms"] * 1e3) if saving.measured else None,
             # the page faults of the finding's tensors, which the timed replacement lacks
             "faults": fmt.time(saving.measured["faults_ms"] * 1e3)
-            if saving.measured and saving.measured.get("faults_ms") else None}
+            if saving.measured and saving.measured.get("faults_ms") else None,
+            # the replacement timed twice, the two savings apart (savings.varied)
+            **({"first": fmt.time(max(0.0, saving.measured["saved_first_ms"]) * 1e3),
+                "second": fmt.time(max(0.0, saving.measured["saved_second_ms"]) * 1e3)}
+               if saving.measured and "saved_first_ms" in saving.measured else {})}
     return view
 
 

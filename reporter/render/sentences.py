@@ -283,6 +283,7 @@ REPORT: dict[str, Choice] = {
     "unprofiled": when("gpu_idles_at_most", of("worth.unprofiled")),
     "faults": when("profiler_distorts_the_share", lambda f: "profiled_faults_text" in f),
     "first_touch": when("first_touch_overstates", of("first_touch")),
+    "varied": when("timed_twice_apart", of("worth.first")),
     "nothing_main": either("no_fix_worth_the_threshold", "no_rule_fired", of("minor_findings")),
     "minor_worth": first(("not_faster_here", lambda f: of("worth.note")(f) == NOT_FASTER),
                          ("time_in_others", lambda f: of("worth.note")(f) == IN_OTHERS),
