@@ -162,7 +162,7 @@ def test_a_replacement_is_timed_twice_and_a_range_given_where_the_two_differ(tmp
         "before_ms": 3.0, "after_ms": 1.5, "saved_ms": [2.0, 1.0]}}
     (folder / "run.json").write_text(json.dumps(doc))
     words = {"en": "the replacement saved 2.00 ms per step and then 1.00 ms",
-             "ru": "она сэкономила 2,00 мс за шаг, а затем 1,00 мс",
+             "ru": "в первый раз она сэкономила 2,00 мс за шаг, во второй — 1,00 мс",
              "zh": "每步分别节省 2.00 ms 和 1.00 ms"}
     run = load(folder)
     for lang, text in words.items():
