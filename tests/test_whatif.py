@@ -116,6 +116,17 @@ def test_the_variants_of_a_what_if_are_timed_in_turn():
     assert len(timed) >= 15 and timed.count("a") == timed.count("b") == timed.count("c")
 
 
+def _stored_with(tmp_path, whatif):
+    """The fixture run copied under ``tmp_path`` with ``whatif`` as its inference
+    section's timed replacements: (its folder, its run.json as written)."""
+    folder = tmp_path / "run"
+    shutil.copytree(FIXTURE, folder)
+    doc = json.loads((folder / "run.json").read_text())
+    doc["run"]["sections"][1]["whatif"] = whatif  # inference
+    (folder / "run.json").write_text(json.dumps(doc))
+    return folder, doc
+
+
 def test_a_replacement_is_timed_twice_and_a_range_given_where_the_two_differ(tmp_path):
     """On a shared host an operator's speed can change for seconds at a time with
     nothing the busy check sees (SDPA 285 us a call, then 415 us for 8 s, 2026-11-29):
@@ -155,12 +166,8 @@ def test_a_replacement_is_timed_twice_and_a_range_given_where_the_two_differ(tmp
             assert s.low_us == s.high_us == s.saving_us
             assert "saved_first_ms" not in s.measured
 
-    folder = tmp_path / "run"
-    shutil.copytree(FIXTURE, folder)
-    doc = json.loads((folder / "run.json").read_text())
-    doc["run"]["sections"][1]["whatif"] = {"unfused-attention": {
-        "before_ms": 3.0, "after_ms": 1.5, "saved_ms": [2.0, 1.0]}}
-    (folder / "run.json").write_text(json.dumps(doc))
+    folder, _ = _stored_with(tmp_path, {"unfused-attention": {
+        "before_ms": 3.0, "after_ms": 1.5, "saved_ms": [2.0, 1.0]}})
     words = {"en": "the replacement saved 2.00 ms per step and then 1.00 ms",
              "ru": "в первый раз она сэкономила 2,00 мс за шаг, во второй — 1,00 мс",
              "zh": "每步分别节省 2.00 ms 和 1.00 ms"}
@@ -174,12 +181,9 @@ def test_a_stored_whatif_is_checked_and_shown(tmp_path):
     from reporter.pipeline import report_view
     from reporter.render.report import render_markdown
 
-    folder = tmp_path / "run"
-    shutil.copytree(FIXTURE, folder)
-    doc = json.loads((folder / "run.json").read_text())
-    section = doc["run"]["sections"][1]  # inference
-    section["whatif"] = {"unfused-attention": {"before_ms": 1.0, "after_ms": 1.4}}
-    (folder / "run.json").write_text(json.dumps(doc))
+    folder, doc = _stored_with(tmp_path, {"unfused-attention": {"before_ms": 1.0,
+                                                                "after_ms": 1.4}})
+    section = doc["run"]["sections"][1]
     words = {"en": "the replacement is not faster on this machine",
              "ru": "на этой машине замена не быстрее",
              "zh": "本机实测每步 1.00\u00a0ms → 1.40\u00a0ms，替换后并不更快"}
