@@ -194,6 +194,12 @@ def test_a_stored_whatif_is_checked_and_shown(tmp_path):
     (folder / "run.json").write_text(json.dumps(doc))
     with pytest.raises(BadInput, match="whatif"):
         load(folder)
+    # the two timings' savings (runner._whatif_again) are numbers too
+    section["whatif"] = {"unfused-attention": {"before_ms": 1.0, "after_ms": 0.5,
+                                               "saved_ms": ["fast", 0.5]}}
+    (folder / "run.json").write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match=r"whatif\.unfused-attention\.saved_ms\[0\]"):
+        load(folder)
 
 
 def test_a_timed_attention_adds_the_page_faults_of_its_tensors(tmp_path):
