@@ -1019,7 +1019,7 @@ def _whatif_again(section: Section, device: str, progress: Progress, optimizer: 
     then 415 us for 8 s, then 285 us again, the unfused chain and a GELU unchanged; one
     timing in such a stretch read the attention's saving as half of what it was before
     and after). Where the second timing fails or is disturbed, the first stands."""
-    from .whatif import measure, timed_twice
+    from .whatif import failure, failure_text, measure, timed_twice
 
     if not section.whatif:
         return
@@ -1032,6 +1032,8 @@ def _whatif_again(section: Section, device: str, progress: Progress, optimizer: 
     except BaseException as exc:
         if _not_the_whatifs(exc):
             raise
+        progress(f"{section.label}: the second timing of the replacements failed "
+                 f"({failure_text(failure(exc))[:120]}); the first stands")
         return
     if watch.stop().disturbed:
         progress(f"{section.label}: the second timing of the replacements was disturbed by "
