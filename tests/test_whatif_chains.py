@@ -302,7 +302,8 @@ def test_a_long_step_is_timed_in_windows_of_one_step():
 
 def test_the_runner_gives_the_what_ifs_the_sections_trace(tmp_path, monkeypatch):
     """The calls come from the Chrome trace the runner wrote for the section: it is handed
-    to measure while it is still in the scratch folder."""
+    to measure (as a ``Recorded``, read once for both timings) while it is still in the
+    scratch folder."""
     import reporter.collect.whatif
     from reporter.collect.runner import RunOptions, profile_target
     from reporter.collect.target import resolve
@@ -310,6 +311,7 @@ def test_the_runner_gives_the_what_ifs_the_sections_trace(tmp_path, monkeypatch)
     seen = []
 
     def measure(section, rules, device, optimizer=None, skipped=None, trace=None, *more):
+        trace = getattr(trace, "trace", trace)  # a Recorded's path
         seen.append((section.trace, trace, trace is not None and trace.is_file()))
         return {}
     monkeypatch.setattr(reporter.collect.whatif, "measure", measure)
@@ -319,6 +321,30 @@ def test_the_runner_gives_the_what_ifs_the_sections_trace(tmp_path, monkeypatch)
                                              time_budget_s=0.1, warmup_steps=1), tmp_path)
     assert seen and all(t is not None and t.name == name and exists
                         for name, t, exists in seen)
+
+
+def test_a_sections_trace_is_read_once_for_both_timings(tmp_path, monkeypatch):
+    """Each replacement is timed twice (runner._whatif_again); the section's trace, which
+    can be large, is read for the first timing and kept for the second."""
+    import reporter.collect.whatif
+    import reporter.ingest.traces
+    from reporter.collect.runner import RunOptions, profile_target
+    from reporter.collect.target import resolve
+
+    read = []
+    real = reporter.ingest.traces.host_calls
+
+    def host_calls(path, *args, **kwargs):
+        read.append(Path(path).name)
+        return real(path, *args, **kwargs)
+    monkeypatch.setattr(reporter.ingest.traces, "host_calls", host_calls)
+    monkeypatch.setattr(reporter.collect.whatif, "timeable", lambda f: ["elementwise-blowup"])
+    spec, builder = resolve("transformer-bloat")
+    run = profile_target(spec, builder, RunOptions(device="cpu", preset="tiny", windows=2,
+                                                   time_budget_s=0.1, warmup_steps=1),
+                         tmp_path)
+    assert read and len(read) == len(set(read)), read
+    assert run.sections
 
 
 def test_the_blowup_on_a_gpu_takes_device_time_and_the_devices_memory(tmp_path):

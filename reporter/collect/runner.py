@@ -37,6 +37,7 @@ from ..model.profile import Profile
 from ..model.run import Run, Section, Throughput
 from ..model.stats import median_interval
 from . import calibrate, machine
+from .whatif import Recorded
 from . import device as devices
 from .inductor import attach, kernel_sources
 from .isa import guard as guard_isa
@@ -961,7 +962,7 @@ def _recorded_autocast(trace: Path) -> str | None:
 
 
 def _whatif(section: Section, batch_size: int | None, device: str, progress: Progress,
-            optimizer: Any, trace: Path | None = None) -> None:
+            optimizer: Any, trace: Path | Recorded | None = None) -> None:
     """Time on the device the replacements the section's findings propose."""
     from ..analyze.analyzer import analyze_section
     from .whatif import failure, failure_text, measure, timeable
@@ -1011,7 +1012,7 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
 
 
 def _whatif_again(section: Section, device: str, progress: Progress, optimizer: Any,
-                  trace: Path | None = None) -> None:
+                  trace: Path | Recorded | None = None) -> None:
     """Time the section's timed replacements a second time, after every section's first
     timing, and keep the two (``whatif.timed_twice``): on a shared host an operator's
     speed can change for seconds at a time with nothing this machine's counters see (the
@@ -1173,13 +1174,15 @@ def _profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
             for section in sections:
                 attach(section.profile.compiled, sources)
             benchmark = _benchmark(target, device, progress)
-            for section in sections:
+            # each section's trace read once, for both timings of its replacements
+            traces = [Recorded(Path(scratch) / s.trace if s.trace else None)
+                      for s in sections]
+            for section, trace in zip(sections, traces):
                 section.peaks = peaks.to_dict()
-                _whatif(section, batch_size, device, progress, target.optimizer,
-                        Path(scratch) / section.trace if section.trace else None)
-            for section in sections:
-                _whatif_again(section, device, progress, target.optimizer,
-                              Path(scratch) / section.trace if section.trace else None)
+                _whatif(section, batch_size, device, progress, target.optimizer, trace)
+            for section, trace in zip(sections, traces):
+                _whatif_again(section, device, progress, target.optimizer, trace)
+            del traces
     finally:
         del target
         gc.collect()

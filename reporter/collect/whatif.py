@@ -950,7 +950,8 @@ def _interrupt(exc: BaseException) -> bool:
 
 def measure(section: Any, rules: Iterable[str], device: str,
             optimizer: Any = None, skipped: dict[str, str] | None = None,
-            trace: Path | None = None, failed: dict[str, dict[str, Any]] | None = None,
+            trace: Path | Recorded | None = None,
+            failed: dict[str, dict[str, Any]] | None = None,
             fatal: Callable[[BaseException], bool] = _interrupt
             ) -> dict[str, dict[str, Any]]:
     """The replacements of ``rules`` (ids of the section's findings) that their rules name
@@ -963,7 +964,7 @@ def measure(section: Any, rules: Iterable[str], device: str,
     ``failure(exc)``), and the others are still timed. Only what ``fatal`` says is not a
     what-if's failure (a real Ctrl-C, a broken device) goes through. Each what-if runs in
     ``kept_state``."""
-    recorded = Recorded(trace)
+    recorded = trace if isinstance(trace, Recorded) else Recorded(trace)
     out: dict[str, dict[str, Any]] = {}
     b = section.profile.breakdown
     steps = len(b.steps_us) if b is not None and b.steps_us else max(section.profile.steps, 1)
