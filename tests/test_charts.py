@@ -119,3 +119,55 @@ def test_a_step_outline_keeps_its_corners_only():
     kept = svg.straight(outline)
     assert kept == [(0, 1), (3, 1), (3, 3), (5, 3), (5, 0), (0, 0)]
     assert _area(kept) == pytest.approx(_area(outline))
+
+
+def _label_boxes(root: ET.Element, size: str) -> list[tuple[str, tuple]]:
+    """The boxes (x0, y0, x1, y1) of the chart's text of font size ``size``: its width as
+    svg.text_width estimates it, from 0.8 of the size above the baseline to 0.25 below."""
+    out = []
+    for t in root.iter(NS + "text"):
+        if t.get("font-size") == size:
+            x, y, w = float(t.get("x")), float(t.get("y")), svg.text_width(t.text, float(size))
+            x0 = x - w if t.get("text-anchor") == "end" else x
+            out.append((t.text, (x0, y - 0.8 * float(size), x0 + w, y + 0.25 * float(size))))
+    return out
+
+
+def _apart(a: tuple, b: tuple) -> bool:
+    return a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1]
+
+
+def _roofline(ops):
+    from types import SimpleNamespace
+
+    from reporter.analyze.efficiency import OpEfficiency
+    peaks = SimpleNamespace(flops={"fp32": 1e12, "bf16": 4e12}, bandwidth=1e11)
+    rows = [OpEfficiency(name=n, dtypes=["fp32"], calls=1, flops=f, bytes=b, time_us=t,
+                         roof_us=1.0, bound="compute", matrix=True) for n, f, b, t in ops]
+    return _tree(charts.roofline_chart(SimpleNamespace(ops=rows, peaks=peaks), "roofline",
+                                       {"x": "FLOP/byte", "y": "FLOP/s"}))
+
+
+def test_the_roofline_labels_points_that_sit_together_without_writing_over_each_other():
+    # six operators at nearly one point (a product and its backward, at one shape): their
+    # names were written on top of each other
+    ops = [(f"aten::operator_number_{i}", 1e9 * (1 + i / 100), 1e7, 1000.0 - i)
+           for i in range(6)]
+    boxes = _label_boxes(_roofline(ops), "6")
+    assert sorted(name for name, _ in boxes) == sorted(name for name, *_ in ops)
+    for i, (a, box_a) in enumerate(boxes):
+        for b, box_b in boxes[i + 1:]:
+            assert _apart(box_a, box_b), (a, b, box_a, box_b)
+    # the roofs' labels are left clear too
+    for name, box in boxes:
+        for roof, roof_box in _label_boxes(_roofline(ops), "7"):
+            assert _apart(box, roof_box), (name, roof)
+
+
+def test_a_lone_point_is_labelled_above_and_right_of_it():
+    root = _roofline([("aten::mm", 1e9, 1e7, 1000.0)])
+    circle = next(root.iter(NS + "circle"))
+    (text,) = [t for t in root.iter(NS + "text") if t.get("font-size") == "6"]
+    assert float(text.get("x")) == pytest.approx(float(circle.get("cx")) + 3, abs=0.01)
+    assert float(text.get("y")) == pytest.approx(float(circle.get("cy")) - 3, abs=0.01)
+    assert not [line for line in root.iter(NS + "line") if line.get("stroke") == "#999999"]

@@ -234,6 +234,7 @@ def roofline_chart(eff: Any, title: str, axes: dict[str, str],
     ax = svg.Axes(c, (58, top, WIDTH - 12, c.height - 36), (lo, hi),
                   (10 ** (ylo - margin), 10 ** (yhi + margin)), xlog=True, ylog=True)
     roofs: dict[float, list[str]] = {}  # dtypes of the same peak share one roof
+    taken: list[tuple[float, float, float, float]] = []  # the boxes of the labels drawn
     for key in sorted(peaks, key=peaks.get):
         roofs.setdefault(peaks[key], []).append(key)
     for peak, keys in roofs.items():
@@ -242,15 +243,17 @@ def roofline_chart(eff: Any, title: str, axes: dict[str, str],
             (hi, min(peak, bandwidth * hi))]
         c.polyline([(ax.x(x), ax.y(y)) for x, y in corners],
                    "#888888" if "fp32" in keys else BLUE, 1.0, 0.8)
-        c.text(ax.x(hi) - 2, ax.y(peak) - 3, "/".join(keys), 7, anchor="end", middle=False)
+        roof = "/".join(keys)
+        c.text(ax.x(hi) - 2, ax.y(peak) - 3, roof, 7, anchor="end", middle=False)
+        taken.append(_box(ax.x(hi) - 2, ax.y(peak) - 3, roof, 7, "end"))
     longest = max((o.time_us for o in points), default=1.0)
     for o in points:
         area = 20 + 280 * o.time_us / longest  # points squared, as matplotlib's scatter
         c.circle(ax.x(o.intensity), ax.y(o.achieved_flops), math.sqrt(area / math.pi),
                  "#c44e52" if o.bound == "memory" else "#55a868", 0.6)
-    for o in points[:6]:
-        c.text(ax.x(o.intensity) + 3, ax.y(o.achieved_flops) - 3, _short(o.name, 24), 6,
-               middle=False)
+    _labels(c, (ax.x0, ax.y0, c.width - 2, ax.y1),
+            [(ax.x(o.intensity), ax.y(o.achieved_flops), _short(o.name, 24))
+             for o in points[:6]], 6, taken)
     ax.frame()
     xdec = range(math.ceil(ax.xlim[0] - 1e-9), math.floor(ax.xlim[1] + 1e-9) + 1)
     ydec = range(math.ceil(ax.ylim[0] - 1e-9), math.floor(ax.ylim[1] + 1e-9) + 1)
@@ -259,6 +262,60 @@ def roofline_chart(eff: Any, title: str, axes: dict[str, str],
     c.text((ax.x0 + ax.x1) / 2, ax.y1 + 22, axes["x"], 8, anchor="middle")
     c.text(10, (ax.y0 + ax.y1) / 2, axes["y"], 8, anchor="middle", rotate=-90)
     return c.svg()
+
+
+Box = tuple[float, float, float, float]  # x0, y0, x1, y1
+
+
+def _box(x: float, baseline: float, text: str, size: float, anchor: str) -> Box:
+    """Where a line of ``text`` drawn at (x, baseline) lies (an upper estimate)."""
+    w = svg.text_width(text, size)
+    x0 = x - w if anchor == "end" else x
+    return (x0, baseline - 0.8 * size, x0 + w, baseline + 0.25 * size)
+
+
+def _overlap(a: Box, b: Box) -> float:
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    return w * h if w > 0 and h > 0 else 0.0
+
+
+# Where a point's label goes, in order of preference: (rows away from the point, side);
+# rows up are negative. Its own row, right, is where a lone label goes.
+_SPOTS = [(k, side) for k in (0, 1, -1, 2, -2, 3, -3, 4, -4) for side in (1, -1)]
+
+
+def _labels(c: svg.Canvas, bounds: Box, items: Sequence[tuple[float, float, str]],
+            size: float, taken: list[Box]) -> None:
+    """Each (x, y, text) written beside its point, clear of the boxes in ``taken``
+    (labels drawn already) and inside ``bounds``: above and to the right of the point
+    where that is free, else the nearest free row below or above it, on the right or the
+    left; where none is free, the place overlapping least. A label moved two rows or more
+    from its point gets a thin line to it. Operators whose points sit together (a
+    matrix product and its backward) no longer print their names over each other."""
+    row = size + 1.0
+    for x, y, text in items:
+        best: tuple[float, int, Box, float, float, str] | None = None
+        for k, side in _SPOTS:
+            baseline = y - 3 + k * row if k <= 0 else y + 3 + 0.8 * size + (k - 1) * row
+            tx, anchor = (x + 3, "start") if side > 0 else (x - 3, "end")
+            box = _box(tx, baseline, text, size, anchor)
+            if (box[0] < bounds[0] or box[2] > bounds[2] or box[1] < bounds[1]
+                    or box[3] > bounds[3]):
+                continue
+            clash = sum(_overlap(box, other) for other in taken)
+            if best is None or clash < best[0]:
+                best = (clash, k, box, tx, baseline, anchor)
+            if clash == 0:
+                break
+        if best is None:  # no place inside the plot at all: where it always went
+            best = (0.0, 0, _box(x + 3, y - 3, text, size, "start"), x + 3, y - 3, "start")
+        _, k, box, tx, baseline, anchor = best
+        if abs(k) >= 2:
+            ly = box[3] if box[3] < y else box[1] if box[1] > y else y
+            c.line(x, y, box[0] if anchor == "start" else box[2], ly, "#999999", 0.4)
+        c.text(tx, baseline, text, size, anchor=anchor, middle=False)
+        taken.append(box)
 
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
