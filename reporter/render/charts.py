@@ -234,7 +234,7 @@ def roofline_chart(eff: Any, title: str, axes: dict[str, str],
     ax = svg.Axes(c, (58, top, WIDTH - 12, c.height - 36), (lo, hi),
                   (10 ** (ylo - margin), 10 ** (yhi + margin)), xlog=True, ylog=True)
     roofs: dict[float, list[str]] = {}  # dtypes of the same peak share one roof
-    taken: list[tuple[float, float, float, float]] = []  # the boxes of the labels drawn
+    taken: list[Box] = []  # the boxes of the labels drawn
     for key in sorted(peaks, key=peaks.get):
         roofs.setdefault(peaks[key], []).append(key)
     for peak, keys in roofs.items():
