@@ -310,7 +310,8 @@ def test_the_runner_gives_the_what_ifs_the_sections_trace(tmp_path, monkeypatch)
 
     seen = []
 
-    def measure(section, rules, device, optimizer=None, skipped=None, trace=None, *more):
+    def measure(section, rules, device, optimizer=None, skipped=None, trace=None, *more,
+                **kw):
         trace = getattr(trace, "trace", trace)  # a Recorded's path
         seen.append((section.trace, trace, trace is not None and trace.is_file()))
         return {}

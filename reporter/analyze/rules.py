@@ -717,19 +717,39 @@ _DROPOUT_PARTS = ("aten::bernoulli_", "aten::bernoulli", "aten::native_dropout",
                   "aten::native_dropout_backward")
 
 
-@rule("dropout-cost", saving=savings.removed, frees=True, share=0.05, high=0.25)
+def _dropout_rows(profile: Profile) -> tuple[dict[str, Op], list[Op]]:
+    """Dropout's operator rows by name, and those of its top-level calls (aten::native_dropout
+    runs inside aten::dropout when both are recorded)."""
+    rows = {o.name: o for o in operators(profile) if o.name in _DROPOUT}
+    top = [o for n, o in rows.items() if n != "aten::native_dropout" or
+           "aten::dropout" not in rows]
+    return rows, top
+
+
+def dropout_calls(profile: Profile) -> int:
+    """The dropout calls the profile recorded, over its steps (the top-level ones; their
+    backward left out)."""
+    return sum(o.calls for o in _dropout_rows(profile)[1] if not o.name.endswith("_backward"))
+
+
+def _dropout_timed(f: Finding, timed: dict[str, Any]) -> None:
+    """The saving was timed with dropout off altogether (whatif.dropout_step): the report
+    says so beside the advice's gentler options."""
+    f.evidence["timed_off"] = True
+
+
+@rule("dropout-cost", saving=savings.removed, frees=True,
+      whatif=WhatIf("dropout-off", whole_step=True, notes=_dropout_timed),
+      share=0.05, high=0.25)
 def dropout_cost(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Dropout's random masks take a share of the time (a bernoulli_ per element on the
     CPU; a fused kernel on a GPU, still a random number per element)."""
     b = basis(profile)
     inclusive = "device_total_us" if b.name == "device" else "cpu_total_us"
-    rows = {o.name: o for o in operators(profile) if o.name in _DROPOUT}
+    rows, top = _dropout_rows(profile)
     if not rows or b.total_us <= 0:
         return None
-    # aten::native_dropout runs inside aten::dropout when both are recorded
-    top = [o for n, o in rows.items() if n != "aten::native_dropout" or
-           "aten::dropout" not in rows]
-    calls = sum(o.calls for o in top if not o.name.endswith("_backward"))
+    calls = dropout_calls(profile)
     backward_us = 0.0 if "aten::native_dropout_backward" in rows else \
         _mask_backward_us(profile, calls, b.attr)
     time_us = sum(getattr(o, inclusive) for o in top) + backward_us

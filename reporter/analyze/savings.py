@@ -488,7 +488,9 @@ def kept_us(f: Finding, eff: Efficiency | str | None, s: Saving) -> float:
     is not always known by the roofline's names (fp32-gemm names kernels, the roofline
     ATen operators; a fix that changes the dtype changes their roof): for them, nothing
     more."""
-    after = s.measured.get("after_ms", 0.0) * 1e3 if s.measured else 0.0
+    # (a whole step's timing: the step it keeps, ``_step_measured``'s kept_ms)
+    after = s.measured.get("kept_ms", s.measured.get("after_ms", 0.0)) * 1e3 \
+        if s.measured else 0.0
     rule = RULES.get(f.rule)
     if rule is None or not rule.keeps_work or eff is None or isinstance(eff, str):
         return float(after)
@@ -502,6 +504,8 @@ def _estimate(f: Finding, profile: Profile, eff: Efficiency | str | None, others
     rule = RULES.get(f.rule)
     if measured:
         whatif = rule.whatif if rule is not None else None
+        if whatif is not None and whatif.whole_step:
+            return _step_measured(accounted, measured, step, real_step_us or step)
         # Its milliseconds are of the profiled step when the recipe scaled recorded times
         # (on the CPU, estimate scales them to the unprofiled step with the rest).
         recorded = whatif is not None and whatif.of_recorded
@@ -540,6 +544,35 @@ def _estimate(f: Finding, profile: Profile, eff: Efficiency | str | None, others
 
     w = Worth(f, profile, eff, others, n, step, accounted, real_step_us)
     return rule.saving(w) if rule is not None else w.unquantified()
+
+
+def _step_measured(accounted: float | None, measured: dict[str, Any], profiled: float,
+                   step: float) -> Saving:
+    """A fix applied to the model and its whole step timed with and without it, in turn
+    (WhatIf.whole_step): the share of that step it saved (each timing's ``saved_share``,
+    their mean), of ``step``, the step timed without the profiler, the share every other
+    figure is of; where two timings differ (``varied``), within half their difference
+    either way. The fixed step keeps the rest, at the least the step less the highest
+    share (``kept_ms``, which ``kept_us`` reads). The Saving is of the ``profiled`` step,
+    as every other model's, so that ``estimate`` brings what the finding accounts for to
+    the step without the profiler as it does theirs; the saving is that step's already."""
+    shares = measured.get("saved_share")
+    if not (isinstance(shares, list) and shares
+            and all(isinstance(x, (int, float)) for x in shares)):
+        before, after = float(measured["before_ms"]), float(measured["after_ms"])
+        shares = [1 - after / before] if before > 0 else [0.0]
+    share = sum(shares) / len(shares)
+    timed = {"before_ms": measured["before_ms"], "after_ms": measured["after_ms"],
+             "whole_step": True, "saved_share": share,
+             "kept_ms": step * (1 - max(shares)) / 1e3}
+    if share <= 0:
+        return Saving(accounted, 0.0, 0.0, 0.0, profiled, NOT_FASTER, timed)
+    low = high = saving = share * step
+    if len(shares) == 2 and varied(*shares):
+        half = abs(shares[0] - shares[1]) / 2 * step
+        low, high = max(0.0, saving - half), saving + half
+        timed["saved_first_ms"], timed["saved_second_ms"] = (x * step / 1e3 for x in shares)
+    return Saving(accounted, saving, low, high, profiled, None, timed)
 
 
 # Two timings of one replacement whose savings differ by more than this share of the

@@ -63,6 +63,17 @@ class _Capture(logging.Handler):
             self.sources[key] = sorted(set(self.sources.get(key, [])) | set(_lines(traces)))
 
 
+def compiled_model(model: Any) -> bool:
+    """Whether torch.compile wraps the model, one of its modules or a module's forward."""
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+    except ImportError:  # a torch without Dynamo
+        return False
+    return any(isinstance(m, OptimizedModule)
+               or hasattr(getattr(m, "forward", None), "_torchdynamo_orig_callable")
+               for m in model.modules())
+
+
 @contextmanager
 def kernel_sources(enabled: bool) -> Iterator[dict[str, list[str]]]:
     """While the block runs, Inductor tracks where its kernels come from, and the mapping

@@ -39,7 +39,7 @@ from ..model.stats import median_interval
 from . import calibrate, machine
 from .whatif import Recorded
 from . import device as devices
-from .inductor import attach, kernel_sources
+from .inductor import attach, compiled_model, kernel_sources
 from .isa import guard as guard_isa
 from .memprof import tensor_memory
 from .target import BUILTINS, Target, build
@@ -680,7 +680,7 @@ def _module_marks(model: Any):
     a record_function inside a compiled region breaks its graph, so the marks would make
     the model recompile inside the window and run differently from how it runs without
     them (found on transformer-compiled: three frames and two recompilations per step)."""
-    if not isinstance(model, torch.nn.Module) or _compiled(model):
+    if not isinstance(model, torch.nn.Module) or compiled_model(model):
         yield
         return
     names = {}
@@ -712,17 +712,6 @@ def _module_marks(model: Any):
             handle.remove()
         while open_marks:  # a forward that raised left its marks open
             open_marks.pop().__exit__(None, None, None)
-
-
-def _compiled(model: Any) -> bool:
-    """Whether torch.compile wraps the model, one of its modules or a module's forward."""
-    try:
-        from torch._dynamo.eval_frame import OptimizedModule
-    except ImportError:  # a torch without Dynamo
-        return False
-    return any(isinstance(m, OptimizedModule)
-               or hasattr(getattr(m, "forward", None), "_torchdynamo_orig_callable")
-               for m in model.modules())
 
 
 def _profiled_step_count(windows: list[float], batch: int, opts: RunOptions) -> int:
@@ -962,8 +951,10 @@ def _recorded_autocast(trace: Path) -> str | None:
 
 
 def _whatif(section: Section, batch_size: int | None, device: str, progress: Progress,
-            optimizer: Any, trace: Path | Recorded | None = None) -> None:
-    """Time on the device the replacements the section's findings propose."""
+            optimizer: Any, trace: Path | Recorded | None = None,
+            step: _Stepper | None = None) -> None:
+    """Time on the device the replacements the section's findings propose (``step``: the
+    section's step, for those that apply a fix to the model itself)."""
     from ..analyze.analyzer import analyze_section
     from .whatif import failure, failure_text, measure, timeable
 
@@ -982,7 +973,7 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
         try:
             with _filtered_native_stderr():
                 timed = measure(section, [r for r in rules if r not in failed], device,
-                                optimizer, None, trace, failed, _not_the_whatifs)
+                                optimizer, None, trace, failed, _not_the_whatifs, step=step)
         except BaseException as exc:  # outside any one what-if (reading the trace, say)
             if _not_the_whatifs(exc):
                 raise
@@ -1012,7 +1003,7 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
 
 
 def _whatif_again(section: Section, device: str, progress: Progress, optimizer: Any,
-                  trace: Path | Recorded | None = None) -> None:
+                  trace: Path | Recorded | None = None, step: _Stepper | None = None) -> None:
     """Time the section's timed replacements a second time, after every section's first
     timing, and keep the two (``whatif.timed_twice``): on a shared host an operator's
     speed can change for seconds at a time with nothing this machine's counters see (the
@@ -1029,7 +1020,7 @@ def _whatif_again(section: Section, device: str, progress: Progress, optimizer: 
     try:
         with _filtered_native_stderr():
             again = measure(section, list(section.whatif), device, optimizer, None, trace,
-                            {}, _not_the_whatifs)
+                            {}, _not_the_whatifs, step=step)
     except BaseException as exc:
         if _not_the_whatifs(exc):
             raise
@@ -1164,10 +1155,12 @@ def _profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
         with user_code(f"target {spec} raised while profiled"), \
                 devices.get(device).tf32(bool(target.tf32)), \
                 kernel_sources(isinstance(target.model, torch.nn.Module)
-                               and _compiled(target.model)) as sources:
+                               and compiled_model(target.model)) as sources:
             peaks = _peaks(device, progress)
+            steppers = []
             for mode in target.modes:
                 step = _Stepper(target, mode, device)
+                steppers.append(step)
                 sections.append(_profile_section(
                     step, mode, device, opts, scratch, partial(_in_mode, progress, mode),
                     opts.time_budget_s / len(target.modes)))
@@ -1177,12 +1170,12 @@ def _profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
             # each section's trace read once, for both timings of its replacements
             traces = [Recorded(Path(scratch) / s.trace if s.trace else None)
                       for s in sections]
-            for section, trace in zip(sections, traces):
+            for section, trace, step in zip(sections, traces, steppers):
                 section.peaks = peaks.to_dict()
-                _whatif(section, batch_size, device, progress, target.optimizer, trace)
-            for section, trace in zip(sections, traces):
-                _whatif_again(section, device, progress, target.optimizer, trace)
-            del traces
+                _whatif(section, batch_size, device, progress, target.optimizer, trace, step)
+            for section, trace, step in zip(sections, traces, steppers):
+                _whatif_again(section, device, progress, target.optimizer, trace, step)
+            del traces, steppers
     finally:
         del target
         gc.collect()

@@ -16,7 +16,9 @@ fp32 matrix products (mm, addmm, bmm, baddbmm) against the same products in bf16
 and in TF32, at the shapes that hold most of their time, the speed-up applied to
 their recorded time (the casts that autocast adds are not counted: for weights it
 caches them within a step); a blown-up pairwise product (repeat, then mul and sum over the last
-dimension) against the matrix product that computes it, likewise.
+dimension) against the matrix product that computes it, likewise; and dropout, by the
+model's own step with every dropout at p=0 taken in turn with the step as it is (the fix
+applied to the model, not to operators at recorded shapes: see ``dropout_off``).
 
 Each rule names its recipe where it is registered (reporter.analyze.findings.WhatIf);
 ``RECIPES`` holds them by name, and ``timeable`` says which findings have one.
@@ -814,6 +816,160 @@ def _products_drive(profile: Profile) -> bool:
     return fp32_convolution_share(profile) <= CONV_SHARE_MEASURED
 
 
+# The model's own step with a fix applied, timed in turn with the step as it is: one step
+# of each a round, the order reversed every other round, at least STEP_ROUNDS rounds and
+# more while both variants' steps add up to under STEP_BUDGET_S (at most STEP_ROUNDS_MAX).
+STEP_ROUNDS = 7
+STEP_BUDGET_S = 1.0
+STEP_ROUNDS_MAX = 100
+
+
+def steps_in_turn(step: Callable[[], Any], fix: Callable[[], Any], dev: Any,
+                  budget_s: float = STEP_BUDGET_S) -> tuple[float, float]:
+    """The median seconds of the model's step as it is and with ``fix`` (a context
+    manager that applies it), each step timed from the host and synchronised, the two in
+    turn so that the machine's speed, which moves from one second to the next on a shared
+    host, is the same for both (dropout_heavy on the 2-core machine, 2026-11-29: the
+    masks alone, timed beside the step, read 20-57% of it from one round to the next,
+    while the step with and without them, in turn, saved 31-44%)."""
+    for _ in range(2):  # the warm-up of each: the allocator's blocks for either
+        step()
+        with fix():
+            step()
+    dev.synchronize()
+    times: tuple[list[float], list[float]] = ([], [])
+    spent, rounds = 0.0, 0
+    while rounds < STEP_ROUNDS or (spent < budget_s and rounds < STEP_ROUNDS_MAX):
+        for i in ((0, 1) if rounds % 2 == 0 else (1, 0)):
+            with fix() if i else contextlib.nullcontext():
+                start = time.perf_counter()
+                step()
+                dev.synchronize()
+                elapsed = time.perf_counter() - start
+            times[i].append(elapsed)
+            spent += elapsed
+        rounds += 1
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+# What dropout_off makes do nothing: torch.nn.functional's dropouts (nn.Dropout and its
+# kin call them, as does F.multi_head_attention_forward, and models call them directly)
+# and torch's own, which models call too; scaled_dot_product_attention's dropout_p.
+F_DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+              "feature_alpha_dropout")
+TORCH_DROPOUTS = ("dropout", "dropout_", "alpha_dropout", "alpha_dropout_", "feature_dropout",
+                  "feature_dropout_", "feature_alpha_dropout", "feature_alpha_dropout_")
+
+
+def _drops(args: tuple[Any, ...], kwargs: dict[str, Any], default_training: bool) -> bool:
+    """Whether a dropout called so would draw a mask: p above 0, in training (the
+    functional's and torch's arguments alike: input, p, training, ...)."""
+    p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+    training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2
+                                                 else default_training))
+    try:
+        return bool(training) and float(p) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def dropout_off(counted: list[int] | None = None) -> Iterator[None]:
+    """Every dropout the model calls does nothing inside the block: each of ``F_DROPOUTS``
+    and ``TORCH_DROPOUTS`` returns its input, which is what they return at p=0 (ATen
+    hands the input back itself), and scaled_dot_product_attention runs with dropout_p=0;
+    all put back after. ``counted``: its one element counts the calls that would have
+    drawn a mask (p above 0, in training)."""
+    import torch
+    import torch.nn.functional as F
+
+    def off(orig: Any, default_training: bool) -> Callable[..., Any]:
+        def dropout(*args: Any, **kwargs: Any) -> Any:
+            if counted is not None and _drops(args, kwargs, default_training):
+                counted[0] += 1
+            return args[0] if args else kwargs["input"]
+        return dropout
+
+    def sdpa_off(orig: Any) -> Callable[..., Any]:
+        def sdpa(*args: Any, **kwargs: Any) -> Any:
+            p = args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)
+            if counted is not None and isinstance(p, (int, float)) and p > 0:
+                counted[0] += 1
+            if len(args) > 4:
+                args = (*args[:4], 0.0, *args[5:])
+            else:
+                kwargs["dropout_p"] = 0.0
+            return orig(*args, **kwargs)
+        return sdpa
+
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        for name in F_DROPOUTS:
+            if hasattr(F, name):
+                orig = getattr(F, name)
+                saved.append((F, name, orig))
+                setattr(F, name, off(orig, name not in ("alpha_dropout",
+                                                        "feature_alpha_dropout")))
+        for name in TORCH_DROPOUTS:
+            if hasattr(torch, name):
+                orig = getattr(torch, name)
+                saved.append((torch, name, orig))
+                setattr(torch, name, off(orig, True))
+        orig = F.scaled_dot_product_attention
+        saved.append((F, "scaled_dot_product_attention", orig))
+        F.scaled_dot_product_attention = sdpa_off(orig)
+        yield
+    finally:
+        for owner, name, orig in reversed(saved):
+            setattr(owner, name, orig)
+
+
+def _model_modes(model: Any) -> list[tuple[Any, bool]]:
+    return [(m, m.training) for m in model.modules()] if hasattr(model, "modules") else []
+
+
+def dropout_step(section: Any, device: str, step: Any, steps: int) -> dict[str, Any] | None:
+    """The model's step with every dropout at p=0 (``dropout_off``: the advice's first
+    option, applied to the model) and as it is, in turn (``steps_in_turn``): {"before_ms",
+    "after_ms"} per step, "saved_share" (1 - their ratio), "whole_step" and the dropout
+    calls a step made that the fix turned off ("calls"). None where it cannot stand for
+    the finding: a compiled model (its graphs hold their dropouts: nothing to patch), or
+    a step that turned off fewer dropouts than the profile recorded (``steps`` profiled
+    steps; dropout called where no patch reaches, TorchScript say: the saving would be
+    of part of them)."""
+    from . import device as devices
+    from .inductor import compiled_model
+
+    model = getattr(getattr(step, "target", None), "model", None)
+    if model is None or not hasattr(model, "modules") or compiled_model(model):
+        return None
+    modes = _model_modes(model)
+    if hasattr(model, "train"):
+        model.train(step.mode == "train")  # the section's mode: another section's set it
+    try:
+        counted = [0]
+        with dropout_off(counted):
+            step()
+        recorded = _dropout_calls(section.profile) / max(steps, 1)
+        if counted[0] == 0 or counted[0] < recorded - 0.5:
+            return None
+        dev = devices.get(device)
+        on, off = steps_in_turn(step, dropout_off, dev)
+    finally:
+        for m, training in modes:
+            m.training = training
+    return {"before_ms": on * 1e3, "after_ms": off * 1e3, "saved_share": [1 - off / on],
+            "whole_step": True, "calls": counted[0]}
+
+
+def _dropout_calls(profile: Profile) -> int:
+    """The dropout calls the profile recorded: those that draw a mask (analyze.rules:
+    the top-level calls of its dropout operators, their backward left out)."""
+    from ..analyze.rules import dropout_calls
+
+    return dropout_calls(profile)
+
+
 class Recorded:
     """The calls of the section's trace (reporter.ingest.traces.host_calls), read once and
     only when a recipe asks for them; an empty list without the trace."""
@@ -836,20 +992,23 @@ Recipe = Callable[..., "dict[str, Any] | None"]
 
 
 def _attention(section: Any, device: str, optimizer: Any, steps: int,
-               recorded: Recorded | None = None) -> dict[str, Any] | None:
+               recorded: Recorded | None = None, step: Any = None
+               ) -> dict[str, Any] | None:
     return attention(section.profile, device, section.label == "train", steps, section,
                      recorded.calls if recorded is not None else None)
 
 
 def _optimizer(section: Any, device: str, optimizer: Any, steps: int,
-               recorded: Recorded | None = None) -> dict[str, Any] | None:
+               recorded: Recorded | None = None, step: Any = None
+               ) -> dict[str, Any] | None:
     if optimizer is None or section.label != "train":
         return None
     return optimizer_foreach(optimizer, device)
 
 
 def _gemm(section: Any, device: str, optimizer: Any, steps: int,
-          recorded: Recorded | None = None) -> dict[str, Any] | None:
+          recorded: Recorded | None = None, step: Any = None
+          ) -> dict[str, Any] | None:
     if not _products_drive(section.profile):
         return None
     return gemm_precision(section.profile, device, steps,
@@ -857,17 +1016,26 @@ def _gemm(section: Any, device: str, optimizer: Any, steps: int,
 
 
 def _blowup(section: Any, device: str, optimizer: Any, steps: int,
-            recorded: Recorded | None = None) -> dict[str, Any] | None:
+            recorded: Recorded | None = None, step: Any = None
+            ) -> dict[str, Any] | None:
     return blowup_matmul(section.profile, device, steps,
                          recorded.calls if recorded is not None else None, section,
                          section.label == "train")
 
 
+def _dropout(section: Any, device: str, optimizer: Any, steps: int,
+             recorded: Recorded | None = None, step: Any = None
+             ) -> dict[str, Any] | None:
+    return dropout_step(section, device, step, steps) if step is not None else None
+
+
 # The replacements by recipe name, as rules name them (reporter.analyze.findings.WhatIf):
-# each takes the section, the device, the target's optimizer, the profiled steps and the
-# trace's calls (Recorded).
+# each takes the section, the device, the target's optimizer, the profiled steps, the
+# trace's calls (Recorded) and the section's step (runner._Stepper: one step of the
+# model in the section's mode), which a recipe that applies the fix to the model runs.
 RECIPES: dict[str, Recipe] = {"attention": _attention, "optimizer": _optimizer,
-                              "gemm-precision": _gemm, "blowup-matmul": _blowup}
+                              "gemm-precision": _gemm, "blowup-matmul": _blowup,
+                              "dropout-off": _dropout}
 
 
 def timeable(findings: list[Finding]) -> list[str]:
@@ -941,6 +1109,8 @@ def timed_twice(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]
                     and isinstance(other, (int, float)):
                 out[key] = (value + other) / 2
     out["saved_ms"] = [t["before_ms"] - t["after_ms"] for t in (first, second)]
+    if "saved_share" in first and "saved_share" in second:  # a whole step's, each timing's
+        out["saved_share"] = [*first["saved_share"], *second["saved_share"]]
     return out
 
 
@@ -952,7 +1122,7 @@ def measure(section: Any, rules: Iterable[str], device: str,
             optimizer: Any = None, skipped: dict[str, str] | None = None,
             trace: Path | Recorded | None = None,
             failed: dict[str, dict[str, Any]] | None = None,
-            fatal: Callable[[BaseException], bool] = _interrupt
+            fatal: Callable[[BaseException], bool] = _interrupt, step: Any = None
             ) -> dict[str, dict[str, Any]]:
     """The replacements of ``rules`` (ids of the section's findings) that their rules name
     and that can be timed here, in rule order; ``optimizer``, the target's, for a
@@ -963,7 +1133,9 @@ def measure(section: Any, rules: Iterable[str], device: str,
     a second instance, calling sys.exit, running out of memory) into ``failed`` (rule id:
     ``failure(exc)``), and the others are still timed. Only what ``fatal`` says is not a
     what-if's failure (a real Ctrl-C, a broken device) goes through. Each what-if runs in
-    ``kept_state``."""
+    ``kept_state``. ``step``: one step of the model in the section's mode, for the recipes
+    that apply a fix to the model itself (``WhatIf.whole_step``); without it they are not
+    timed."""
     recorded = trace if isinstance(trace, Recorded) else Recorded(trace)
     out: dict[str, dict[str, Any]] = {}
     b = section.profile.breakdown
@@ -975,7 +1147,7 @@ def measure(section: Any, rules: Iterable[str], device: str,
         try:
             with kept_state():
                 timed = RECIPES[rule.whatif.recipe](section, device, optimizer, steps,
-                                                    recorded)
+                                                    recorded, step)
         except Skipped as exc:
             if skipped is not None:
                 skipped[rule.id] = str(exc)

@@ -118,7 +118,8 @@ FINDINGS: dict[str, dict[str, Choice]] = {
                      "mask_backward": when("mask_multiplied_backward", f("mask_backward")),
                      "unfused": when("mask_scaled_and_multiplied", lambda v: not v["f"]["fused"]),
                      "compile": when("compile_fuses_the_mask", lambda v: not v["f"]["compiled"]),
-                     "advice": either("call_eval", "weigh_the_rate", f("inference"))},
+                     "advice": either("call_eval", "weigh_the_rate", f("inference")),
+                     "timed_off": when("timed_with_dropout_off", f("timed_off"))},
     "elementwise-blowup": {
         "memory": when("memory_per_call", f("mem_per_call")),
         "materialisers_verb": either("several_make", "one_makes",
@@ -274,7 +275,8 @@ REPORT: dict[str, Choice] = {
     "problems_heading": either("main_problems", "what_bounds_the_step",
                                lambda s: any(f["rule"] != "near-roofline"
                                              for f in of("findings")(s))),
-    "measured": first(("measured_with_faults", of("worth.faults")),
+    "measured": first(("measured_step_in_turn", of("worth.step_less")),
+                      ("measured_with_faults", of("worth.faults")),
                       ("measured_before_after", of("worth.before"))),
     "worth": either("saving_per_step", "not_quantifiable", of("worth.saving")),
     "band": when("between_low_and_high", of("worth.band")),

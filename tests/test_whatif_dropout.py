@@ -1,0 +1,279 @@
+"""The dropout what-if (issue #27): the model's own step with every dropout at p=0, timed
+in turn with the step as it is, and the saving read from the share of that step it saved."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from reporter.analyze.analyzer import analyze_section
+from reporter.analyze.savings import estimate, kept_us
+from reporter.collect.target import Target
+from reporter.collect.whatif import F_DROPOUTS, TORCH_DROPOUTS, dropout_off, steps_in_turn
+from reporter.model.finding import NOT_FASTER, Finding
+
+
+def _originals():
+    return ({n: getattr(F, n) for n in F_DROPOUTS} | {f"torch.{n}": getattr(torch, n)
+                                                       for n in TORCH_DROPOUTS}
+            | {"sdpa": F.scaled_dot_product_attention})
+
+
+def _now():
+    return ({n: getattr(F, n) for n in F_DROPOUTS} | {f"torch.{n}": getattr(torch, n)
+                                                       for n in TORCH_DROPOUTS}
+            | {"sdpa": F.scaled_dot_product_attention})
+
+
+def test_dropout_off_makes_every_kind_of_dropout_do_nothing_and_counts_them():
+    """Modules, the functional called directly, torch's own, the one inside
+    nn.MultiheadAttention and SDPA's dropout_p: inside the block each returns what p=0
+    gives (its input; SDPA without dropout), and the calls that would have drawn a mask
+    are counted; those that would not (p=0, eval) are not."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, 16)
+    mha = nn.MultiheadAttention(16, 2, dropout=0.5, batch_first=True).train()
+    q = torch.randn(2, 2, 8, 4)
+    counted = [0]
+    with dropout_off(counted):
+        assert torch.equal(nn.Dropout(0.5).train()(x), x)
+        assert F.dropout(x, 0.3) is x and F.dropout(x, p=0.3, training=True) is x
+        assert torch.dropout(x, 0.3, True) is x
+        assert F.dropout(x, 0.0) is x and F.dropout(x, 0.3, training=False) is x  # not counted
+        assert F.alpha_dropout(x, 0.3) is x  # training defaults to False there: not counted
+        out, _ = mha(x, x, x, need_weights=False)
+        with torch.no_grad():
+            eval_out, _ = mha.eval()(x, x, x, need_weights=False)
+        mha.train()
+        sdpa = F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+    # the module, the two functional calls, torch's, the attention's, SDPA's
+    assert counted[0] == 6
+    assert torch.allclose(out, eval_out, atol=1e-6)  # no dropout inside the attention
+    assert torch.allclose(sdpa, F.scaled_dot_product_attention(q, q, q), atol=1e-6)
+    # counted too, by position as by keyword
+    counted = [0]
+    with dropout_off(counted):
+        F.scaled_dot_product_attention(q, q, q, None, 0.5)
+        F.scaled_dot_product_attention(q, q, q, None, 0.0)
+    assert counted[0] == 1
+    # outside, dropout is dropout again
+    assert not torch.equal(F.dropout(torch.ones(1000), 0.5), torch.ones(1000))
+
+
+def test_dropout_off_puts_everything_back_even_when_the_step_raises():
+    before = _originals()
+    with pytest.raises(RuntimeError, match="the step broke"):
+        with dropout_off():
+            assert F.dropout is not before["dropout"]
+            raise RuntimeError("the step broke")
+    assert _now() == before
+
+
+def test_steps_in_turn_times_each_variant_and_alternates_them():
+    """One step of each a round, the fixed one under its context, reversed every other
+    round, at least seven rounds."""
+    from reporter.collect import device as devices
+
+    order: list[str] = []
+    state = {"fixed": False}
+
+    class Fix:
+        def __enter__(self):
+            state["fixed"] = True
+
+        def __exit__(self, *exc):
+            state["fixed"] = False
+
+    def step():
+        order.append("fixed" if state["fixed"] else "as is")
+        # the fixed step sleeps less: it must come out faster
+        torch.ones(1)
+        import time
+        time.sleep(0.001 if state["fixed"] else 0.004)
+
+    as_is, fixed = steps_in_turn(step, Fix, devices.get("cpu"), budget_s=0.0)
+    assert fixed < as_is
+    timed = order[4:]  # after two warm-up steps of each
+    assert len(timed) >= 14 and timed.count("fixed") == timed.count("as is")
+    assert timed[:4] == ["as is", "fixed", "fixed", "as is"]
+
+
+def _mlp(p: float, modes=("train",)) -> Target:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Dropout(p), nn.Linear(64, 64),
+                          nn.GELU(), nn.Dropout(p), nn.Linear(64, 4))
+    gen = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(256, 64, generator=gen), torch.randint(0, 4, (256,), generator=gen))
+               for _ in range(2)]
+    return Target(model=model, batches=batches, batch_size=256, modes=modes,
+                  loss=lambda out, batch: F.cross_entropy(out, batch[1]),
+                  optimizer=torch.optim.SGD(model.parameters(), lr=1e-3))
+
+
+class _Scripted(nn.Module):
+    """Dropout where no patch of Python's functions reaches: a TorchScript module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 4))
+        self.drop = torch.jit.script(nn.Dropout(0.5))
+
+    def forward(self, x):
+        return self.body[2](self.drop(self.body[1](self.body[0](x))))
+
+
+def _run(builder, tmp_path):
+    from reporter.collect.runner import RunOptions, profile_target
+
+    return profile_target("dropout-test", builder, RunOptions(
+        device="cpu", windows=3, time_budget_s=0.3, warmup_steps=1), tmp_path)
+
+
+@pytest.fixture(scope="module")
+def dropout_run(tmp_path_factory):
+    """An MLP with dropout at p=0.5 on its two hidden activations, profiled in training
+    and then in inference (which leaves the model in eval mode)."""
+    for _ in range(3):  # a busy moment's timings are dropped (runner._whatif): again
+        run = _run(lambda device="cpu", preset="default": _mlp(0.5, ("train", "inference")),
+                   tmp_path_factory.mktemp("dropout"))
+        d = run.sections[0].whatif_disturbance
+        if d is None or not d.disturbed:
+            return run
+    pytest.skip("the machine was busy while the what-ifs were timed, in three runs")
+
+
+def test_the_runner_times_the_models_step_with_its_dropout_off(dropout_run):
+    """Live: the training section's dropout finding is timed on the model itself (its
+    whole step with and without dropout, in turn, twice), in training mode although the
+    inference section, profiled after it, left the model in eval mode; the saving is the
+    share of the step saved, of the step timed without the profiler."""
+    from reporter.analyze.savings import ranked
+
+    train = dropout_run.sections[0]
+    timed = train.whatif.get("dropout-cost")
+    assert timed is not None, (train.whatif, train.whatif_note)
+    assert timed["whole_step"] and timed["calls"] == 2
+    assert len(timed["saved_share"]) == 2  # timed twice
+    # dropout at p=0.5 on every hidden activation: the step without it is shorter
+    assert timed["after_ms"] < timed["before_ms"]
+    assert "dropout-cost" not in dropout_run.sections[1].whatif  # inference: none ran
+    batch = dropout_run.target["batch_size"]
+    f = next(f for f in analyze_section(train, batch).findings if f.rule == "dropout-cost")
+    assert f.evidence["timed_off"]
+    real_step_us = train.throughput.step_us(batch)
+    main, minor = ranked([f], train.profile, None, train.whatif, real_step_us)
+    s = dict((g.rule, s) for g, s in main + minor)["dropout-cost"]
+    assert s.measured is not None and s.measured["whole_step"]
+    assert s.step_us == pytest.approx(real_step_us)
+    assert s.saving_us == pytest.approx(sum(timed["saved_share"]) / 2 * real_step_us)
+
+
+def test_the_report_says_the_step_was_timed_with_dropout_off_in_every_language(
+        dropout_run, tmp_path):
+    """The worth line gives the two steps and the share they differ by, and the advice
+    says the saving is of dropout off altogether, in en, ru and zh; the stored timing is
+    read back and checked."""
+    from reporter.errors import BadInput
+    from reporter.pipeline import report_view
+    from reporter.render.report import render_markdown
+    from reporter.store import load, run_to_json
+
+    run = dataclasses.replace(dropout_run)
+    run.sections = [dataclasses.replace(run.sections[0], whatif={"dropout-cost": {
+        "before_ms": 3.0, "after_ms": 1.74, "saved_ms": [1.26, 1.26],
+        "saved_share": [0.42, 0.42], "whole_step": True, "calls": 2}})]
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "run.json").write_text(run_to_json(run))
+    words = {"en": ("with every dropout off", "3.00 ms → 1.74 ms, 42.0% shorter"),
+             "ru": ("с отключением всех слоёв dropout",
+                    "3,00 мс → 1,74 мс, шаг короче на 42,0 %"),
+             "zh": ("关闭全部 dropout", "3.00 ms → 1.74 ms，单步缩短 42.0%")}
+    loaded = load(folder)
+    for lang, texts in words.items():
+        said = render_markdown(report_view(loaded, lang)).replace("\u00a0", " ")
+        for text in texts:
+            assert text in said, (lang, text)
+    doc = json.loads((folder / "run.json").read_text())
+    doc["run"]["sections"][0]["whatif"]["dropout-cost"]["saved_share"] = ["most", 0.42]
+    (folder / "run.json").write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match=r"whatif\.dropout-cost\.saved_share\[0\]"):
+        load(folder)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit
+def test_a_dropout_the_patch_cannot_reach_is_not_timed(tmp_path):
+    """A TorchScript module's dropout runs in ATen straight from the script: with no call
+    turned off (fewer than the profile recorded) the step without dropout is not the fix,
+    and the finding keeps its estimate."""
+    from reporter.collect.whatif import dropout_step
+
+    def builder(device="cpu", preset="default"):
+        torch.manual_seed(0)
+        model = _Scripted()
+        return dataclasses.replace(_mlp(0.5), model=model,
+                                   optimizer=torch.optim.SGD(model.parameters(), lr=1e-3))
+    run = _run(builder, tmp_path)
+    train = run.sections[0]
+    assert "dropout-cost" not in train.whatif
+    rules = {f.rule for f in analyze_section(train, 256).findings}
+    assert "dropout-cost" in rules  # found from the profile, estimated as before
+
+    # and the recipe says so itself, on a stepper of the same model
+    from reporter.collect.runner import _Stepper
+    target = builder()
+    assert dropout_step(train, "cpu", _Stepper(target, "train", "cpu"), 10) is None
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit, as Dynamo imports it
+def test_a_compiled_model_is_not_timed():
+    """torch.compile's graphs hold their dropouts: patching Python's functions would turn
+    none of them off (and could recompile), so the finding keeps its estimate."""
+    from reporter.collect.runner import _Stepper
+    from reporter.collect.whatif import dropout_step
+
+    target = _mlp(0.5)
+    target = dataclasses.replace(target, model=torch.compile(target.model))
+    assert dropout_step(None, "cpu", _Stepper(target, "train", "cpu"), 10) is None
+
+
+def _finding(calls: int = 2) -> Finding:
+    return Finding("dropout-cost", "high", {"basis": "cpu", "share": 0.3, "threshold": 0.05,
+                                            "op": "aten::dropout", "op_time_us": 3000.0,
+                                            "calls": calls, "backward_us": 0.0},
+                   ops=["aten::dropout", "aten::bernoulli_"])
+
+
+def test_a_whole_step_timing_is_a_share_of_the_step_timed_without_the_profiler():
+    """The what-if's own steps (3 ms -> 2 ms) were timed at another moment than the step
+    timed without the profiler (10 ms): the saving is the share saved (a third) of the
+    latter, the fixed step keeps the rest, and two timings apart give a range around
+    their mean."""
+    from reporter.model.profile import Op, Profile
+
+    profile = Profile(ops=[Op("aten::dropout", self_cpu_us=3000.0, cpu_total_us=3000.0,
+                              calls=2)], self_cpu_us=10_000.0, steps=1)
+    f = _finding()
+    one = {"before_ms": 3.0, "after_ms": 2.0, "whole_step": True, "saved_share": [1 / 3]}
+    s = estimate(f, profile, None, [f], one, real_step_us=10_000.0)
+    assert s.step_us == 10_000.0
+    assert s.saving_us == pytest.approx(10_000 / 3) and s.low_us == s.high_us == s.saving_us
+    assert s.measured["saved_share"] == pytest.approx(1 / 3)
+    assert kept_us(f, None, s) == pytest.approx(10_000 * 2 / 3)  # the step less the saving
+    # the two timings of one run disagree: the mean, within half their difference
+    two = dict(one, saved_share=[0.2, 0.4])
+    s = estimate(f, profile, None, [f], two, real_step_us=10_000.0)
+    assert s.saving_us == pytest.approx(3000) and (s.low_us, s.high_us) == pytest.approx(
+        (2000, 4000))
+    assert (s.measured["saved_first_ms"], s.measured["saved_second_ms"]) == pytest.approx(
+        (2.0, 4.0))
+    # a step no faster without dropout: not a main problem, and the report says why
+    none = dict(one, after_ms=3.1, saved_share=[-0.03])
+    s = estimate(f, profile, None, [f], none, real_step_us=10_000.0)
+    assert s.saving_us == 0 and s.note == NOT_FASTER
+
