@@ -56,17 +56,16 @@ class WhatIf:
     finding accounts for, not only the operators timed, so the timed "before" is at least
     that time. ``of_recorded``: the recipe applies the speed-up it timed to the operators'
     recorded times, so its milliseconds are of the profiled step (the others time both
-    variants outright, without the profiler). ``whole_step``: the recipe applies the fix to
-    the model itself and times its whole step with and without it, in turn: the share it
-    saved of that step is the saving's share of the step timed without the profiler (the
-    two were timed at other moments, and a shared machine's speed moves between them).
-    ``notes``: what the timed result adds to the finding's evidence for its words (the
-    finding, the result as stored), where the advice depends on it."""
+    variants outright, without the profiler). A recipe may instead apply the fix to the
+    model itself and time its whole step with and without it, in turn: its result says
+    so (``whole_step``), and the share of that step it saved is the saving's share of the
+    step timed without the profiler (reporter.analyze.savings). ``notes``: what the timed
+    result adds to the finding's evidence for its words (the finding, the result as
+    stored), where the advice depends on it."""
 
     recipe: str
     replaces_all: bool = False
     of_recorded: bool = False
-    whole_step: bool = False
     notes: Callable[[Finding, dict[str, Any]], None] | None = None
 
 

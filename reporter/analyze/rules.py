@@ -733,13 +733,13 @@ def dropout_calls(profile: Profile) -> int:
 
 
 def _dropout_timed(f: Finding, timed: dict[str, Any]) -> None:
-    """The saving was timed with dropout off altogether (whatif.dropout_step): the report
-    says so beside the advice's gentler options."""
-    f.evidence["timed_off"] = True
+    """Whether the saving was timed with dropout off altogether (whatif.dropout_step): the
+    report says so beside the advice's gentler options."""
+    f.evidence["timed_off"] = timed.get("fix") == "dropout-off"
 
 
 @rule("dropout-cost", saving=savings.removed, frees=True,
-      whatif=WhatIf("dropout-off", whole_step=True, notes=_dropout_timed),
+      whatif=WhatIf("dropout-off", notes=_dropout_timed),
       share=0.05, high=0.25)
 def dropout_cost(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Dropout's random masks take a share of the time (a bernoulli_ per element on the

@@ -504,7 +504,7 @@ def _estimate(f: Finding, profile: Profile, eff: Efficiency | str | None, others
     rule = RULES.get(f.rule)
     if measured:
         whatif = rule.whatif if rule is not None else None
-        if whatif is not None and whatif.whole_step:
+        if measured.get("whole_step") is True:  # the fix applied to the model's step
             return _step_measured(accounted, measured, step, real_step_us or step)
         # Its milliseconds are of the profiled step when the recipe scaled recorded times
         # (on the CPU, estimate scales them to the unprofiled step with the rest).
@@ -549,13 +549,14 @@ def _estimate(f: Finding, profile: Profile, eff: Efficiency | str | None, others
 def _step_measured(accounted: float | None, measured: dict[str, Any], profiled: float,
                    step: float) -> Saving:
     """A fix applied to the model and its whole step timed with and without it, in turn
-    (WhatIf.whole_step): the share of that step it saved (each timing's ``saved_share``,
-    their mean), of ``step``, the step timed without the profiler, the share every other
-    figure is of; where two timings differ (``varied``), within half their difference
-    either way. The fixed step keeps the rest, at the least the step less the highest
-    share (``kept_ms``, which ``kept_us`` reads). The Saving is of the ``profiled`` step,
-    as every other model's, so that ``estimate`` brings what the finding accounts for to
-    the step without the profiler as it does theirs; the saving is that step's already."""
+    (reporter.collect.whatif.fixed_step): the share of that step it saved (each timing's
+    ``saved_share``, their mean), of ``step``, the step timed without the profiler, the
+    share every other figure is of; where two timings differ (``varied``), within half
+    their difference either way. The fixed step keeps the rest, at the least the step
+    less the highest share (``kept_ms``, which ``kept_us`` reads). The Saving is of the
+    ``profiled`` step, as every other model's, so that ``estimate`` brings what the
+    finding accounts for to the step without the profiler as it does theirs; the saving
+    is that step's already."""
     shares = measured.get("saved_share")
     if not (isinstance(shares, list) and shares
             and all(isinstance(x, (int, float)) for x in shares)):
@@ -563,7 +564,7 @@ def _step_measured(accounted: float | None, measured: dict[str, Any], profiled: 
         shares = [1 - after / before] if before > 0 else [0.0]
     share = sum(shares) / len(shares)
     timed = {"before_ms": measured["before_ms"], "after_ms": measured["after_ms"],
-             "whole_step": True, "saved_share": share,
+             "whole_step": True, "saved_share": share, "fix": measured.get("fix"),
              "kept_ms": step * (1 - max(shares)) / 1e3}
     if share <= 0:
         return Saving(accounted, 0.0, 0.0, 0.0, profiled, NOT_FASTER, timed)

@@ -958,7 +958,11 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
     from ..analyze.analyzer import analyze_section
     from .whatif import failure, failure_text, measure, timeable
 
-    rules = timeable(analyze_section(section, batch_size).findings)
+    findings = analyze_section(section, batch_size).findings
+    rules = timeable(findings)
+    # and the findings the target gives its own fix for (Target.fixes: timed on its step)
+    fixes = getattr(getattr(step, "target", None), "fixes", None) or {}
+    rules += [f.rule for f in findings if f.rule in fixes and f.rule not in rules]
     if not rules:
         return  # nothing to time
     progress(f"{section.label}: timing the proposed replacements")

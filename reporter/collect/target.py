@@ -46,6 +46,11 @@ class Target:
     tf32: bool = False  # allow TF32 matmuls and convolutions while this target runs
     # Optional side benchmark: device -> [(operation key, milliseconds)].
     benchmark: Callable[[str], list[tuple[str, float]]] | None = None
+    # Optional: the advice applied to the model, by finding id (as --json names them): a
+    # function returning a context manager inside which the step runs with that fix.
+    # Where the finding fires, the runner times the step with and without it, in turn,
+    # and the report gives the share it saved (reporter.collect.whatif.fixed_step).
+    fixes: Mapping[str, Callable[[], Any]] | None = None
 
     def check(self, spec: str) -> None:
         if not isinstance(self.batch_size, int) or self.batch_size <= 0:
@@ -61,6 +66,22 @@ class Target:
         if "train" in self.modes and (self.loss is None or self.optimizer is None):
             raise BadInput(f"target {spec}: mode 'train' needs a loss and an optimizer",
                            error_id="bad-target")
+        if self.fixes is not None:
+            from .. import analyze  # noqa: F401  (registers the rules)
+            from ..analyze.findings import RULES
+
+            if not isinstance(self.fixes, Mapping):
+                raise BadInput(f"target {spec}: fixes must map finding ids to functions, "
+                               f"got {type(self.fixes).__name__}", error_id="bad-target")
+            for rule_id, fix in self.fixes.items():
+                if rule_id not in RULES or RULES[rule_id].func is None:
+                    raise BadInput(f"target {spec}: fixes names {str(rule_id)[:60]!r}, not a "
+                                   f"finding reporter makes (one of: "
+                                   f"{', '.join(sorted(r for r, x in RULES.items() if x.func))})",
+                                   error_id="bad-target")
+                if not callable(fix):
+                    raise BadInput(f"target {spec}: fixes[{rule_id!r}] must be a function "
+                                   "returning a context manager", error_id="bad-target")
 
 
 @dataclass(frozen=True)

@@ -928,38 +928,76 @@ def _model_modes(model: Any) -> list[tuple[Any, bool]]:
     return [(m, m.training) for m in model.modules()] if hasattr(model, "modules") else []
 
 
+def target_fix(step: Any, rule_id: str) -> Callable[[], Any] | None:
+    """The fix the target itself gives for a finding (Target.fixes), if any."""
+    fixes = getattr(getattr(step, "target", None), "fixes", None) or {}
+    fix = fixes.get(rule_id)
+    return fix if callable(fix) else None
+
+
+def fixed_step(device: str, step: Any, fix: Callable[[], Any], name: str
+               ) -> dict[str, Any]:
+    """The model's step with ``fix`` applied (a context manager factory) and as it is, in
+    turn (``steps_in_turn``), in the section's mode (another section may have left the
+    model in its own; the modules' modes are put back after): {"before_ms", "after_ms"}
+    per step, "saved_share" (1 - their ratio), "whole_step" and "fix" (``name``: what was
+    applied)."""
+    from . import device as devices
+
+    model = step.target.model
+    modes = _model_modes(model)
+    if hasattr(model, "train"):
+        model.train(step.mode == "train")
+    try:
+        on, off = steps_in_turn(step, fix, devices.get(device))
+    finally:
+        for m, training in modes:
+            m.training = training
+    return {"before_ms": on * 1e3, "after_ms": off * 1e3, "saved_share": [1 - off / on],
+            "whole_step": True, "fix": name}
+
+
+def _calls_with(step: Any, fix: Callable[[list[int]], Any]) -> int:
+    """How many calls ``fix`` (given a one-element counter) turned over in one step of the
+    model, in the section's mode."""
+    model = step.target.model
+    modes = _model_modes(model)
+    if hasattr(model, "train"):
+        model.train(step.mode == "train")
+    counted = [0]
+    try:
+        with fix(counted):
+            step()
+    finally:
+        for m, training in modes:
+            m.training = training
+    return counted[0]
+
+
+def _patchable(step: Any) -> bool:
+    """Whether the section's model runs Python code a patch reaches: not a compiled one
+    (its graphs hold their operators)."""
+    from .inductor import compiled_model
+
+    model = getattr(getattr(step, "target", None), "model", None)
+    return model is not None and hasattr(model, "modules") and not compiled_model(model)
+
+
 def dropout_step(section: Any, device: str, step: Any, steps: int) -> dict[str, Any] | None:
     """The model's step with every dropout at p=0 (``dropout_off``: the advice's first
-    option, applied to the model) and as it is, in turn (``steps_in_turn``): {"before_ms",
-    "after_ms"} per step, "saved_share" (1 - their ratio), "whole_step" and the dropout
+    option, applied to the model) and as it is, in turn (``fixed_step``), with the dropout
     calls a step made that the fix turned off ("calls"). None where it cannot stand for
     the finding: a compiled model (its graphs hold their dropouts: nothing to patch), or
     a step that turned off fewer dropouts than the profile recorded (``steps`` profiled
     steps; dropout called where no patch reaches, TorchScript say: the saving would be
     of part of them)."""
-    from . import device as devices
-    from .inductor import compiled_model
-
-    model = getattr(getattr(step, "target", None), "model", None)
-    if model is None or not hasattr(model, "modules") or compiled_model(model):
+    if not _patchable(step):
         return None
-    modes = _model_modes(model)
-    if hasattr(model, "train"):
-        model.train(step.mode == "train")  # the section's mode: another section's set it
-    try:
-        counted = [0]
-        with dropout_off(counted):
-            step()
-        recorded = _dropout_calls(section.profile) / max(steps, 1)
-        if counted[0] == 0 or counted[0] < recorded - 0.5:
-            return None
-        dev = devices.get(device)
-        on, off = steps_in_turn(step, dropout_off, dev)
-    finally:
-        for m, training in modes:
-            m.training = training
-    return {"before_ms": on * 1e3, "after_ms": off * 1e3, "saved_share": [1 - off / on],
-            "whole_step": True, "calls": counted[0]}
+    calls = _calls_with(step, dropout_off)
+    recorded = _dropout_calls(section.profile) / max(steps, 1)
+    if calls == 0 or calls < recorded - 0.5:
+        return None
+    return {**fixed_step(device, step, dropout_off, "dropout-off"), "calls": calls}
 
 
 def _dropout_calls(profile: Profile) -> int:
@@ -1142,12 +1180,18 @@ def measure(section: Any, rules: Iterable[str], device: str,
     steps = len(b.steps_us) if b is not None and b.steps_us else max(section.profile.steps, 1)
     wanted = set(rules)
     for rule in sorted(RULES.values(), key=lambda r: r.order):
-        if rule.id not in wanted or rule.whatif is None:
+        own = target_fix(step, rule.id)  # the target's own fix for it, timed on its step
+        if rule.id not in wanted or (rule.whatif is None and own is None):
             continue
         try:
             with kept_state():
-                timed = RECIPES[rule.whatif.recipe](section, device, optimizer, steps,
-                                                    recorded, step)
+                timed: dict[str, Any] | None
+                if own is not None:
+                    timed = fixed_step(device, step, own, "target")
+                else:
+                    assert rule.whatif is not None
+                    timed = RECIPES[rule.whatif.recipe](section, device, optimizer, steps,
+                                                        recorded, step)
         except Skipped as exc:
             if skipped is not None:
                 skipped[rule.id] = str(exc)

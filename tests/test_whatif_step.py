@@ -1,5 +1,7 @@
-"""The dropout what-if (issue #27): the model's own step with every dropout at p=0, timed
-in turn with the step as it is, and the saving read from the share of that step it saved."""
+"""What-ifs on the model's own step (issue #27): the fix applied to the model itself and
+its whole step timed with and without it, in turn; the saving read from the share of that
+step it saved. Dropout (every dropout at p=0), and the target's own fixes
+(Target.fixes)."""
 
 from __future__ import annotations
 
@@ -186,7 +188,8 @@ def test_the_report_says_the_step_was_timed_with_dropout_off_in_every_language(
     run = dataclasses.replace(dropout_run)
     run.sections = [dataclasses.replace(run.sections[0], whatif={"dropout-cost": {
         "before_ms": 3.0, "after_ms": 1.74, "saved_ms": [1.26, 1.26],
-        "saved_share": [0.42, 0.42], "whole_step": True, "calls": 2}})]
+        "saved_share": [0.42, 0.42], "whole_step": True, "fix": "dropout-off",
+        "calls": 2}})]
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "run.json").write_text(run_to_json(run))
@@ -277,3 +280,54 @@ def test_a_whole_step_timing_is_a_share_of_the_step_timed_without_the_profiler()
     s = estimate(f, profile, None, [f], none, real_step_us=10_000.0)
     assert s.saving_us == 0 and s.note == NOT_FASTER
 
+
+
+def test_a_targets_own_fixes_are_checked():
+    """Target.fixes maps finding ids to functions; anything else is one line (bad-target)."""
+    import contextlib
+
+    from reporter.errors import BadInput
+
+    ok = dataclasses.replace(_mlp(0.0), fixes={"dropout-cost": contextlib.nullcontext})
+    ok.check("t")
+    for fixes, said in (({"no-such-finding": contextlib.nullcontext}, "not a finding"),
+                        ({"dropout-cost": 3}, "must be a function"),
+                        (["dropout-cost"], "must map finding ids")):
+        with pytest.raises(BadInput, match=said) as exc:
+            dataclasses.replace(_mlp(0.0), fixes=fixes).check("t")
+        assert exc.value.error_id == "bad-target" and "\n" not in str(exc.value)
+
+
+def test_a_targets_own_fix_is_timed_through_the_runner(tmp_path):
+    """Live: a target that gives its own fix for a finding has it timed on its step, in
+    place of reporter's recipe (here: its dropout removed by the target's own switch), and
+    the run says whose fix it was."""
+    import contextlib
+
+    def builder(device="cpu", preset="default"):
+        target = _mlp(0.5)
+        drops = [m for m in target.model.modules() if isinstance(m, nn.Dropout)]
+
+        @contextlib.contextmanager
+        def no_dropout():
+            for m in drops:
+                m.p = 0.0
+            try:
+                yield
+            finally:
+                for m in drops:
+                    m.p = 0.5
+        return dataclasses.replace(target, fixes={"dropout-cost": no_dropout})
+    for _ in range(3):  # a busy moment's timings are dropped: again
+        run = _run(builder, tmp_path / str(_))
+        d = run.sections[0].whatif_disturbance
+        if d is None or not d.disturbed:
+            break
+    else:
+        pytest.skip("the machine was busy while the what-ifs were timed, in three runs")
+    timed = run.sections[0].whatif["dropout-cost"]
+    assert timed["fix"] == "target" and timed["whole_step"]
+    assert timed["after_ms"] < timed["before_ms"]
+    f = next(f for f in analyze_section(run.sections[0], 256).findings
+             if f.rule == "dropout-cost")
+    assert f.evidence["timed_off"] is False  # not reporter's "every dropout off"
