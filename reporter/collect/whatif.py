@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..analyze.findings import RULES
+from ..analyze.rules import dropout_calls
 from ..analyze.shapes import (
     BACKWARD_NODE,
     REDUCED,
@@ -924,8 +925,20 @@ def dropout_off(counted: list[int] | None = None) -> Iterator[None]:
             setattr(owner, name, orig)
 
 
-def _model_modes(model: Any) -> list[tuple[Any, bool]]:
-    return [(m, m.training) for m in model.modules()] if hasattr(model, "modules") else []
+@contextlib.contextmanager
+def _in_mode(step: Any) -> Iterator[Any]:
+    """The section's model in the section's mode inside the block (another section may
+    have left it in its own: the inference section's eval() turns dropout off), each of
+    its modules' modes put back after."""
+    model = step.target.model
+    modes = [(m, m.training) for m in model.modules()] if hasattr(model, "modules") else []
+    if hasattr(model, "train"):
+        model.train(step.mode == "train")
+    try:
+        yield model
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 def target_fix(step: Any, rule_id: str) -> Callable[[], Any] | None:
@@ -944,15 +957,8 @@ def fixed_step(device: str, step: Any, fix: Callable[[], Any], name: str
     applied)."""
     from . import device as devices
 
-    model = step.target.model
-    modes = _model_modes(model)
-    if hasattr(model, "train"):
-        model.train(step.mode == "train")
-    try:
+    with _in_mode(step):
         on, off = steps_in_turn(step, fix, devices.get(device))
-    finally:
-        for m, training in modes:
-            m.training = training
     return {"before_ms": on * 1e3, "after_ms": off * 1e3, "saved_share": [1 - off / on],
             "whole_step": True, "fix": name}
 
@@ -960,17 +966,9 @@ def fixed_step(device: str, step: Any, fix: Callable[[], Any], name: str
 def _calls_with(step: Any, fix: Callable[[list[int]], Any]) -> int:
     """How many calls ``fix`` (given a one-element counter) turned over in one step of the
     model, in the section's mode."""
-    model = step.target.model
-    modes = _model_modes(model)
-    if hasattr(model, "train"):
-        model.train(step.mode == "train")
     counted = [0]
-    try:
-        with fix(counted):
-            step()
-    finally:
-        for m, training in modes:
-            m.training = training
+    with _in_mode(step), fix(counted):
+        step()
     return counted[0]
 
 
@@ -994,18 +992,10 @@ def dropout_step(section: Any, device: str, step: Any, steps: int) -> dict[str, 
     if not _patchable(step):
         return None
     calls = _calls_with(step, dropout_off)
-    recorded = _dropout_calls(section.profile) / max(steps, 1)
+    recorded = dropout_calls(section.profile) / max(steps, 1)
     if calls == 0 or calls < recorded - 0.5:
         return None
     return {**fixed_step(device, step, dropout_off, "dropout-off"), "calls": calls}
-
-
-def _dropout_calls(profile: Profile) -> int:
-    """The dropout calls the profile recorded: those that draw a mask (analyze.rules:
-    the top-level calls of its dropout operators, their backward left out)."""
-    from ..analyze.rules import dropout_calls
-
-    return dropout_calls(profile)
 
 
 class Recorded:
