@@ -41,7 +41,9 @@ class Saving:
     high_us: float | None
     step_us: float | None  # the step the shares are of (see savings.estimate)
     note: str | None = None  # NOT_QUANTIFIABLE, NOT_FASTER, IN_OTHERS or NO_ROOM (above)
-    measured: dict[str, float] | None = None  # {"before_ms", "after_ms"}: timed here
+    # {"before_ms", "after_ms", ...}: timed here; a fix timed on the model's whole step
+    # also says "whole_step" (True), "saved_share" and what was applied ("fix")
+    measured: dict[str, Any] | None = None
     # Set when the step timed without the profiler bounded an idle-time saving.
     unprofiled_step_us: float | None = None
     host_saving: bool = False  # the saving is host time under the profiler (see estimate)
