@@ -331,3 +331,24 @@ def test_a_targets_own_fix_is_timed_through_the_runner(tmp_path):
     f = next(f for f in analyze_section(run.sections[0], 256).findings
              if f.rule == "dropout-cost")
     assert f.evidence["timed_off"] is False  # not reporter's "every dropout off"
+
+
+def test_a_targets_own_fix_that_raises_leaves_the_run_whole(tmp_path):
+    """Live: the target's fix raising inside the timed step is that what-if's failure, one
+    line in the run (whatif_failed), not the run's: the profile and the estimate stand."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def broken():
+        raise RuntimeError("this fix needs a GPU")
+        yield  # (never reached: it makes this a generator)
+
+    def builder(device="cpu", preset="default"):
+        return dataclasses.replace(_mlp(0.5), fixes={"dropout-cost": broken})
+    run = _run(builder, tmp_path)
+    section = run.sections[0]
+    assert "dropout-cost" not in section.whatif
+    assert section.whatif_failed["dropout-cost"] == {
+        "error": "RuntimeError: this fix needs a GPU"}
+    rules = {f.rule for f in analyze_section(section, 256).findings}
+    assert "dropout-cost" in rules  # estimated from the profile, as before
