@@ -352,3 +352,21 @@ def test_a_targets_own_fix_that_raises_leaves_the_run_whole(tmp_path):
         "error": "RuntimeError: this fix needs a GPU"}
     rules = {f.rule for f in analyze_section(section, 256).findings}
     assert "dropout-cost" in rules  # estimated from the profile, as before
+
+
+def test_a_step_that_saved_more_than_the_findings_operators_take_says_so(dropout_run):
+    """Removing dropout can shorten the step by more than its operators' own time (what
+    else the fix changes in the step is in the measurement): the worth line then says the
+    operators account for less than the step saved, in every language; not otherwise."""
+    from reporter.pipeline import report_view
+    from reporter.render.report import render_markdown
+
+    words = {"en": "less than the step saved", "ru": "меньше, чем сократился шаг",
+             "zh": "少于单步实测缩短的时间"}
+    for share, said in ((0.95, True), (0.01, False)):
+        run = dataclasses.replace(dropout_run)
+        run.sections = [dataclasses.replace(run.sections[0], whatif={"dropout-cost": {
+            "before_ms": 3.0, "after_ms": 3.0 * (1 - share), "saved_share": [share],
+            "whole_step": True, "fix": "dropout-off"}})]
+        for lang, text in words.items():
+            assert (text in render_markdown(report_view(run, lang))) is said, (lang, share)

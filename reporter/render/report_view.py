@@ -120,6 +120,11 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             "step_less": fmt.pct(saving.measured["saved_share"])
             if saving.measured and saving.measured.get("whole_step") else None,
             "step": fmt.time(saving.step_us) if saving.step_us else None,
+            # the model's step saved more than the finding's operators take (a whole
+            # step's timing: the fix changed more of the step than their own time)
+            "beyond": bool(saving.measured and saving.measured.get("whole_step")
+                           and saving.accounts_us and saving.saving_us
+                           and saving.saving_us > 1.05 * saving.accounts_us),
             # the page faults of the finding's tensors, which the timed replacement lacks
             "faults": fmt.time(saving.measured["faults_ms"] * 1e3)
             if saving.measured and saving.measured.get("faults_ms") else None,

@@ -282,6 +282,7 @@ REPORT: dict[str, Choice] = {
     "band": when("between_low_and_high", of("worth.band")),
     "accounts": when("accounts_for", of("worth.accounts")),
     "accounts_share": when("accounts_share", of("worth.accounts_share")),
+    "accounts_beyond": when("less_than_the_step_saved", of("worth.beyond")),
     "unprofiled": when("gpu_idles_at_most", of("worth.unprofiled")),
     "faults": when("profiler_distorts_the_share", lambda f: "profiled_faults_text" in f),
     "first_touch": when("first_touch_overstates", of("first_touch")),
