@@ -135,6 +135,30 @@ def test_an_estimate_and_a_measured_saving_are_of_the_same_step():
     assert estimate(_f("copy-heavy", 0.25, basis="cpu"), p).step_us == 10_000
 
 
+def test_a_recorded_chain_longer_than_the_step_keeps_its_timed_ratio():
+    """The blow-up's recorded chain, stretched by the profiler past the step timed without
+    it (transformer-bloat, 2026-11-28: 14.0 ms against 13.4 ms), is brought down to the
+    step with its fixed side, both in proportion: the saving is the timed speed-up's share
+    of the step. Taken as it was, a replacement timed at 0.7 of the chain (the machine
+    slowed it) left the finding far less than its share, or nothing (NO_ROOM) where
+    the chain was stretched further: most likely what failed the CI at 73f6ebb once."""
+    p = _profile()  # 10 ms profiled step
+    f = _f("elementwise-blowup", 0.9, basis="cpu", ops=["aten::mul"])
+    for ratio in (0.2, 0.7):
+        s = estimate(f, p, measured={"before_ms": 12.0, "after_ms": 12.0 * ratio},
+                     real_step_us=10_000)
+        assert s.step_us == 10_000 and s.note is None
+        assert s.measured["before_ms"] <= 10.0 + 1e-9
+        assert s.measured["after_ms"] == pytest.approx(s.measured["before_ms"] * ratio)
+        assert s.saving_us == pytest.approx(s.measured["before_ms"] * 1e3 * (1 - ratio))
+        assert s.share(s.saving_us) > 0.25
+    # A chain inside the step is left as it was timed
+    inside = estimate(_f("elementwise-blowup", 0.3, basis="cpu", ops=["aten::mul"]), p,
+                      measured={"before_ms": 5.0, "after_ms": 1.0}, real_step_us=10_000)
+    assert inside.measured == pytest.approx({"before_ms": 5.0, "after_ms": 1.0})
+    assert inside.saving_us == pytest.approx(4000)
+
+
 def test_on_the_cpu_the_profilers_cost_is_taken_per_call():
     """The profiler costs about the same per recorded call, however long the call: a
     profiled step of 10 ms over 1,002 calls that takes 6 ms without it cost 4 us a call.

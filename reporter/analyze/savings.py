@@ -465,6 +465,7 @@ def estimate(f: Finding, profile: Profile, eff: Efficiency | str | None = None,
                         high_us=host(s.high_us))
             if s.measured is not None:  # timed, but applied to the recorded times
                 s = replace(s, measured={key: ms * k for key, ms in s.measured.items()})
+    s = _within_step(f, s)
     if s.step_us:
         step_us = s.step_us
 
@@ -477,6 +478,32 @@ def estimate(f: Finding, profile: Profile, eff: Efficiency | str | None = None,
                     low_us=cap(s.low_us, most), high_us=cap(s.high_us, most),
                     note=NO_ROOM if left and s.note is None else s.note)
     return s
+
+
+def _within_step(f: Finding, s: Saving) -> Saving:
+    """A speed-up timed on the device and applied to recorded times (``WhatIf.of_recorded``)
+    whose recorded operators take longer than the step: they are brought down to the step,
+    both sides in proportion, so that the saving is the timed ratio's share of the step.
+
+    The profiler stretches them past it (transformer-bloat's blow-up chain, with the page
+    faults the profiler added to its multiplies, read 14.0 ms against a 13.4 ms step,
+    2026-11-28). Taken as they are, the fixed side alone can take the whole step once
+    other work on the machine slows the replacement's timing, and a blow-up whose fix
+    saves 80% of the step is left with nothing (``NO_ROOM``)."""
+    rule = RULES.get(f.rule)
+    if (not s.measured or not s.step_us or rule is None or rule.whatif is None
+            or not rule.whatif.of_recorded):
+        return s
+    before_us = s.measured.get("before_ms", 0.0) * 1e3
+    if before_us <= s.step_us:
+        return s
+    shrink = s.step_us / before_us
+
+    def of(us: float | None) -> float | None:
+        return us * shrink if us is not None else None
+    return replace(s, saving_us=of(s.saving_us), low_us=of(s.low_us), high_us=of(s.high_us),
+                   measured={key: ms * shrink if type(ms) in (int, float) else ms
+                             for key, ms in s.measured.items()})
 
 
 def kept_us(f: Finding, eff: Efficiency | str | None, s: Saving) -> float:
