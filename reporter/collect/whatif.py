@@ -213,16 +213,27 @@ def _medians_s(fns: Sequence[Callable[[], Any]], dev: Any, budget_s: float = BUD
         for _ in range(3):
             fn()
     dev.synchronize()
+    return _in_turn(fns, dev, budget_s * len(fns), 5, 200)
+
+
+def _in_turn(fns: Sequence[Callable[[], Any]], dev: Any, budget_s: float, least: int,
+             most: int, within: Sequence[Callable[[], Any]] | None = None) -> list[float]:
+    """The median seconds of one call of each of ``fns``, timed from the host and
+    synchronised, one call of each per round, the order reversed every other round: at
+    least ``least`` rounds, and more while the calls add up to under ``budget_s`` (at
+    most ``most``). ``within``, where given, holds for each call a context manager that
+    is entered before it is timed and left after (a fix applied to the model's step)."""
     times: list[list[float]] = [[] for _ in fns]
     spent = 0.0
     rounds = 0
-    while rounds < 5 or (spent < budget_s * len(fns) and rounds < 200):
+    while rounds < least or (spent < budget_s and rounds < most):
         order = range(len(fns)) if rounds % 2 == 0 else range(len(fns) - 1, -1, -1)
         for i in order:
-            start = time.perf_counter()
-            fns[i]()
-            dev.synchronize()
-            elapsed = time.perf_counter() - start
+            with within[i]() if within is not None else contextlib.nullcontext():
+                start = time.perf_counter()
+                fns[i]()
+                dev.synchronize()
+                elapsed = time.perf_counter() - start
             times[i].append(elapsed)
             spent += elapsed
         rounds += 1
@@ -838,19 +849,9 @@ def steps_in_turn(step: Callable[[], Any], fix: Callable[[], Any], dev: Any,
         with fix():
             step()
     dev.synchronize()
-    times: tuple[list[float], list[float]] = ([], [])
-    spent, rounds = 0.0, 0
-    while rounds < STEP_ROUNDS or (spent < budget_s and rounds < STEP_ROUNDS_MAX):
-        for i in ((0, 1) if rounds % 2 == 0 else (1, 0)):
-            with fix() if i else contextlib.nullcontext():
-                start = time.perf_counter()
-                step()
-                dev.synchronize()
-                elapsed = time.perf_counter() - start
-            times[i].append(elapsed)
-            spent += elapsed
-        rounds += 1
-    return statistics.median(times[0]), statistics.median(times[1])
+    as_is, fixed = _in_turn([step, step], dev, budget_s, STEP_ROUNDS, STEP_ROUNDS_MAX,
+                            within=[contextlib.nullcontext, fix])
+    return as_is, fixed
 
 
 # What dropout_off makes do nothing: torch.nn.functional's dropouts (nn.Dropout and its
