@@ -418,7 +418,7 @@ def _faulted_factor(rows: list[Any], own: float, profile: Profile, step_us: floa
 
 def estimate(f: Finding, profile: Profile, eff: Efficiency | str | None = None,
              others: Sequence[Finding] = (), measured: dict[str, Any] | None = None,
-             real_step_us: float | None = None) -> Saving:
+             real_step_us: float | None = None, floor: Efficiency | None = None) -> Saving:
     """What ``f`` is worth, by its rule's saving model; ``others``, the profile's other
     findings, keep two findings from counting the same time; ``measured``, its
     replacement timed on the device (reporter.collect.whatif), replaces the estimate.
@@ -442,7 +442,11 @@ def estimate(f: Finding, profile: Profile, eff: Efficiency | str | None = None,
     brought to it, on the CPU by taking the profiler's per-call cost off the finding's
     operators (``unprofiled_factor``), on a GPU by the two steps' ratio; device times are
     what they are without the profiler; a timed replacement's saving is unprofiled
-    already."""
+    already.
+
+    ``floor``: where ``eff`` is not assessed (the machine was busy), the efficiency of the
+    peaks calibrated all the same, for what a fix that keeps the work keeps at the least
+    (``kept_us``): without it such a fix could save the whole step."""
     s = _estimate(f, profile, eff, others, measured, real_step_us)
     if real_step_us and s.step_us:
         # On the CPU, the profiler's cost is per recorded call: long calls keep their
@@ -472,7 +476,8 @@ def estimate(f: Finding, profile: Profile, eff: Efficiency | str | None = None,
         def cap(us: float | None, most: float = step_us) -> float | None:
             return min(us, most) if us is not None else None
 
-        most = max(0.0, step_us - kept_us(f, eff, s))
+        most = max(0.0, step_us - kept_us(f, eff if isinstance(eff, Efficiency) else floor,
+                                          s))
         left = s.saving_us is not None and s.saving_us > 0 and most <= 0
         s = replace(s, accounts_us=cap(s.accounts_us), saving_us=cap(s.saving_us, most),
                     low_us=cap(s.low_us, most), high_us=cap(s.high_us, most),
@@ -633,18 +638,19 @@ def device_kept_busy(profile: Profile, s: Saving) -> bool:
 def ranked(findings: list[Finding], profile: Profile,
            eff: Efficiency | str | None = None,
            measured: dict[str, dict[str, Any]] | None = None,
-           real_step_us: float | None = None
+           real_step_us: float | None = None, floor: Efficiency | None = None
            ) -> tuple[list[tuple[Finding, Saving]], list[tuple[Finding, Saving]]]:
     """(main problems, minor ones): by estimated saving, largest first, then those without
     an estimate by severity; a replacement timed here that is not faster is minor. A
     finding that is only a symptom (its rule's ``symptom``: a synchronisation stall while
     the device stays busy is a device-bound step) is left out. ``measured``:
     Section.whatif; ``real_step_us``: the step timed without the profiler (see
-    ``estimate``)."""
+    ``estimate``); ``floor``: see ``estimate``."""
     main: list[tuple[Finding, Saving]] = []
     minor: list[tuple[Finding, Saving]] = []
     for f in findings:
-        s = estimate(f, profile, eff, findings, (measured or {}).get(f.rule), real_step_us)
+        s = estimate(f, profile, eff, findings, (measured or {}).get(f.rule), real_step_us,
+                     floor)
         rule = RULES.get(f.rule)
         if rule is not None and rule.symptom is not None and rule.symptom(profile, s):
             continue
