@@ -956,13 +956,13 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
     """Time on the device the replacements the section's findings propose (``step``: the
     section's step, for those that apply a fix to the model itself)."""
     from ..analyze.analyzer import analyze_section
-    from .whatif import failure, failure_text, measure, timeable
+    from .whatif import failure, failure_text, measure, target_fix, timeable
 
     findings = analyze_section(section, batch_size).findings
     rules = timeable(findings)
     # and the findings the target gives its own fix for (Target.fixes: timed on its step)
-    fixes = getattr(getattr(step, "target", None), "fixes", None) or {}
-    rules += [f.rule for f in findings if f.rule in fixes and f.rule not in rules]
+    rules += [f.rule for f in findings
+              if f.rule not in rules and target_fix(step, f.rule) is not None]
     if not rules:
         return  # nothing to time
     progress(f"{section.label}: timing the proposed replacements")

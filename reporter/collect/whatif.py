@@ -1163,8 +1163,8 @@ def measure(section: Any, rules: Iterable[str], device: str,
     ``failure(exc)``), and the others are still timed. Only what ``fatal`` says is not a
     what-if's failure (a real Ctrl-C, a broken device) goes through. Each what-if runs in
     ``kept_state``. ``step``: one step of the model in the section's mode, for the recipes
-    that apply a fix to the model itself (``WhatIf.whole_step``); without it they are not
-    timed."""
+    that apply a fix to the model itself (dropout's) and for the target's own fixes
+    (Target.fixes); without it they are not timed."""
     recorded = trace if isinstance(trace, Recorded) else Recorded(trace)
     out: dict[str, dict[str, Any]] = {}
     b = section.profile.breakdown

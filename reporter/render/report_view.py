@@ -116,7 +116,7 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
                            if saving.unprofiled_step_us else None),
             "before": fmt.time(saving.measured["before_ms"] * 1e3) if saving.measured else None,
             "after": fmt.time(saving.measured["after_ms"] * 1e3) if saving.measured else None,
-            # the model's whole step timed with the fix and without it (WhatIf.whole_step)
+            # the model's whole step timed with the fix and without it (its result's whole_step)
             "step_less": fmt.pct(saving.measured["saved_share"])
             if saving.measured and saving.measured.get("whole_step") else None,
             "step": fmt.time(saving.step_us) if saving.step_us else None,
