@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from reporter.analyze.savings import estimate, profiler_call_us, ranked, unprofiled_factor
-from reporter.model.finding import MINOR_SHARE, NOT_QUANTIFIABLE, Finding
+from reporter.model.finding import IN_OTHERS, MINOR_SHARE, NOT_QUANTIFIABLE, Finding
 from reporter.model.profile import Breakdown, Op, Profile
 
 
@@ -54,6 +54,14 @@ def test_a_blow_up_owns_its_copies_and_the_ranking_follows_savings():
     json = b.to_json()
     assert json["saving_ms"] == pytest.approx(4) and json["saving_share"] == pytest.approx(0.4)
     assert {"saving_low", "saving_high", "measured"} <= set(json)
+    assert c.note is None
+    # Copies that are all the blow-up's save nothing of their own, and say why instead of
+    # "(0, 0.0%)" (transformer-bloat, 2026-11-29)
+    whole = _f("elementwise-blowup", 0.5, materialisers=["aten::repeat"],
+               materialised_share=4000 / 16_000)
+    _, minor = ranked([copies, whole], p)
+    ((f, s),) = minor
+    assert f.rule == "copy-heavy" and s.saving_us == 0 and s.note == IN_OTHERS
 
 
 def test_no_finding_accounts_for_or_saves_more_than_the_step():

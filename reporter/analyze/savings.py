@@ -32,7 +32,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from ..model.finding import MINOR_SHARE, NO_ROOM, NOT_FASTER, NOT_QUANTIFIABLE, Finding, Saving
+from ..model.finding import (
+    IN_OTHERS,
+    MINOR_SHARE,
+    NO_ROOM,
+    NOT_FASTER,
+    NOT_QUANTIFIABLE,
+    Finding,
+    Saving,
+)
 from ..model.profile import KIND_ANNOTATION, KIND_OP, Breakdown, Profile
 from .efficiency import Efficiency
 from .findings import RULES, Worth, step_wall_us
@@ -121,8 +129,11 @@ def work_removed(w: Worth, less_us: float = 0.0, keep_us: float = 0.0) -> Saving
     accounted = max(0.0, w.accounts_us - less_us)
     low = min(low if low is not None else 0.0, accounted)
     saving = max(low, accounted - keep_us) if keep_us else accounted
+    # all of it another finding's: a bare "0" in the minor list read as a fix worth nothing
+    # (transformer-bloat's copies, all the blow-up's, 2026-11-29: "(0, 0.0%)")
+    owned = less_us > 0 and accounted <= 0
     return Saving(accounted, saving, low, accounted, w.step_us,
-                  host_saving=_host_basis(w.finding))
+                  IN_OTHERS if owned else None, host_saving=_host_basis(w.finding))
 
 
 def removed(w: Worth) -> Saving:
