@@ -149,7 +149,11 @@ def test_a_recorded_chain_longer_than_the_step_keeps_its_timed_ratio():
     step with its fixed side, both in proportion: the saving is the timed speed-up's share
     of the step. Taken as it was, a replacement timed at 0.7 of the chain (the machine
     slowed it) left the finding far less than its share, or nothing (NO_ROOM) where
-    the chain was stretched further: most likely what failed the CI at 73f6ebb once."""
+    the chain was stretched further: most likely what failed the CI at 73f6ebb once. The
+    worth line then says so, not "measured here" of the step's own length."""
+    from reporter.render.sentences import REPORT
+
+    pick = REPORT["measured"].pick
     p = _profile()  # 10 ms profiled step
     f = _f("elementwise-blowup", 0.9, basis="cpu", ops=["aten::mul"])
     for ratio in (0.2, 0.7):
@@ -160,11 +164,17 @@ def test_a_recorded_chain_longer_than_the_step_keeps_its_timed_ratio():
         assert s.measured["after_ms"] == pytest.approx(s.measured["before_ms"] * ratio)
         assert s.saving_us == pytest.approx(s.measured["before_ms"] * 1e3 * (1 - ratio))
         assert s.share(s.saving_us) > 0.25
+        # the report says the chain was recorded longer than the step, and brought down
+        assert s.measured["recorded_ms"] > 10.0
+        assert pick({"worth": {"recorded": s.measured["recorded_ms"], "before": 1.0,
+                               "faults": None, "step_less": None}}) == "measured_past_the_step"
     # A chain inside the step is left as it was timed
     inside = estimate(_f("elementwise-blowup", 0.3, basis="cpu", ops=["aten::mul"]), p,
                       measured={"before_ms": 5.0, "after_ms": 1.0}, real_step_us=10_000)
     assert inside.measured == pytest.approx({"before_ms": 5.0, "after_ms": 1.0})
     assert inside.saving_us == pytest.approx(4000)
+    assert pick({"worth": {"recorded": None, "before": 5.0, "faults": None,
+                           "step_less": None}}) == "measured_before_after"
 
 
 def test_on_the_cpu_the_profilers_cost_is_taken_per_call():

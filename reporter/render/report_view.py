@@ -116,6 +116,12 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
                            if saving.unprofiled_step_us else None),
             "before": fmt.time(saving.measured["before_ms"] * 1e3) if saving.measured else None,
             "after": fmt.time(saving.measured["after_ms"] * 1e3) if saving.measured else None,
+            # the operators' recorded time, where it ran past the step and both sides were
+            # brought down to the step (savings._within_step)
+            "recorded": fmt.time(saving.measured["recorded_ms"] * 1e3)
+            if saving.measured and saving.measured.get("recorded_ms") else None,
+            "ratio": fmt.pct(saving.measured["after_ms"] / saving.measured["before_ms"])
+            if saving.measured and saving.measured.get("before_ms") else None,
             # the model's whole step timed with the fix and without it (its result's whole_step)
             "step_less": fmt.pct(saving.measured["saved_share"])
             if saving.measured and saving.measured.get("whole_step") else None,

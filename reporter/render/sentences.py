@@ -276,6 +276,7 @@ REPORT: dict[str, Choice] = {
                                lambda s: any(f["rule"] != "near-roofline"
                                              for f in of("findings")(s))),
     "measured": first(("measured_step_in_turn", of("worth.step_less")),
+                      ("measured_past_the_step", of("worth.recorded")),
                       ("measured_with_faults", of("worth.faults")),
                       ("measured_before_after", of("worth.before"))),
     "worth": either("saving_per_step", "not_quantifiable", of("worth.saving")),
