@@ -1,17 +1,21 @@
 """Benchmark: ``reporter analyze TRACE --json`` against the floor, a bare decode (#32).
 
 The floor is a fresh process that reads the trace and decodes it with msgspec into a
-typed struct of the five fields any aggregation reads (``ph``, ``name``, ``ts``, ``dur``,
-``tid``), skipping the rest of each event: what no reader of the file can avoid. Each
-round runs the floor and then ``reporter analyze TRACE --json`` (a fresh process too:
-imports, reading, aggregation, the breakdown, FLOPs, findings and the JSON printed), so
-the two are measured side by side under the same load. It prints the medians with their
-range (min-max), the ratio of the medians (the goal: at most 2), the median of the paired
-ratios, CPU time (user + system) beside wall time, and each process's peak memory
-(VmHWM) in bytes per event and against the file's size. reporter's modules (and the
-``--before`` checkout's) are compiled first, as pip compiles a package it installs and
-as the floor's msgspec is: where PYTHONDONTWRITEBYTECODE is set (the development
-machine sets it), each run would otherwise compile them again.
+typed struct of the five fields any aggregation reads (``ph``, ``name``, ``ts``,
+``dur``, ``tid``), skipping the rest of each event: what no reader of the file can
+avoid. Each round runs the floor and then ``reporter analyze TRACE --json`` (a fresh
+process too: imports, reading, aggregation, the breakdown, FLOPs, findings and the JSON
+printed), so the two are measured side by side under the same load. Between them runs
+``nesting``, the least a reader whose events are Python objects can do: the floor's
+decode with the two fields more that nesting needs, each host thread's operators sorted
+and nested, and self and total time summed per name, nothing else: a reader that does
+this and more with events as Python objects, as reporter does, takes longer. It prints
+the medians with their range (min-max), the ratio of the medians (the goal: at most 2),
+the median of the paired ratios, CPU time (user + system) beside wall time, and each
+process's peak memory (VmHWM) in bytes per event and against the file's size. reporter's
+modules (and the ``--before`` checkout's) are compiled first, as pip compiles a package
+it installs and as the floor's msgspec is: where PYTHONDONTWRITEBYTECODE is set (the
+development machine sets it), each run would otherwise compile them again.
 
     .venv/bin/python bench/ingest.py TRACE [--rounds 5] [--before CHECKOUT]
     .venv/bin/python bench/ingest.py --make TRACE [--min-events 900000]
@@ -63,6 +67,63 @@ with open(sys.argv[1], "rb") as f:
     events = msgspec.json.decode(f.read(), type=Trace).traceEvents
 print(len(events))
 """ + _PEAK
+# The least any reader that builds Python objects of the events can do to nest them: the
+# floor's decode with the two more fields nesting needs (``cat``, ``pid``), each host
+# thread's operators sorted and nested with a stack, and self and total time and calls
+# summed per name. Nothing else reporter computes (memory, device time, ids, the step
+# breakdown, the critical path, FLOPs, findings, the JSON): a reader whose events are
+# Python objects and that does all this takes longer (#32).
+NESTING = """\
+import gc, sys
+from collections import defaultdict
+from operator import attrgetter
+from typing import Union
+import msgspec
+
+gc.disable()
+HOST = {"cpu_op", "Operator", "user_annotation", "cuda_runtime", "Runtime", "cuda_driver",
+        "Driver"}
+
+class Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: Union[int, str, None] = None
+    tid: Union[int, str, None] = None
+    ts: Union[int, float] = 0
+    dur: Union[int, float] = 0
+
+class Trace(msgspec.Struct, gc=False):
+    traceEvents: list[Event]
+
+with open(sys.argv[1], "rb") as f:
+    events = msgspec.json.decode(f.read(), type=Trace).traceEvents
+threads = {}
+for e in events:
+    if e.ph == "X" and e.cat in HOST:
+        t = threads.get((e.pid, e.tid))
+        if t is None:
+            t = threads[(e.pid, e.tid)] = []
+        t.append(e)
+own, total, calls = defaultdict(float), defaultdict(float), defaultdict(int)
+for evs in threads.values():
+    evs.sort(key=attrgetter("ts"))
+    stack = []  # [end, name, time in children, duration]
+    for e in evs:
+        ts, dur, name = e.ts, max(e.dur, 0), e.name
+        while stack and stack[-1][0] <= ts:
+            top = stack.pop()
+            own[top[1]] += top[3] - top[2]
+        if stack:
+            stack[-1][2] += dur
+        stack.append([ts + dur, name, 0.0, dur])
+        total[name] += dur
+        calls[name] += 1
+    while stack:
+        top = stack.pop()
+        own[top[1]] += top[3] - top[2]
+print(len(events), len(calls))
+""" + _PEAK
 ANALYZE = ("import sys; from reporter.cli import main; rc = main(sys.argv[1:]); "
            + _PEAK + "; sys.exit(rc)")
 
@@ -90,6 +151,7 @@ def _spread(samples: list[float]) -> str:
 def bench(trace: Path, rounds: int, before: Path | None) -> None:
     size = trace.stat().st_size
     cases = [("floor", FLOOR, [str(trace)], ROOT),
+             ("nesting", NESTING, [str(trace)], ROOT),
              ("reporter", ANALYZE, ["analyze", str(trace), "--json"], ROOT)]
     if before is not None:
         cases.append(("before", ANALYZE, ["analyze", str(trace), "--json"], before))
@@ -127,7 +189,8 @@ def bench(trace: Path, rounds: int, before: Path | None) -> None:
         print(f"{label:9s} peak memory {peak[label] / 2**20:,.0f} MiB = "
               f"{peak[label] / max(n_events, 1):,.0f} bytes per event, "
               f"{peak[label] / size:.2f}x the file")
-    print("goal (#32): reporter within 2x the floor")
+    print("goal (#32): reporter within 2x the floor; nesting: the least a reader whose events "
+          "are Python objects does (decode, sort, nest, sum per name)")
 
 
 def make(trace: Path, min_events: int) -> None:
