@@ -10,10 +10,11 @@ the share of the step that the baseline's main problems whose advice the twin ap
 `reporter run` does), against the share the twin
 actually saves, and the error, measured two ways. Each in its own process, as a user
 who applies the advice and runs again gets it: the baseline and the twin each stepped in
-fresh processes of their own (``--processes`` pairs, the order swapped each pair, ROUNDS
+fresh processes of their own (``--processes`` pairs or more, up to MOST_PROCESSES while
+their savings lie far apart; the order swapped each pair, ROUNDS
 rounds of about ROUND_S seconds of steps after a warm-up, as the runner steps them: data
 loading included): 1 - the twin's median step over the baseline's, the pairs' median.
-And interleaved in one process, as #27 timed it: in PROCESSES fresh processes, the
+And interleaved in one process, as #27 timed it: in PROCESSES fresh processes or more, the
 baseline's and the twin's steps in alternation (ROUNDS rounds, the order swapped each
 round): 1 - the median of the twin's step over the baseline's, the processes' median.
 Each gives its saving, each pair's or process's saving and the noise (the larger of half
@@ -99,15 +100,30 @@ except ImportError:  # reporter without its test extra: the built-in pairs only
 # findings that are no fault for a twin to fix: the statements (near-roofline)
 STATEMENTS = {r.id for r in RULES.values() if r.derive is not None}
 ROUNDS = 7  # interleaved rounds per pair, mode and process
-PROCESSES = 3  # fresh processes the pair is timed in, one after the other
+PROCESSES = 3  # fresh processes the pair is timed in, one after the other, at the least
+# More, up to MOST_PROCESSES, while their savings lie more than SETTLED apart either way of
+# their middle: three processes' range holds the savings' median three times in four, and
+# on the 2-core development machine a fresh process steps the built-in transformer in one
+# of two modes about 30% apart (38.6, 40.1, 29.3, 30.9 and 39.3 ms, 2026-11-29): three
+# pairs could then all fall on one side of it.
+MOST_PROCESSES = 7
+SETTLED = 0.05
 ROUND_S = 0.3  # seconds of steps per side and round
 MISSED = 0.05  # a twin saving this much more than the noise, unpredicted, is a miss
+
+
+def _settled(savings: list[float], least: int) -> bool:
+    """Whether the savings timed so far are enough: ``least`` of them, and either
+    MOST_PROCESSES or all within SETTLED of their middle."""
+    return len(savings) >= least and (len(savings) >= max(least, MOST_PROCESSES)
+                                      or (max(savings) - min(savings)) / 2 <= SETTLED)
 
 
 def interleaved(baseline: str, fix: str, mode: str, opts: RunOptions, processes: int
                 ) -> tuple[float, float, list[float]]:
     """The twin's saving over the baseline in ``mode``, timed in alternation in
-    ``processes`` fresh processes, one after the other (``_interleave``): (the median of
+    ``processes`` fresh processes or more (``_settled``), one after the other
+    (``_interleave``): (the median of
     their savings, the noise, each process's saving). A process's saving is 1 - its median
     twin step / its median baseline step; the noise is the larger of half the
     interquartile range of a process's paired rounds (their median) and half the range of
@@ -117,8 +133,8 @@ def interleaved(baseline: str, fix: str, mode: str, opts: RunOptions, processes:
     one). Several, since a fresh process's page faults vary from one to the next, and the
     saving with them (transformer in training, 2026-11-27: 18.2% in one bench run, 24.3%
     in the next, each in one process; ~1,100 or ~3,000 faults a step in a fresh process)."""
-    got = []
-    for _ in range(processes):
+    got: list[dict] = []
+    while not _settled([g["saving"] for g in got], processes):
         child = subprocess.run([sys.executable, __file__, "--interleave", baseline, fix, mode]
                                + _child_args(opts), capture_output=True, text=True)
         if child.returncode != 0:
@@ -185,21 +201,24 @@ def _interleave(baseline: str, fix: str, mode: str, opts: RunOptions) -> None:
 
 def separately(baseline: str, fix: str, mode: str, opts: RunOptions, processes: int
                ) -> tuple[float, float, list[float]]:
-    """The twin's saving over the baseline in ``mode`` as a user who applies the advice
-    gets it: each side stepped in a fresh process of its own (``_alone``), as the
-    baseline's run and the fixed model's rerun are, ``processes`` pairs of processes one
-    after the other, the order swapped each pair: (the median of the pairs' savings, the
-    noise, each pair's saving). A pair's saving is 1 - the twin's median step / the
-    baseline's; the noise is the larger of half the range of the pairs' savings and the
-    steps' own spread (half the interquartile range of a process's rounds over its median,
-    both sides' added and times the twin's step over the baseline's, as the saving moves
-    with them; the median over the pairs). Not in one process with both: there
-    each model's allocations change what the allocator hands the other and the page
-    faults it takes (RoBERTa in inference, eager against SDPA, 2026-11-28: 35-40% saved
-    interleaved in one process, 0-7% in two runs of their own; transformer in training:
-    19.8-23.3% interleaved in three bench runs, 14.5-16.7% in processes of their own)."""
-    pairs, spread = [], []
-    for p in range(processes):
+    """The twin's saving over the baseline in ``mode`` as a user who applies the advice gets
+    it: each side stepped in a fresh process of its own (``_alone``), as the baseline's
+    run and the fixed model's rerun are, ``processes`` pairs of processes or more
+    (``_settled``) one after the other, the order swapped each pair: (the median of the
+    pairs' savings, the noise, each pair's saving). A pair's saving is 1 - the twin's
+    median step / the baseline's; the noise is the larger of half the range of the
+    pairs' savings and the steps' own spread (half the interquartile range of a
+    process's rounds over its median, both sides' added and times the twin's step over
+    the baseline's, as the saving moves with them; the median over the pairs). Not in
+    one process with both: there each model's allocations change what the allocator
+    hands the other and the page faults it takes (RoBERTa in inference, eager against
+    SDPA, 2026-11-28: 35-40% saved interleaved in one process, 0-7% in two runs of their
+    own; transformer in training: 19.8-23.3% interleaved in three bench runs, 14.5-16.7%
+    in processes of their own)."""
+    pairs: list[float] = []
+    spread: list[float] = []
+    while not _settled(pairs, processes):
+        p = len(pairs)
         got = {}
         for name in ((baseline, fix) if p % 2 == 0 else (fix, baseline)):
             child = subprocess.run([sys.executable, __file__, "--alone", name, mode]
@@ -292,8 +311,9 @@ def main() -> None:
                              "in proportion on a shared machine")
     parser.add_argument("--processes", type=int, default=PROCESSES,
                         help="fresh processes each pair's saving is timed in, and pairs "
-                             f"of processes of their own (default {PROCESSES}): the saving "
-                             "varies from one to the next")
+                             f"of processes of their own, at the least (default {PROCESSES}; "
+                             f"up to {MOST_PROCESSES} while their savings lie more than "
+                             f"{SETTLED:.0%} either way of their middle)")
     parser.add_argument("--only", default=None,
                         help="the pairs whose table name is one of these (comma-separated)")
     parser.add_argument("--interleave", nargs=3, default=None, metavar=("BASE", "FIX", "MODE"),
