@@ -1107,7 +1107,7 @@ def new_run_id(name: str, device: str, now: datetime) -> str:
     return f"{now:%Y%m%d-%H%M%S}-{safe or 'target'}-{kind}-{os.urandom(2).hex()}"
 
 
-def _in_mode(progress: Callable[[str], None], mode: str, message: str) -> None:
+def _say_in_mode(progress: Callable[[str], None], mode: str, message: str) -> None:
     progress(f"{mode}: {message}")
 
 
@@ -1166,7 +1166,7 @@ def _profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
                 step = _Stepper(target, mode, device)
                 steppers.append(step)
                 sections.append(_profile_section(
-                    step, mode, device, opts, scratch, partial(_in_mode, progress, mode),
+                    step, mode, device, opts, scratch, partial(_say_in_mode, progress, mode),
                     opts.time_budget_s / len(target.modes)))
             for section in sections:
                 attach(section.profile.compiled, sources)
