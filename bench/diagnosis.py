@@ -121,18 +121,18 @@ def _settled(savings: list[float], least: int) -> bool:
 
 def interleaved(baseline: str, fix: str, mode: str, opts: RunOptions, processes: int
                 ) -> tuple[float, float, list[float]]:
-    """The twin's saving over the baseline in ``mode``, timed in alternation in
-    ``processes`` fresh processes or more (``_settled``), one after the other
-    (``_interleave``): (the median of
-    their savings, the noise, each process's saving). A process's saving is 1 - its median
-    twin step / its median baseline step; the noise is the larger of half the
-    interquartile range of a process's paired rounds (their median) and half the range of
-    the processes' savings. Fresh processes, since one that has profiled holds the
-    profiler's heap: a baseline that allocates more was slower in it (transformer in
+    """The twin's saving over the baseline in ``mode``, timed in alternation in ``processes``
+    fresh processes or more (``_settled``), one after the other (``_interleave``): (the
+    median of their savings, the noise, each process's saving). A process's saving is 1 -
+    its median twin step / its median baseline step; the noise is the larger of half
+    the interquartile range of a process's paired rounds (their median) and half the
+    range of the processes' savings. Fresh processes, since one that has profiled holds
+    the profiler's heap: a baseline that allocates more was slower in it (transformer in
     training: 17.7% saved timed after the profiles in the same process, 11.0% in a fresh
-    one). Several, since a fresh process's page faults vary from one to the next, and the
-    saving with them (transformer in training, 2026-11-27: 18.2% in one bench run, 24.3%
-    in the next, each in one process; ~1,100 or ~3,000 faults a step in a fresh process)."""
+    one). Several, since a fresh process's page faults vary from one to the next, and
+    the saving with them (transformer in training, 2026-11-27: 18.2% in one bench run,
+    24.3% in the next, each in one process; ~1,100 or ~3,000 faults a step in a fresh
+    process)."""
     got: list[dict] = []
     while not _settled([g["saving"] for g in got], processes):
         child = subprocess.run([sys.executable, __file__, "--interleave", baseline, fix, mode]

@@ -235,7 +235,7 @@ def analyze_section(section: Section, batch_size: int | None = None,
     # assessed because the machine was busy: the roofline of the peaks calibrated all the
     # same, which other work lowered (first_touch's page faults, 2026-11-29: predicted
     # 100.0% of the step with no floor, against 89-91% saved; 94% with one)
-    floor = of_section(section, batch_size, busy=True) if eff == BUSY else None
+    floor = of_section(section, batch_size, even_if_busy=True) if eff == BUSY else None
     ranks = section.profile.stragglers if stragglers is None else stragglers
     # The rules read the ranks from the profile: a copy carries them, the section's own
     # profile stays as it was read.

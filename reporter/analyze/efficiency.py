@@ -257,14 +257,14 @@ def assess(profile: Profile, peaks: Peaks | None, tf32: Optional[bool] = None,
 
 
 def of_section(section: Section, batch_size: int | None = None,
-               busy: bool = False) -> Efficiency | str:
+               even_if_busy: bool = False) -> Efficiency | str:
     """assess() for a run's section (reporter.model.run.Section) or an imported profile's: its
     stored peaks, its TF32 state, and the step time of its timed windows. BUSY when other
     work on the machine disturbed the peaks' calibration, the timed windows or the
     profiled steps; IMPLAUSIBLE when the machine would have done more than its peak.
-    ``busy``: assessed all the same (a floor for savings, never a figure a report prints:
-    peaks calibrated while other work ran are lower than the machine's, so the roofline
-    they give is longer than its own)."""
+    ``even_if_busy``: assessed all the same (a floor for savings, never a figure a report
+    prints: peaks calibrated while other work ran are lower than the machine's, so the
+    roofline they give is longer than its own)."""
     p, t = section.profile, section.throughput
     step_us = (batch_size / t.median * 1e6 if batch_size and t is not None and t.windows
                and t.median > 0 else None)
@@ -272,7 +272,7 @@ def of_section(section: Section, batch_size: int | None = None,
     tf32 = state.get("matmul") if p.device_type else False
     conv_tf32 = state.get("conv", tf32) if p.device_type else False
     peaks = peaks_for(p, section.peaks)
-    if not busy and (section.busy or (peaks is not None and peaks.disturbed)):
+    if not even_if_busy and (section.busy or (peaks is not None and peaks.disturbed)):
         return BUSY
     result = assess(p, peaks, tf32, step_us, conv_tf32)
     if result in (NO_SHAPES, NO_PEAKS) and t is not None and section.peaks is None:
