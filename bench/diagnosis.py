@@ -2,8 +2,8 @@
 
 For every built-in baseline and its fixed twin, the hand-made models with one
 planted problem each (tests/models/planted.py: a per-sample loop, dropout, a buffer
-mapped afresh each step) and their fixes, and transformers' T5 with Adam one parameter
-at a time against fused:
+mapped afresh each step) and their fixes, transformers' T5 with Adam one parameter at a
+time against fused, and transformers' BERT on eager attention against SDPA:
 the share of the step that the baseline's main problems whose advice the twin applies
 (PAIRS) and which the twin's run no longer has were predicted to save
 (reporter.analyze.savings, with its low-high band: the baseline profiled by reporter as
@@ -93,7 +93,10 @@ HF = PLANTED.parent / "hf.py"
 try:
     import transformers  # noqa: F401
     PAIRS += [(f"{HF}:t5_train", f"{HF}:t5_train_fused", "t5 (Adam)",
-               {"single-tensor-optimizer"})]
+               {"single-tensor-optimizer"}),
+              # transformers' eager attention, switched to SDPA on the model itself
+              (f"{HF}:bert_eager_inference", f"{HF}:bert_sdpa_inference", "bert (eager)",
+               {"unfused-attention"})]
 except ImportError:  # reporter without its test extra: the built-in pairs only
     print("bench/diagnosis.py: transformers is not installed: the T5 pair is left out",
           file=sys.stderr)

@@ -77,8 +77,8 @@ def test_dropout_off_puts_everything_back_even_when_the_step_raises():
 
 
 def test_steps_in_turn_times_each_variant_and_alternates_them():
-    """One step of each a round, the fixed one under its context, reversed every other
-    round, at least seven rounds."""
+    """One step of each a round, the fixed one under its context, each after an untimed
+    step of its own, reversed every other round, at least seven rounds."""
     from reporter.collect import device as devices
 
     order: list[str] = []
@@ -101,8 +101,9 @@ def test_steps_in_turn_times_each_variant_and_alternates_them():
     as_is, fixed = steps_in_turn(step, Fix, devices.get("cpu"), budget_s=0.0)
     assert fixed < as_is
     timed = order[4:]  # after two warm-up steps of each
-    assert len(timed) >= 14 and timed.count("fixed") == timed.count("as is")
-    assert timed[:4] == ["as is", "fixed", "fixed", "as is"]
+    assert len(timed) >= 28 and timed.count("fixed") == timed.count("as is")
+    # each timed step after an untimed one of its own variant
+    assert timed[:8] == ["as is"] * 2 + ["fixed"] * 4 + ["as is"] * 2
 
 
 def _mlp(p: float, modes=("train",)) -> Target:

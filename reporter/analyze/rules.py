@@ -402,8 +402,17 @@ _FUSED_ATTENTION = ("scaled_dot_product", "flash_attention", "efficient_attentio
                     "cudnn_attention", "fmha", "flash_fwd", "flash_bwd")
 
 
-@rule("unfused-attention", saving=_fused_attention_saving, whatif=WhatIf("attention"),
-      frees=True, share=0.10)
+def _attention_timed(f: Finding, timed: dict[str, Any]) -> None:
+    """What the saving was timed with where the model's own attention was switched to
+    SDPA (whatif.attention_step): a transformers model's attn_implementation, an
+    nn.MultiheadAttention's need_weights. The advice names the switch."""
+    switched = (timed.get("switched") or []) if timed.get("fix") == "attention-sdpa" else []
+    f.evidence["sdpa_transformers"] = "transformers" in switched
+    f.evidence["sdpa_need_weights"] = "need_weights" in switched
+
+
+@rule("unfused-attention", saving=_fused_attention_saving,
+      whatif=WhatIf("attention", notes=_attention_timed), frees=True, share=0.10)
 def unfused_attention(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Attention as separate bmm/matmul and softmax kernels instead of one fused kernel."""
     names = {o.name for o in profile.ops}

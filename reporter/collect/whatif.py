@@ -9,7 +9,10 @@ says "measured here: X -> Y"; reporter.analyze.savings takes it over its estimat
 a replacement that is not faster here is not given as a main problem.
 
 Measured now: unfused attention (bmm/matmul + softmax + bmm/matmul) against
-``scaled_dot_product_attention``, forward (and backward for a training step);
+``scaled_dot_product_attention``, forward (and backward for a training step), or, where
+the model's own attention can be switched to it where it stands (a transformers model
+on its eager attention, nn.MultiheadAttention asked for its weights: see
+``attention_step``), by the model's own step with and without that switch;
 a per-parameter optimizer step against the same optimizer with ``foreach=True`` and
 ``fused=True`` (where it has one), on copies of the model's parameters and gradients;
 fp32 matrix products (mm, addmm, bmm, baddbmm) against the same products in bf16
@@ -30,6 +33,7 @@ import contextlib
 import inspect
 import math
 import statistics
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -217,12 +221,15 @@ def _medians_s(fns: Sequence[Callable[[], Any]], dev: Any, budget_s: float = BUD
 
 
 def _in_turn(fns: Sequence[Callable[[], Any]], dev: Any, budget_s: float, least: int,
-             most: int, within: Sequence[Callable[[], Any]] | None = None) -> list[float]:
+             most: int, within: Sequence[Callable[[], Any]] | None = None,
+             lead: int = 0) -> list[float]:
     """The median seconds of one call of each of ``fns``, timed from the host and
     synchronised, one call of each per round, the order reversed every other round: at
     least ``least`` rounds, and more while the calls add up to under ``budget_s`` (at
     most ``most``). ``within``, where given, holds for each call a context manager that
-    is entered before it is timed and left after (a fix applied to the model's step)."""
+    is entered before it is timed and left after (a fix applied to the model's step).
+    ``lead``: calls of the same function run untimed just before the timed one, inside
+    the same context (their time counts against the budget)."""
     times: list[list[float]] = [[] for _ in fns]
     spent = 0.0
     rounds = 0
@@ -231,11 +238,15 @@ def _in_turn(fns: Sequence[Callable[[], Any]], dev: Any, budget_s: float, least:
         for i in order:
             with within[i]() if within is not None else contextlib.nullcontext():
                 start = time.perf_counter()
+                for _ in range(lead):
+                    fns[i]()
+                dev.synchronize()
+                led = time.perf_counter()
                 fns[i]()
                 dev.synchronize()
-                elapsed = time.perf_counter() - start
-            times[i].append(elapsed)
-            spent += elapsed
+                end = time.perf_counter()
+            times[i].append(end - led)
+            spent += end - start
         rounds += 1
     return [statistics.median(t) for t in times]
 
@@ -831,6 +842,13 @@ def _products_drive(profile: Profile) -> bool:
 # The model's own step with a fix applied, timed in turn with the step as it is: one step
 # of each a round, the order reversed every other round, at least STEP_ROUNDS rounds and
 # more while both variants' steps add up to under STEP_BUDGET_S (at most STEP_ROUNDS_MAX).
+# Each timed step follows STEP_LEAD untimed steps of the same variant, so that each is
+# timed as a training loop runs it, after a step of its own: a step right after the other
+# variant's gets the heap that one left (BERT on eager attention, sequences of 512, in
+# inference, on the 2-core machine, 2026-11-29: 3,586 page faults a step right after its
+# SDPA twin's step, none after its own; the switch to SDPA saved 16.5-20.8% of the step
+# timed so, 10.7-16.9% after a step of its own).
+STEP_LEAD = 1
 STEP_ROUNDS = 7
 STEP_BUDGET_S = 1.0
 STEP_ROUNDS_MAX = 100
@@ -839,18 +857,19 @@ STEP_ROUNDS_MAX = 100
 def steps_in_turn(step: Callable[[], Any], fix: Callable[[], Any], dev: Any,
                   budget_s: float = STEP_BUDGET_S) -> tuple[float, float]:
     """The median seconds of the model's step as it is and with ``fix`` (a context
-    manager that applies it), each step timed from the host and synchronised, the two in
-    turn so that the machine's speed, which moves from one second to the next on a shared
-    host, is the same for both (dropout_heavy on the 2-core machine, 2026-11-29: the
-    masks alone, timed beside the step, read 20-57% of it from one round to the next,
-    while the step with and without them, in turn, saved 31-44%)."""
+    manager that applies it), each step timed from the host and synchronised after one
+    of its own (``STEP_LEAD``), the two in turn so that the machine's speed, which moves
+    from one second to the next on a shared host, is the same for both (dropout_heavy on
+    the 2-core machine, 2026-11-29: the masks alone, timed beside the step, read 20-57%
+    of it from one round to the next, while the step with and without them, in turn,
+    saved 31-44%)."""
     for _ in range(2):  # the warm-up of each: the allocator's blocks for either
         step()
         with fix():
             step()
     dev.synchronize()
     as_is, fixed = _in_turn([step, step], dev, budget_s, STEP_ROUNDS, STEP_ROUNDS_MAX,
-                            within=[contextlib.nullcontext, fix])
+                            within=[contextlib.nullcontext, fix], lead=STEP_LEAD)
     return as_is, fixed
 
 
@@ -999,6 +1018,148 @@ def dropout_step(section: Any, device: str, step: Any, steps: int) -> dict[str, 
     return {**fixed_step(device, step, dropout_off, "dropout-off"), "calls": calls}
 
 
+# What attention_sdpa switches, by the name the report gives it: a transformers model
+# running its eager attention (switched to attn_implementation="sdpa"), and
+# nn.MultiheadAttention asked for its weights (need_weights=True, its default: the
+# weights are computed piece by piece; with need_weights=False it calls SDPA).
+SWITCHES = ("transformers", "need_weights")
+
+
+def _hf_roots(model: Any) -> list[Any]:
+    """The transformers models in ``model`` that are in no other (itself, or the
+    outermost under a wrapper of the user's), where transformers is loaded."""
+    tf = sys.modules.get("transformers")
+    base = getattr(tf, "PreTrainedModel", None) if tf is not None else None
+    if base is None:
+        return []
+    roots: list[Any] = []
+    inside: set[int] = set()
+    for m in model.modules():
+        if isinstance(m, base) and id(m) not in inside:
+            roots.append(m)
+            inside.update(id(x) for x in m.modules())
+    return roots
+
+
+def _hf_configs(config: Any) -> list[Any]:
+    """A transformers config and its sub-configs, at any depth."""
+    out: list[Any] = []
+    todo = [config]
+    while todo:
+        c = todo.pop()
+        if c is None or any(c is o for o in out):
+            continue
+        out.append(c)
+        todo.extend(getattr(c, k, None) for k in getattr(c, "sub_configs", None) or ())
+    return out
+
+
+def _hf_eager(root: Any) -> bool:
+    """Whether a transformers model runs its eager attention and can be switched to SDPA
+    in place (transformers 4.56 and later: ``set_attn_implementation``)."""
+    try:
+        return (getattr(root.config, "_attn_implementation", None) == "eager"
+                and bool(getattr(root, "_supports_sdpa", False))
+                and callable(getattr(root, "set_attn_implementation", None))
+                and bool(root._can_set_attn_implementation()))
+    except Exception:  # noqa: BLE001 (a model class of the user's that breaks the check)
+        return False
+
+
+@contextlib.contextmanager
+def _sdpa_switched(roots: Sequence[Any], mhas: Sequence[Any]) -> Iterator[None]:
+    """The transformers models ``roots`` on attn_implementation="sdpa" and each
+    nn.MultiheadAttention of ``mhas`` called with need_weights=False inside the block;
+    every config's implementation and every module's forward put back after."""
+    configs = [(c, getattr(c, "_attn_implementation_internal", None))
+               for r in roots for m in r.modules() if hasattr(m, "config")
+               for c in _hf_configs(m.config)]
+    patched: list[tuple[Any, Any]] = []
+
+    def without_weights(forward: Any) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if len(args) > 4:  # query, key, value, key_padding_mask, need_weights, ...
+                args = (*args[:4], False, *args[5:])
+            else:
+                kwargs["need_weights"] = False
+            return forward(*args, **kwargs)
+        return call
+    try:
+        for r in roots:
+            r.set_attn_implementation("sdpa")
+        for m in mhas:
+            patched.append((m, m.__dict__.get("forward")))
+            m.forward = without_weights(m.forward)
+        yield
+    finally:
+        for m, own in reversed(patched):
+            if own is None:
+                del m.forward
+            else:
+                m.forward = own
+        for c, value in configs:
+            c._attn_implementation_internal = value
+
+
+def attention_switch(model: Any) -> tuple[list[str], Callable[[], Any]] | None:
+    """What in ``model`` can be switched to SDPA where it stands (``SWITCHES``: its
+    transformers models on eager attention, its nn.MultiheadAttention modules) and the
+    fix that switches it (a context manager factory), or None: nothing to switch."""
+    from torch import nn
+
+    roots = [r for r in _hf_roots(model) if _hf_eager(r)]
+    mhas = [m for m in model.modules() if isinstance(m, nn.MultiheadAttention)]
+    names = [n for n, there in zip(SWITCHES, (roots, mhas)) if there]
+    if not names:
+        return None
+    return names, lambda: _sdpa_switched(roots, mhas)
+
+
+@contextlib.contextmanager
+def _sdpa_counted(counted: list[int]) -> Iterator[None]:
+    """Each call of torch.nn.functional.scaled_dot_product_attention inside the block
+    counted in ``counted``'s one element (transformers' SDPA attention and
+    nn.MultiheadAttention call it there)."""
+    import torch.nn.functional as F
+
+    orig = F.scaled_dot_product_attention
+
+    def sdpa(*args: Any, **kwargs: Any) -> Any:
+        counted[0] += 1
+        return orig(*args, **kwargs)
+    F.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = orig
+
+
+def attention_step(device: str, step: Any) -> dict[str, Any] | None:
+    """The model's step with its attention switched to SDPA where it stands
+    (``attention_switch``) and as it is, in turn (``fixed_step``), with what was switched
+    ("switched") and the SDPA calls the switch added to a step ("calls"). None where
+    nothing can be switched, or where the switch adds no SDPA call (the attention that
+    fired is elsewhere: the recorded shapes stand in, ``attention``)."""
+    if not _patchable(step):
+        return None
+    found = attention_switch(step.target.model)
+    if found is None:
+        return None
+    names, fix = found
+
+    def counted_with(on: bool) -> int:
+        counted = [0]
+        with _in_mode(step), (fix() if on else contextlib.nullcontext()), \
+                _sdpa_counted(counted):
+            step()
+        return counted[0]
+    added = counted_with(True) - counted_with(False)
+    if added <= 0:
+        return None
+    return {**fixed_step(device, step, fix, "attention-sdpa"), "switched": names,
+            "calls": added}
+
+
 class Recorded:
     """The calls of the section's trace (reporter.ingest.traces.host_calls), read once and
     only when a recipe asks for them; an empty list without the trace."""
@@ -1023,6 +1184,11 @@ Recipe = Callable[..., "dict[str, Any] | None"]
 def _attention(section: Any, device: str, optimizer: Any, steps: int,
                recorded: Recorded | None = None, step: Any = None
                ) -> dict[str, Any] | None:
+    # the model's own attention switched to SDPA, where it can be (a transformers model,
+    # nn.MultiheadAttention), else its chain at the recorded shapes
+    timed = attention_step(device, step) if step is not None else None
+    if timed is not None:
+        return timed
     return attention(section.profile, device, section.label == "train", steps, section,
                      recorded.calls if recorded is not None else None)
 

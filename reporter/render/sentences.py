@@ -158,6 +158,13 @@ FINDINGS: dict[str, dict[str, Choice]] = {
         "also": when("also", f("faster_dtype"))},
     "per-sample-loop": {**LOOP, "faults_added": when("less_faults_added", f("faults_added"))},
     "recompilation": {"steps": OVER_STEPS, "ids": when("compile_ids", f("compile_ids"))},
+    # the model's own attention switched to SDPA for the timing (whatif.attention_step)
+    "unfused-attention": {"advice": first(("sdpa_in_transformers", f("sdpa_transformers")),
+                                          ("mha_without_weights", f("sdpa_need_weights")),
+                                          ("call_sdpa", _always)),
+                          "mha_too": when("and_mha_without_weights",
+                                          lambda v: v["f"].get("sdpa_transformers")
+                                          and v["f"].get("sdpa_need_weights"))},
     "single-tensor-optimizer": {"steps": OVER_STEPS,
                                 "foreach": first(("foreach_no_faster", f("foreach_slower")),
                                                  ("or_foreach", f("fused")))},

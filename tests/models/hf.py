@@ -18,20 +18,35 @@ def _large(preset: str) -> bool:
     return preset == "large"
 
 
-def bert_inference(device: str = "cpu", preset: str = "default") -> Target:
-    """A small BERT encoder in inference: matrix products do the work, as they should."""
+def bert_inference(device: str = "cpu", preset: str = "default",
+                   attention: str = "sdpa", seq: int = 128) -> Target:
+    """A small BERT encoder in inference: matrix products do the work, as they should.
+    ``attention``: transformers' attn_implementation; ``seq``: tokens per sequence on the
+    CPU."""
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
     big = _large(preset)
     config = BertConfig(vocab_size=1000, hidden_size=1024 if big else 256,
                         num_hidden_layers=8 if big else 2, num_attention_heads=16 if big else 4,
-                        intermediate_size=4096 if big else 1024)
+                        intermediate_size=4096 if big else 1024,
+                        attn_implementation=attention)
     model = BertModel(config).to(device).eval()
-    batch, seq = (32, 512) if big else (8, 128)
+    batch, seq = (32, 512) if big else (8 * 128 // seq or 1, seq)
     return Target(model=model, batches=_ids(1000, batch, seq), batch_size=batch,
                   forward=lambda m, batch: m(input_ids=batch[0]).last_hidden_state,
                   modes=("inference",))
+
+
+def bert_eager_inference(device: str = "cpu", preset: str = "default") -> Target:
+    """BERT on transformers' eager attention (products, softmax and mask apart) over
+    sequences of 512 tokens, where the attention's share is large."""
+    return bert_inference(device, preset, attention="eager", seq=512)
+
+
+def bert_sdpa_inference(device: str = "cpu", preset: str = "default") -> Target:
+    """The same BERT on SDPA: its fix."""
+    return bert_inference(device, preset, attention="sdpa", seq=512)
 
 
 def llama_train(device: str = "cpu", preset: str = "default", autocast: str | None = None
