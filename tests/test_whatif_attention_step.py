@@ -101,6 +101,29 @@ def test_the_step_is_timed_only_where_the_switch_adds_sdpa_calls():
     assert w.attention_step("cpu", _stepper(_Attends(weights=False))) is None
 
 
+class _UsesWeights(nn.Module):
+    """A model that reads the attention weights it asks for: without them its step
+    breaks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mha = nn.MultiheadAttention(16, 2)
+
+    def forward(self, x):
+        out, weights = self.mha(x, x, x)
+        return out + weights.mean()
+
+
+def test_a_switch_that_breaks_the_step_leaves_the_recorded_chain_to_stand_in():
+    """need_weights=False gives no weights to a model that reads them: the switch is not
+    the model's fix, and the attention is left to its recorded shapes (None here), not
+    failed; the module is put back."""
+    model = _UsesWeights()
+    assert w.attention_step("cpu", _stepper(model)) is None
+    assert "forward" not in model.mha.__dict__
+    model(torch.randn(8, 4, 16))  # as it was
+
+
 @pytest.fixture(scope="module")
 def eager_run(tmp_path_factory):
     """A small BERT on eager attention over 256 tokens, where its attention is most of the
@@ -139,7 +162,7 @@ def test_the_runner_times_a_transformers_models_switch_and_the_advice_names_it(
     assert f.evidence["sdpa_transformers"] and not f.evidence["sdpa_need_weights"]
     words = {"en": "this is a transformers model on its eager attention",
              "ru": "это модель transformers с eager-реализацией attention",
-             "zh": "这是一个使用 eager attention 实现的 transformers 模型"}
+             "zh": "这是一个 transformers 模型，Attention 用的是 eager 实现"}
     for lang, text in words.items():
         said = render_markdown(report_view(eager_run, lang))
         assert text in said and 'set_attn_implementation("sdpa")' in said, lang

@@ -1138,8 +1138,9 @@ def attention_step(device: str, step: Any) -> dict[str, Any] | None:
     """The model's step with its attention switched to SDPA where it stands
     (``attention_switch``) and as it is, in turn (``fixed_step``), with what was switched
     ("switched") and the SDPA calls the switch added to a step ("calls"). None where
-    nothing can be switched, or where the switch adds no SDPA call (the attention that
-    fired is elsewhere: the recorded shapes stand in, ``attention``)."""
+    nothing can be switched, where the step raises once switched (a model that reads
+    the weights it asked for), or where the switch adds no SDPA call (the attention
+    that fired is elsewhere): the recorded shapes stand in (``attention``)."""
     if not _patchable(step):
         return None
     found = attention_switch(step.target.model)
@@ -1153,7 +1154,11 @@ def attention_step(device: str, step: Any) -> dict[str, Any] | None:
                 _sdpa_counted(counted):
             step()
         return counted[0]
-    added = counted_with(True) - counted_with(False)
+    try:
+        switched = counted_with(True)
+    except Exception:  # noqa: BLE001 (the model reads the weights, say: not its fix)
+        return None
+    added = switched - counted_with(False)
     if added <= 0:
         return None
     return {**fixed_step(device, step, fix, "attention-sdpa"), "switched": names,
