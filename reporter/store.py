@@ -463,7 +463,8 @@ def _check_efficiency(section: Any, where: str) -> None:
     for rule, timed in section.whatif.items():
         validate.check_fields(timed, {"before_ms": float, "after_ms": float,
                                       "saved_ms": list[float], "saved_share": list[float],
-                                      "whole_step": bool, "fix": str},
+                                      "whole_step": bool, "fix": str,
+                                      "faults": list[float]},
                               f"{where}.whatif.{rule}")
         if not {"before_ms", "after_ms"} <= set(timed):
             raise ValueError(f"{where}.whatif.{rule}: no before_ms and after_ms")

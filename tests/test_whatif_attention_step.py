@@ -158,6 +158,14 @@ def test_the_runner_times_a_transformers_models_switch_and_the_advice_names_it(
     assert timed is not None, (section.whatif, section.whatif_note)
     assert timed["fix"] == "attention-sdpa" and timed["switched"] == ["transformers"]
     assert timed["whole_step"] and len(timed["saved_share"]) == 2  # timed twice
+    # the page faults each variant's timed steps took, kept through the store
+    assert len(timed["faults"]) == 2 and all(x >= 0 for x in timed["faults"])
+    from reporter.store import load, run_to_json
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "run.json").write_text(run_to_json(eager_run))
+    assert load(folder).sections[0].whatif["unfused-attention"]["faults"] == timed["faults"]
     f = next(f for f in analyze_section(section, 2).findings if f.rule == "unfused-attention")
     assert f.evidence["sdpa_transformers"] and not f.evidence["sdpa_need_weights"]
     words = {"en": "this is a transformers model on its eager attention",

@@ -283,6 +283,38 @@ def test_a_whole_step_timing_is_a_share_of_the_step_timed_without_the_profiler()
 
 
 
+def test_faults_the_whole_step_timing_lacked_are_set_against_the_step_before_the_profiler():
+    """The step took 1,000 page faults a step before the profiler ran (2 us each: 2 ms of
+    its 10 ms), and none in its timing after it (the process kept its memory): the share
+    saved is of the step without them (8 ms), and the fix takes the finding's part of
+    them with it (dropout allocates a quarter of the step's bytes: 0.5 ms). Where the
+    timing took them too, or on a GPU, the share of the whole step, as before."""
+    from reporter.model.profile import Op, Profile
+
+    def profile() -> Profile:
+        p = Profile(ops=[Op("aten::dropout", self_cpu_us=3000.0, cpu_total_us=3000.0,
+                            calls=2, self_cpu_mem_b=1000),
+                         Op("aten::addmm", self_cpu_us=5000.0, cpu_total_us=5000.0,
+                            calls=2, self_cpu_mem_b=3000)],
+                    self_cpu_us=10_000.0, steps=1)
+        p.host_faults = {"faults": 1000.0, "fault_us": 2.0, "step_us": 10_000.0}
+        return p
+    f = _finding()
+    hidden = {"before_ms": 3.0, "after_ms": 2.0, "whole_step": True,
+              "saved_share": [1 / 3], "faults": [0.0, 0.0]}
+    s = estimate(f, profile(), None, [f], hidden, real_step_us=10_000.0)
+    assert s.saving_us == pytest.approx(8_000 / 3 + 500)
+    assert s.measured["faults_ms"] == pytest.approx(0.5)
+    assert kept_us(f, None, s) == pytest.approx(8_000 * 2 / 3 + 1_500)
+    for counted in ([1000.0, 0.0], [1500.0, 10.0]):  # the timing took them: nothing hidden
+        s = estimate(f, profile(), None, [f], dict(hidden, faults=counted),
+                     real_step_us=10_000.0)
+        assert s.saving_us == pytest.approx(10_000 / 3) and "faults_ms" not in s.measured
+    half = estimate(f, profile(), None, [f], dict(hidden, faults=[500.0, 0.0]),
+                    real_step_us=10_000.0)
+    assert half.saving_us == pytest.approx(9_000 / 3 + 250)
+
+
 def test_a_targets_own_fixes_are_checked():
     """Target.fixes maps finding ids to functions; anything else is one line (bad-target)."""
     import contextlib

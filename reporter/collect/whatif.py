@@ -222,14 +222,15 @@ def _medians_s(fns: Sequence[Callable[[], Any]], dev: Any, budget_s: float = BUD
 
 def _in_turn(fns: Sequence[Callable[[], Any]], dev: Any, budget_s: float, least: int,
              most: int, within: Sequence[Callable[[], Any]] | None = None,
-             lead: int = 0) -> list[float]:
+             lead: int = 0, faults: list[list[int]] | None = None) -> list[float]:
     """The median seconds of one call of each of ``fns``, timed from the host and
     synchronised, one call of each per round, the order reversed every other round: at
     least ``least`` rounds, and more while the calls add up to under ``budget_s`` (at
     most ``most``). ``within``, where given, holds for each call a context manager that
     is entered before it is timed and left after (a fix applied to the model's step).
     ``lead``: calls of the same function run untimed just before the timed one, inside
-    the same context (their time counts against the budget)."""
+    the same context (their time counts against the budget). ``faults``, where given:
+    one list per function, to which the page faults (minor) of each timed call go."""
     times: list[list[float]] = [[] for _ in fns]
     spent = 0.0
     rounds = 0
@@ -241,14 +242,26 @@ def _in_turn(fns: Sequence[Callable[[], Any]], dev: Any, budget_s: float, least:
                 for _ in range(lead):
                     fns[i]()
                 dev.synchronize()
+                before = _minor_faults() if faults is not None else 0
                 led = time.perf_counter()
                 fns[i]()
                 dev.synchronize()
                 end = time.perf_counter()
+                if faults is not None:
+                    faults[i].append(_minor_faults() - before)
             times[i].append(end - led)
             spent += end - start
         rounds += 1
     return [statistics.median(t) for t in times]
+
+
+def _minor_faults() -> int:
+    """The process's minor page faults so far (0 where the platform does not count them)."""
+    try:
+        import resource
+    except ImportError:  # not on a POSIX system
+        return 0
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
 
 
 class Skipped(Exception):
@@ -855,21 +868,23 @@ STEP_ROUNDS_MAX = 100
 
 
 def steps_in_turn(step: Callable[[], Any], fix: Callable[[], Any], dev: Any,
-                  budget_s: float = STEP_BUDGET_S) -> tuple[float, float]:
+                  budget_s: float = STEP_BUDGET_S,
+                  faults: list[list[int]] | None = None) -> tuple[float, float]:
     """The median seconds of the model's step as it is and with ``fix`` (a context
     manager that applies it), each step timed from the host and synchronised after one
     of its own (``STEP_LEAD``), the two in turn so that the machine's speed, which moves
     from one second to the next on a shared host, is the same for both (dropout_heavy on
     the 2-core machine, 2026-11-29: the masks alone, timed beside the step, read 20-57%
     of it from one round to the next, while the step with and without them, in turn,
-    saved 31-44%)."""
+    saved 31-44%). ``faults``: two lists, to which each timed step's page faults go."""
     for _ in range(2):  # the warm-up of each: the allocator's blocks for either
         step()
         with fix():
             step()
     dev.synchronize()
     as_is, fixed = _in_turn([step, step], dev, budget_s, STEP_ROUNDS, STEP_ROUNDS_MAX,
-                            within=[contextlib.nullcontext, fix], lead=STEP_LEAD)
+                            within=[contextlib.nullcontext, fix], lead=STEP_LEAD,
+                            faults=faults)
     return as_is, fixed
 
 
@@ -973,14 +988,19 @@ def fixed_step(device: str, step: Any, fix: Callable[[], Any], name: str
     """The model's step with ``fix`` applied (a context manager factory) and as it is, in
     turn (``steps_in_turn``), in the section's mode (another section may have left the
     model in its own; the modules' modes are put back after): {"before_ms", "after_ms"}
-    per step, "saved_share" (1 - their ratio), "whole_step" and "fix" (``name``: what was
-    applied)."""
+    per step, "saved_share" (1 - their ratio), "whole_step", "fix" (``name``: what was
+    applied) and, where they were counted, the page faults a timed step took as it is
+    and fixed ("faults": the medians, per step), which reporter.analyze.savings sets
+    against the faults the step took before the profiler ran."""
     from . import device as devices
 
+    faults: list[list[int]] = [[], []]
     with _in_mode(step):
-        on, off = steps_in_turn(step, fix, devices.get(device))
+        on, off = steps_in_turn(step, fix, devices.get(device), faults=faults)
     return {"before_ms": on * 1e3, "after_ms": off * 1e3, "saved_share": [1 - off / on],
-            "whole_step": True, "fix": name}
+            "whole_step": True, "fix": name,
+            **({"faults": [float(statistics.median(f)) for f in faults]}
+               if all(faults) else {})}
 
 
 def _calls_with(step: Any, fix: Callable[[list[int]], Any]) -> int:

@@ -286,6 +286,8 @@ REPORT: dict[str, Choice] = {
                       ("measured_past_the_step", of("worth.recorded")),
                       ("measured_with_faults", of("worth.faults")),
                       ("measured_before_after", of("worth.before"))),
+    # a whole step's timing that lacked the page faults the step took before the profiler
+    "step_faults": when("faults_the_timing_missed", of("worth.faults")),
     "worth": either("saving_per_step", "not_quantifiable", of("worth.saving")),
     "band": when("between_low_and_high", of("worth.band")),
     "accounts": when("accounts_for", of("worth.accounts")),
