@@ -1038,7 +1038,7 @@ def dropout_step(section: Any, device: str, step: Any, steps: int) -> dict[str, 
     return {**fixed_step(device, step, dropout_off, "dropout-off"), "calls": calls}
 
 
-# What attention_sdpa switches, by the name the report gives it: a transformers model
+# What attention_switch switches, by the name the report gives it: a transformers model
 # running its eager attention (switched to attn_implementation="sdpa"), and
 # nn.MultiheadAttention asked for its weights (need_weights=True, its default: the
 # weights are computed piece by piece; with need_weights=False it calls SDPA).
