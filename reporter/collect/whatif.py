@@ -1168,17 +1168,15 @@ def attention_step(device: str, step: Any) -> dict[str, Any] | None:
         return None
     names, fix = found
 
-    def counted_with(on: bool) -> int:
-        counted = [0]
-        with _in_mode(step), (fix() if on else contextlib.nullcontext()), \
-                _sdpa_counted(counted):
-            step()
-        return counted[0]
+    @contextlib.contextmanager
+    def switched_and_counted(counted: list[int]) -> Iterator[None]:
+        with fix(), _sdpa_counted(counted):
+            yield
     try:
-        switched = counted_with(True)
+        switched = _calls_with(step, switched_and_counted)
     except Exception:  # noqa: BLE001 (the model reads the weights, say: not its fix)
         return None
-    added = switched - counted_with(False)
+    added = switched - _calls_with(step, _sdpa_counted)
     if added <= 0:
         return None
     return {**fixed_step(device, step, fix, "attention-sdpa"), "switched": names,
