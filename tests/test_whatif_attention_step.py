@@ -101,6 +101,33 @@ def test_the_step_is_timed_only_where_the_switch_adds_sdpa_calls():
     assert w.attention_step("cpu", _stepper(_Attends(weights=False))) is None
 
 
+class _BertThenAttends(nn.Module):
+    """A transformers model on eager attention, and after it an nn.MultiheadAttention that
+    is called without its weights already."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bert = _bert()
+        self.mha = nn.MultiheadAttention(32, 2)
+
+    def forward(self, ids):
+        x = self.bert(ids).last_hidden_state.transpose(0, 1)
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+def test_the_switch_names_only_what_it_changed():
+    """Both can be switched (attention_switch lists both), but only the transformers model
+    changed: the advice must not tell the user to pass need_weights=False, which the
+    model passes already."""
+    model = _BertThenAttends()
+    assert (w.attention_switch(model) or ([],))[0] == ["transformers", "need_weights"]
+    target = Target(model=model, batches=[(torch.randint(0, 100, (2, 16)),)], batch_size=2,
+                    modes=("inference",))
+    timed = w.attention_step("cpu", _Stepper(target, "inference", "cpu"))
+    assert timed is not None and timed["switched"] == ["transformers"]
+    assert timed["calls"] == 1  # BERT's one layer; the module called SDPA before too
+
+
 class _UsesWeights(nn.Module):
     """A model that reads the attention weights it asks for: without them its step
     breaks."""

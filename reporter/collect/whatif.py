@@ -1087,10 +1087,14 @@ def _hf_eager(root: Any) -> bool:
 
 
 @contextlib.contextmanager
-def _sdpa_switched(roots: Sequence[Any], mhas: Sequence[Any]) -> Iterator[None]:
+def _sdpa_switched(roots: Sequence[Any], mhas: Sequence[Any],
+                   changed: set[str] | None = None) -> Iterator[None]:
     """The transformers models ``roots`` on attn_implementation="sdpa" and each
     nn.MultiheadAttention of ``mhas`` called with need_weights=False inside the block;
-    every config's implementation and every module's forward put back after."""
+    every config's implementation and every module's forward put back after. ``changed``
+    gets the name (``SWITCHES``) of each switch that changed a call: "need_weights" only
+    where a module was called asking for its weights (one called with need_weights=False
+    already is not a change the advice may name)."""
     configs = [(c, getattr(c, "_attn_implementation_internal", None))
                for r in roots for m in r.modules() if hasattr(m, "config")
                for c in _hf_configs(m.config)]
@@ -1099,14 +1103,20 @@ def _sdpa_switched(roots: Sequence[Any], mhas: Sequence[Any]) -> Iterator[None]:
     def without_weights(forward: Any) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
             if len(args) > 4:  # query, key, value, key_padding_mask, need_weights, ...
+                asked = args[4]
                 args = (*args[:4], False, *args[5:])
             else:
+                asked = kwargs.get("need_weights", True)
                 kwargs["need_weights"] = False
+            if asked and changed is not None:
+                changed.add(SWITCHES[1])
             return forward(*args, **kwargs)
         return call
     try:
         for r in roots:
             r.set_attn_implementation("sdpa")
+        if roots and changed is not None:  # eager, each of them (attention_switch)
+            changed.add(SWITCHES[0])
         for m in mhas:
             patched.append((m, m.__dict__.get("forward")))
             m.forward = without_weights(m.forward)
@@ -1121,10 +1131,12 @@ def _sdpa_switched(roots: Sequence[Any], mhas: Sequence[Any]) -> Iterator[None]:
             c._attn_implementation_internal = value
 
 
-def attention_switch(model: Any) -> tuple[list[str], Callable[[], Any]] | None:
+def attention_switch(model: Any) -> tuple[list[str], Callable[..., Any]] | None:
     """What in ``model`` can be switched to SDPA where it stands (``SWITCHES``: its
     transformers models on eager attention, its nn.MultiheadAttention modules) and the
-    fix that switches it (a context manager factory), or None: nothing to switch."""
+    fix that switches it (a context manager factory; given a set, ``_sdpa_switched``
+    adds to it what the switch changed in the calls made inside), or None: nothing to
+    switch."""
     from torch import nn
 
     roots = [r for r in _hf_roots(model) if _hf_eager(r)]
@@ -1132,7 +1144,7 @@ def attention_switch(model: Any) -> tuple[list[str], Callable[[], Any]] | None:
     names = [n for n, there in zip(SWITCHES, (roots, mhas)) if there]
     if not names:
         return None
-    return names, lambda: _sdpa_switched(roots, mhas)
+    return names, lambda changed=None: _sdpa_switched(roots, mhas, changed)
 
 
 @contextlib.contextmanager
@@ -1156,21 +1168,23 @@ def _sdpa_counted(counted: list[int]) -> Iterator[None]:
 
 def attention_step(device: str, step: Any) -> dict[str, Any] | None:
     """The model's step with its attention switched to SDPA where it stands
-    (``attention_switch``) and as it is, in turn (``fixed_step``), with what was switched
-    ("switched") and the SDPA calls the switch added to a step ("calls"). None where
-    nothing can be switched, where the step raises once switched (a model that reads
-    the weights it asked for), or where the switch adds no SDPA call (the attention
-    that fired is elsewhere): the recorded shapes stand in (``attention``)."""
+    (``attention_switch``) and as it is, in turn (``fixed_step``), with what the switch
+    changed in the step's calls ("switched") and the SDPA calls the switch added to a
+    step ("calls"). None where nothing can be switched, where the step raises once
+    switched (a model that reads the weights it asked for), or where the switch adds no
+    SDPA call (the attention that fired is elsewhere): the recorded shapes stand in
+    (``attention``)."""
     if not _patchable(step):
         return None
     found = attention_switch(step.target.model)
     if found is None:
         return None
-    names, fix = found
+    fix = found[1]
+    changed: set[str] = set()
 
     @contextlib.contextmanager
     def switched_and_counted(counted: list[int]) -> Iterator[None]:
-        with fix(), _sdpa_counted(counted):
+        with fix(changed), _sdpa_counted(counted):
             yield
     try:
         switched = _calls_with(step, switched_and_counted)
@@ -1179,8 +1193,10 @@ def attention_step(device: str, step: Any) -> dict[str, Any] | None:
     added = switched - _calls_with(step, _sdpa_counted)
     if added <= 0:
         return None
-    return {**fixed_step(device, step, fix, "attention-sdpa"), "switched": names,
-            "calls": added}
+    # what the switch changed in the step's calls, not all it could switch: a module
+    # already called without its weights beside a switched model is not named
+    return {**fixed_step(device, step, fix, "attention-sdpa"),
+            "switched": [n for n in SWITCHES if n in changed], "calls": added}
 
 
 class Recorded:
