@@ -285,9 +285,27 @@ def run(name: str, opts: RunOptions, scratch: Path):
     r = Run.from_dict(json.loads(child.stdout.strip().splitlines()[-1]))
     out = {}
     for s in r.sections:
-        batch = r.target["batch_size"]
-        out[s.label] = (s, analyze_section(s, batch).main)
+        a = analyze_section(s, r.target["batch_size"])
+        out[s.label] = (s, a.main, a.minor)
     return out
+
+
+def unmet(applied: set[str], found: list, minor: list) -> list[str]:
+    """What became of each rule whose advice the twin applies and which is not among the
+    baseline's main problems: minor (its saving, under the main problems' bar), or not
+    fired at all; so that a row with nothing predicted says why."""
+    main_rules = {f.rule for f, _ in found}
+    minors = {f.rule: sv for f, sv in minor}
+    said = []
+    for rule in sorted(applied - main_rules):
+        sv = minors.get(rule)
+        if sv is None:
+            said.append(f"{rule} did not fire")
+        else:
+            share = sv.share(sv.saving_us) if sv.saving_us is not None else None
+            said.append(f"{rule} minor ({share:.1%})" if share is not None
+                        else f"{rule} minor (not quantified)")
+    return said
 
 
 def disturbed(section) -> bool:
@@ -356,10 +374,10 @@ def main() -> None:
             continue
         at = load()
         base, twin = run(baseline, opts, scratch), run(fix, opts, scratch)
-        for mode, (s, found) in base.items():
+        for mode, (s, found, minor) in base.items():
             if mode not in twin:
                 continue
-            t, twin_found = twin[mode]
+            t, twin_found, _ = twin[mode]
             twin_rules = {f.rule for f, _ in twin_found}
             # near-roofline states the step's shape; its lever (a faster dtype) is not
             # what the twins do where it fires, so the twin does not "fix" it
@@ -387,6 +405,8 @@ def main() -> None:
                 cells.append(f"{measured:.1%} (±{noise:.1%}; "
                              + "/".join(f"{x:.0%}" for x in each) + f") | {text}")
             rules = ", ".join(f.rule for f, _ in fixed) or "—"
+            if unmet(applied, found, minor):
+                rules += f" ({'; '.join(unmet(applied, found, minor))})"
             if went:
                 rules += f" (also gone, not applied: {', '.join(went)})"
             print(f"| {name} | {mode} | {at} | {rules} | {predicted:.1%} ({low:.1%}–{high:.1%}) | "
