@@ -29,8 +29,9 @@ in training, 2026-11-27: 19% with the twin second, 6% with it first, 11% interle
 the process's allocator and caches age. It also lists any main problem of the twin that its
 baseline had too (its fix should have removed it). Goal: each prediction within 30% of
 the measured saving, or inside the measurement's noise; a pair whose twin saves more
-than MISSED of the step beyond the noise while nothing was predicted is a miss. The last
-line counts both ways.
+than MISSED of the step beyond the noise while nothing was predicted is a miss, and the
+row says what became of the finding whose advice the twin applies (minor, with its share,
+or not fired at all; ``unmet``). The last line counts both ways.
 
 A pair whose baseline or twin was profiled while other work disturbed it (a throughput
 without enough undisturbed windows, or disturbed profiled steps: reporter's own busy
