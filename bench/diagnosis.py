@@ -406,8 +406,9 @@ def main() -> None:
                 cells.append(f"{measured:.1%} (±{noise:.1%}; "
                              + "/".join(f"{x:.0%}" for x in each) + f") | {text}")
             rules = ", ".join(f.rule for f, _ in fixed) or "—"
-            if unmet(applied, found, minor):
-                rules += f" ({'; '.join(unmet(applied, found, minor))})"
+            became = unmet(applied, found, minor)
+            if became:
+                rules += f" ({'; '.join(became)})"
             if went:
                 rules += f" (also gone, not applied: {', '.join(went)})"
             print(f"| {name} | {mode} | {at} | {rules} | {predicted:.1%} ({low:.1%}–{high:.1%}) | "
