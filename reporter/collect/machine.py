@@ -114,6 +114,12 @@ def _load1() -> float | None:
         return None
 
 
+def faults() -> tuple[int, int]:
+    """The process's (minor, major) page faults so far (resource.getrusage)."""
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return int(use.ru_minflt), int(use.ru_majflt)
+
+
 def read() -> Counters:
     """One reading of the counters (a millisecond or two)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -159,12 +159,6 @@ def _host_peak_b() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
-def _faults() -> tuple[int, int]:
-    """The process's (minor, major) page faults so far (resource.getrusage)."""
-    use = resource.getrusage(resource.RUSAGE_SELF)
-    return int(use.ru_minflt), int(use.ru_majflt)
-
-
 def _unprofiled_cost(stepper: Callable[[], None], device: str, steps: int,
                      windows: list[tuple[int, int, int]] | None = None) -> dict[str, float]:
     """``steps`` steps without the profiler, as the profiled ones run just after: their
@@ -175,9 +169,9 @@ def _unprofiled_cost(stepper: Callable[[], None], device: str, steps: int,
     moves from one window to the next (transformer in training, 2026-11-28: 3 to 2,061
     a step in the windows of one run, 188 in four steps of another whose windows took
     about 2,200), and one window of a few steps is a sample of that."""
-    before = _faults()
+    before = machine.faults()
     seconds = _timed(stepper, device, steps)
-    after = _faults()
+    after = machine.faults()
     samples = [*(windows or []), (steps, after[0] - before[0], after[1] - before[1])]
     return {"steps": steps, "step_us": seconds * 1e6 / steps,
             "minor_faults": _step_median([(n, m) for n, m, _ in samples]),
@@ -200,9 +194,9 @@ def _counted(window: Callable[[int], float], into: list[tuple[int, int, int]]
              ) -> Callable[[int], float]:
     """``window``, noting each call's steps and page faults (minor, major) in ``into``."""
     def counted(n: int) -> float:
-        before = _faults()
+        before = machine.faults()
         seconds = window(n)
-        after = _faults()
+        after = machine.faults()
         into.append((n, after[0] - before[0], after[1] - before[1]))
         return seconds
     return counted
@@ -292,11 +286,11 @@ def _fault_probe(one_thread: bool = False) -> float | None:
             x = torch.frombuffer(region, dtype=torch.float32)
             fill: Callable[[float], Any] = partial(_serial_fill, x) if one_thread \
                 else x.fill_
-            minor0 = _faults()[0]
+            minor0 = machine.faults()[0]
             t0 = time.perf_counter()
             fill(1.0)
             first = time.perf_counter() - t0
-            faults = _faults()[0] - minor0
+            faults = machine.faults()[0] - minor0
             t0 = time.perf_counter()
             fill(2.0)
             again = time.perf_counter() - t0
@@ -478,7 +472,7 @@ def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped
                 align()
         prof.step()
     if faults is not None:  # the recorded steps' page faults: counted at both ends
-        faults.append(_faults())
+        faults.append(machine.faults())
     if not on_gpu:
         total = 0.0
         for i in range(active):
@@ -486,7 +480,7 @@ def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped
             stepper()
             total += time.perf_counter() - start
             if faults is not None and i == active - 1:
-                faults.append(_faults())
+                faults.append(machine.faults())
             prof.step()  # not timed: the last one stops the recording
         return total
     begin, end = dev.event(), dev.event()
@@ -500,7 +494,7 @@ def _profiled_steps(stepper: Callable[[], None], device: str, prof: Any, skipped
                 # on its own streams ends inside the recording too
                 dev.synchronize()
             if faults is not None:
-                faults.append(_faults())
+                faults.append(machine.faults())
         prof.step()  # after the last active step the recording stops
     return begin.elapsed_time(end) / 1e3
 

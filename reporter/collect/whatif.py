@@ -55,6 +55,7 @@ from ..analyze.shapes import dims as _dims
 from ..analyze.shapes import shapes as _shapes
 from ..model.finding import Finding
 from ..model.profile import Profile
+from . import machine
 
 SOFTMAX = ("aten::_softmax", "aten::softmax")
 PRODUCTS = ("aten::bmm", "aten::matmul")
@@ -242,26 +243,17 @@ def _in_turn(fns: Sequence[Callable[[], Any]], dev: Any, budget_s: float, least:
                 for _ in range(lead):
                     fns[i]()
                 dev.synchronize()
-                before = _minor_faults() if faults is not None else 0
+                before = machine.faults()[0] if faults is not None else 0
                 led = time.perf_counter()
                 fns[i]()
                 dev.synchronize()
                 end = time.perf_counter()
                 if faults is not None:
-                    faults[i].append(_minor_faults() - before)
+                    faults[i].append(machine.faults()[0] - before)
             times[i].append(end - led)
             spent += end - start
         rounds += 1
     return [statistics.median(t) for t in times]
-
-
-def _minor_faults() -> int:
-    """The process's minor page faults so far (0 where the platform does not count them)."""
-    try:
-        import resource
-    except ImportError:  # not on a POSIX system
-        return 0
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
 
 
 class Skipped(Exception):
