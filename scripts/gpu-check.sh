@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The GPU checklist (../shared/GPU.md) in one call of the workplace's device tool: run
+# from the repository root on a lent GPU machine, which has torch, jinja2, markdown and
+# fonttools but no network, so babel and msgspec travel as wheels in .whl/ (README,
+# "Verified on a GPU"). Every step has its own time limit and the script goes on after a
+# failed one; the stored runs come back as $OUT/runs.tgz (split if large) and each step's
+# output as $OUT/<step>.log. The reports are read, and rendered as PDF, on the
+# development machine from the stored runs.
+#
+#   bash scripts/gpu-check.sh [suite] [hf] [diagnosis]      (default: all three)
+set -u
+export PYTHONUNBUFFERED=1
+OUT=${OUT:?run through the device tool, which sets OUT}
+DEV=${DEV:-cuda}  # DEV=cpu PY=.venv/bin/python tries the script on the CPU
+PY=${PY:-python3}
+if [ "$DEV" = cuda ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+fi
+export PYTHONPATH=/tmp/site:$PWD
+R=/tmp/gpu-runs
+export REPORTER_RUNS=$R
+steps=${*:-suite hf diagnosis}
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv
+    "$PY" -c 'import torch, sys; print(torch.__version__, torch.version.cuda,
+        torch.backends.cudnn.version(), sys.version.split()[0])'
+    nproc
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+step() {  # step NAME SECONDS COMMAND...: its output in $OUT/NAME.log, its end here
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name: start $(date -u +%T)"
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    echo "== $name: rc=$? end $(date -u +%T)"
+    grep -E "Traceback|Error|error:" "$OUT/$name.log" | head -5
+}
+
+for s in $steps; do
+    case $s in
+    suite)  # the default suite as a user runs it (large is taken on a GPU of 40 GiB+)
+        step suite 230 "$PY" -m reporter run --device "$DEV" --lang ru --runs $R/suite ;;
+    hf)  # library models whose findings are new since the last GPU run
+        step hf 100 "$PY" -m reporter run --device "$DEV" --lang en --runs $R/hf \
+            --target tests/models/hf.py:t5_train \
+            --target tests/models/hf.py:bert_eager_inference \
+            --target tests/models/planted.py:per_sample_loop \
+            --target tests/models/planted.py:dropout_heavy ;;
+    diagnosis)  # the benchmark #27 names, its built-in transformer pair
+        step diagnosis "${DIAGNOSIS_S:-110}" "$PY" bench/diagnosis.py --device "$DEV" \
+            --only "${PAIRS:-transformer}" \
+            --processes "${PROCESSES:-1}" ;;
+    esac
+done
+
+# what each stored run found, for the reply's tail
+for run in "$R"/*/*/; do
+    [ -f "$run/run.json" ] || continue
+    "$PY" -m reporter analyze "$run" --json 2>/dev/null | python3 -c '
+import json, sys
+name = sys.argv[1]
+for p in json.load(sys.stdin)["profiles"]:
+    found = ", ".join(f"{f['"'"'rule'"'"']} {f.get('"'"'share'"'"') or 0:.0%}"
+                      for f in p.get("findings", []))
+    print(f"{name} {p['"'"'label'"'"']} {p['"'"'device_type'"'"']}: {found or '"'"'-'"'"'}")
+' "$(basename "$run")"
+done
+tar czf /tmp/runs.tgz -C /tmp gpu-runs
+if [ "$(stat -c %s /tmp/runs.tgz)" -gt 15000000 ]; then
+    split -b 15000000 -d /tmp/runs.tgz "$OUT/runs.tgz."
+else
+    cp /tmp/runs.tgz "$OUT/"
+fi
+ls -la "$OUT"
