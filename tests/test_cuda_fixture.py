@@ -1,6 +1,9 @@
-"""A real CUDA run as a fixture: the built-in transformer (large preset, fp32) profiled on
-an NVIDIA H100 80GB HBM3 (tests/fixtures/runs/cuda-h100-transformer; its golden reports in
-the three languages are in tests/gold/). What the CUDA path must get right on it."""
+"""Real CUDA runs as fixtures: the built-in transformer (large preset, fp32) profiled on an
+NVIDIA H100 80GB HBM3 (tests/fixtures/runs/cuda-h100-transformer) and, by
+scripts/gpu-check.sh, on an NVIDIA H200 with its fixed twin (cuda-h200-transformer,
+cuda-h200-transformer-fixed) and transformers' T5 in training (cuda-h200-t5); their golden
+reports in the three languages are in tests/gold/. What the CUDA path must get right on
+them."""
 
 from __future__ import annotations
 
@@ -78,3 +81,68 @@ def test_the_runners_own_drain_is_not_read_as_a_sync_stall(run):
                                                     rel=1e-3)
         assert f.evidence["op"] == "cudaStreamSynchronize"
         assert "cudaEventSynchronize" not in f.ops
+
+
+H200 = {name: FIXTURES / "runs" / f"cuda-h200-{name}"
+        for name in ("transformer", "transformer-fixed", "t5")}
+
+
+def _rules(run):
+    from reporter.analyze.analyzer import analyze_run
+
+    return [{f.rule for f, _ in a.main} for a in analyze_run(run)]
+
+
+def test_the_h200_runs_carry_their_device_and_precision():
+    """The fixed twin runs its products under bf16 autocast with TF32 on, as it promises on
+    a GPU; the baseline in fp32 with TF32 matmuls off. The H200's datasheet peaks."""
+    from reporter.analyze.analyzer import analyze_run
+
+    base, fixed = load(H200["transformer"]), load(H200["transformer-fixed"])
+    for run in (base, fixed):
+        assert run.device == "cuda" and run.env["device_name"] == "NVIDIA H200"
+        assert [s.label for s in run.sections] == ["train", "inference"]
+        for s in run.sections:
+            assert 0 < s.memory["device_allocated_b"] <= s.memory["device_reserved_b"]
+    for s in base.sections:
+        assert s.precision["autocast"] is None and s.precision["tf32"]["matmul"] is False
+    for s in fixed.sections:
+        assert s.precision["autocast"] == "bf16" and s.precision["tf32"]["matmul"] is True
+    eff = analyze_run(fixed)[0].efficiency
+    assert eff.peaks.flops["bf16"] == pytest.approx(989.5e12, rel=0.01)
+
+
+def test_the_baselines_rule_fires_and_its_twins_does_not():
+    """fp32 products are the built-in transformer's main problem on a GPU, in both modes,
+    and the fixed twin (bf16 autocast, TF32, SDPA) has none left."""
+    base, fixed = _rules(load(H200["transformer"])), _rules(load(H200["transformer-fixed"]))
+    assert all("fp32-gemm" in r for r in base)
+    assert not any(r & {"fp32-gemm", "unfused-attention"} for r in fixed)
+
+
+def test_an_idle_gpu_that_the_profiler_made_is_no_finding():
+    """transformer-fixed in inference on the H200: its GPU was busy 49.5% of the profiled
+    step (the profiler's host work), and its kernels filled about 90% of the 18.6 ms step
+    timed without the profiler. low-device-utilization fired all the same (worth 1.83 ms,
+    9.9%); it is left out now. T5 on the same GPU, idle 91% without the profiler too, keeps
+    it."""
+    from reporter.analyze.analyzer import analyze_section
+
+    fixed = load(H200["transformer-fixed"])
+    inference = fixed.sections[1]
+    found = analyze_section(inference, fixed.target["batch_size"])
+    assert "low-device-utilization" in {f.rule for f in found.findings}  # under the profiler
+    assert "low-device-utilization" not in {f.rule for f, _ in found.main + found.minor}
+    assert "low-device-utilization" in _rules(load(H200["t5"]))[0]
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_each_summary_line_is_its_own_list_item(lang):
+    """T5 on the H200 runs kernels of 3 us on average: the summary's short-kernel line
+    ran into the next one ("... larger batches or tensors.- Peak host memory")."""
+    text = render_markdown(report_view(load(H200["t5"]), lang))
+    summary = text.split("\n## ", 2)[1]
+    items = [line for line in summary.splitlines() if line.startswith("- ")]
+    assert len(items) >= 8
+    for line in items:
+        assert "- " not in line[2:].replace(" - ", ""), line

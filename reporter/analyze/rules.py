@@ -516,11 +516,17 @@ def launch_overhead(profile: Profile, limits: dict[str, float]) -> Finding | Non
                    ops=[o.name for o in launches])
 
 
-@rule("low-device-utilization", saving=savings.waited("idle_host"), busy=0.50)
+IDLE_BUSY = 0.50  # low-device-utilization's threshold, of the profiled step and the timed one
+
+
+@rule("low-device-utilization", saving=savings.waited("idle_host"),
+      symptom=savings.idle_of_profiler(IDLE_BUSY), busy=IDLE_BUSY)
 def low_device_utilization(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """The device is busy for less than half of the profiled steps: the union of its
     work inside the steps (the step breakdown's time less its idle time), or, without a
-    breakdown (a table), its kernels' time over the steps' wall time."""
+    breakdown (a table), its kernels' time over the steps' wall time. Left out where the
+    step timed without the profiler leaves the device busy half of it or more (its idle
+    time was the profiler's: savings.idle_of_profiler)."""
     if not profile.has_device:
         return None
     b = profile.breakdown
