@@ -146,3 +146,38 @@ def test_each_summary_line_is_its_own_list_item(lang):
     assert len(items) >= 8
     for line in items:
         assert "- " not in line[2:].replace(" - ", ""), line
+
+
+def test_an_idle_gpu_leaves_the_host_work_another_finding_owns():
+    """T5 on the H200 is launch-bound: its GPU idles 23.1 ms of the 25.5 ms step timed
+    without the profiler, and its kernel launches (launch-overhead) take part of that
+    host time. The idle GPU's saving is the idle time less the launches' time, brought to
+    the same step, and the report says both. A per-sample loop that takes the whole idle
+    time leaves it nothing of its own (seq2seq and a per-sample MLP on the H200 counted
+    the same host time twice, as the loop and as the idle GPU)."""
+    from reporter.analyze.analyzer import analyze_section
+    from reporter.analyze.savings import estimate
+    from reporter.model.finding import IN_OTHERS, Finding
+    from reporter.render.fmt import Fmt
+
+    run = load(H200["t5"])
+    section = run.sections[0]
+    a = analyze_section(section, run.target["batch_size"])
+    idle, s = next((f, s) for f, s in a.main if f.rule == "low-device-utilization")
+    launches = next(f for f in a.findings if f.rule == "launch-overhead")
+    steps = len(section.profile.breakdown.steps_us)
+    profiled = section.profile.breakdown.mean(section.profile.breakdown.steps_us)
+    ratio = s.unprofiled_step_us / profiled
+    assert s.others_us == pytest.approx(launches.evidence["op_time_us"] / steps * ratio)
+    assert 0 < s.saving_us < s.saving_us + s.others_us <= s.unprofiled_step_us
+    for lang in LANGUAGES:
+        text = render_markdown(report_view(run, lang))
+        fmt = Fmt(lang)
+        assert fmt.time(s.others_us) in text and fmt.time(s.saving_us + s.others_us) in text
+
+    loop = Finding("per-sample-loop", "high", {"basis": "step", "share": 0.9,
+                                               "op_time_us": 10 * profiled * steps})
+    owned = estimate(idle, section.profile, a.efficiency, [loop], None,
+                     section.throughput.step_us(run.target["batch_size"]))
+    assert owned.saving_us == 0 and owned.note == IN_OTHERS
+    assert owned.others_us == pytest.approx(s.saving_us + s.others_us)

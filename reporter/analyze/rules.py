@@ -519,7 +519,12 @@ def launch_overhead(profile: Profile, limits: dict[str, float]) -> Finding | Non
 IDLE_BUSY = 0.50  # low-device-utilization's threshold, of the profiled step and the timed one
 
 
-@rule("low-device-utilization", saving=savings.waited("idle_host"),
+# Host work whose own finding the device's idle time goes with (savings.idle_left); not
+# the DataLoader's, whose idle time the breakdown keeps apart (idle_data).
+HOST_CAUSES = ("per-sample-loop", "dispatch-bound", "cpu-side-padding", "launch-overhead")
+
+
+@rule("low-device-utilization", saving=savings.idle_left(HOST_CAUSES),
       symptom=savings.idle_of_profiler(IDLE_BUSY), busy=IDLE_BUSY)
 def low_device_utilization(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """The device is busy for less than half of the profiled steps: the union of its

@@ -46,6 +46,9 @@ class Saving:
     measured: dict[str, Any] | None = None
     # Set when the step timed without the profiler bounded an idle-time saving.
     unprofiled_step_us: float | None = None
+    # Time taken off the saving because other findings own it (an idle device's: the host
+    # work they account for, savings.idle_left); the saving is what is left.
+    others_us: float | None = None
     host_saving: bool = False  # the saving is host time under the profiler (see estimate)
 
     def share(self, us: float | None) -> float | None:
@@ -65,4 +68,5 @@ class Saving:
                 "saving_share": self.share(self.saving_us), "saving_low": ms(self.low_us),
                 "saving_high": ms(self.high_us), "saving_note": self.note,
                 "measured": self.measured,
-                "bounded_by_unprofiled_step_ms": ms(self.unprofiled_step_us)}
+                "bounded_by_unprofiled_step_ms": ms(self.unprofiled_step_us),
+                "in_other_findings_ms": ms(self.others_us)}

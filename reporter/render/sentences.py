@@ -294,6 +294,7 @@ REPORT: dict[str, Choice] = {
     "accounts_share": when("accounts_share", of("worth.accounts_share")),
     "accounts_beyond": when("less_than_the_step_saved", of("worth.beyond")),
     "unprofiled": when("gpu_idles_at_most", of("worth.unprofiled")),
+    "idle_others": when("idle_of_other_problems", of("worth.others")),
     "faults": when("profiler_distorts_the_share", lambda f: "profiled_faults_text" in f),
     "first_touch": when("first_touch_overstates", of("first_touch")),
     "varied": when("timed_twice_apart", of("worth.first")),
