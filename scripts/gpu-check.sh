@@ -8,10 +8,14 @@
 # development machine from the stored runs.
 #
 #   bash scripts/gpu-check.sh [suite] [hf] [diagnosis]      (default: all three)
+#
+# DIAGNOSIS_S (seconds, default 110), PAIRS (bench/diagnosis.py's --only, default
+# transformer) and PROCESSES (its --processes, default 1) size the benchmark to the
+# device time left; DEV=cpu PY=.venv/bin/python OUT=/tmp/x tries the script here.
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:?run through the device tool, which sets OUT}
-DEV=${DEV:-cuda}  # DEV=cpu PY=.venv/bin/python tries the script on the CPU
+DEV=${DEV:-cuda}
 PY=${PY:-python3}
 if [ "$DEV" = cuda ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
