@@ -102,9 +102,9 @@ def test_which_findings_the_profiler_distorts():
     assert "profiled_faults" not in fill.evidence
 
 
-WORDS = {"en": ("The profiler distorts this share", "first touch"),
-         "ru": ("Эту долю искажает сам профайлер", "первого обращения"),
-         "zh": ("这一占比受 profiler 影响而失真", "首次访问")}
+WORDS = {"en": ("The profiler distorts these shares", "first touch"),
+         "ru": ("Доли шага в этой оценке искажает сам профайлер", "первого обращения"),
+         "zh": ("以上占比受 profiler 影响而失真", "首次访问")}
 
 
 @pytest.mark.parametrize("lang", sorted(LANGUAGES))

@@ -307,7 +307,7 @@ def test_a_report_says_when_kernels_are_too_small_for_the_gpu(stored):
     p = run.sections[0].profile
     p.ops = [o for o in p.ops if o.kind != "kernel"] + [
         Op("void tiny_kernel<float>()", calls=100_000, self_device_us=300_000.0, kind="kernel")]
-    words = {"en": "too small", "ru": "слишком малы", "zh": "规模太小"}
+    words = {"en": "too small", "ru": "слишком мелкие задачи", "zh": "对这块 GPU 来说太小"}
     for lang in LANGUAGES:
         md = render_markdown(report_view(run, lang))
         assert words[lang] in md and "`--preset large`" in md, lang
