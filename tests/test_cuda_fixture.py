@@ -181,3 +181,15 @@ def test_an_idle_gpu_leaves_the_host_work_another_finding_owns():
                      section.throughput.step_us(run.target["batch_size"]))
     assert owned.saving_us == 0 and owned.note == IN_OTHERS
     assert owned.others_us == pytest.approx(s.saving_us + s.others_us)
+
+
+def test_the_summary_and_launch_overhead_give_one_mean_kernel_time():
+    """T5 on the H200: the summary said kernels average 2.95 us and launch-overhead 3.08 us
+    (the device's copies and memsets counted in the second, over the launches)."""
+    from reporter.analyze.analyzer import analyze_section
+
+    run = load(H200["t5"])
+    a = analyze_section(run.sections[0], run.target["batch_size"])
+    launches = next(f for f in a.findings if f.rule == "launch-overhead")
+    assert a.short_kernel_us == pytest.approx(launches.evidence["mean_kernel_us"])
+    assert a.short_kernel_us == pytest.approx(2.95, abs=0.005)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..model.profile import KIND_KERNEL, Breakdown, Profile
+from ..model.profile import Breakdown, Profile
 from ..model.run import Run, Section
 from .breakdown import HOST_PHASES
 from .findings import step_wall_us
-from .rules import SHORT_KERNEL_US
+from .rules import SHORT_KERNEL_US, mean_kernel_us
 from .savings import BUSY
 
 # A profiled step this many times the median (without the runner's drain) is pointed out.
@@ -97,12 +97,8 @@ def short_kernels_us(profile: Profile) -> float | None:
     threshold: the sizes are too small for the device (None otherwise, or on a CPU)."""
     if not profile.has_device:
         return None
-    kernels = [o for o in profile.ops if o.kind == KIND_KERNEL and o.calls]
-    calls = sum(o.calls for o in kernels)
-    if not calls:
-        return None
-    mean = sum(o.self_device_us for o in kernels) / calls
-    return mean if mean < SHORT_KERNEL_US else None
+    mean = mean_kernel_us(profile)
+    return mean if mean is not None and mean < SHORT_KERNEL_US else None
 
 
 @dataclass(frozen=True)
