@@ -417,3 +417,15 @@ def test_a_blow_up_owns_the_dense_copies_of_its_operands_and_no_other_copy():
     total = p.self_cpu_us
     assert blowup.evidence["materialised_share"] == pytest.approx(200 / total)  # not 250
     assert blowup.evidence["share"] == pytest.approx((300 + 100 + 200) / total)
+
+
+@pytest.mark.parametrize("peak_gib,fires", [(2, False), (60, True), (76, True)])
+def test_a_large_allocation_is_memory_pressure_only_where_the_peak_fills_the_gpu(peak_gib,
+                                                                                  fires):
+    """One multiply allocating 512 MB a call in a 1.76 GB peak of an H200's 140 GB was "GPU
+    memory is 1.3% full" and a main problem; a quarter of the peak a call is pressure
+    where the peak fills half the GPU or more, and any peak over 90% is."""
+    p = profile(op("aten::mul", cpu=500, device=900, calls=2, mem=peak_gib << 30),
+                op("elementwise_kernel", device=900, calls=2, kind="kernel"), device=True)
+    p.peak_device_mem_b, p.device_mem_capacity_b = peak_gib << 30, 80 << 30
+    assert ("memory-pressure" in rules_of(p)) is fires
