@@ -222,8 +222,9 @@ def waited(key: str, host_key: str | None = None,
 def idle_left(causes: Sequence[str]) -> Callable[[Worth], Saving]:
     """An idle device's waiting (``waited("idle_host")``: the device idles, the host has
     not queued work) less the host work that another finding of ``causes`` accounts for
-    per step: the device idles while the host runs a per-sample loop or prepares a batch,
-    and that finding's fix takes the host work, and the idle time with it, away; counted
+    per step: the device idles while the host runs a per-sample loop, pads a batch or
+    launches kernels, and that finding's fix takes the host work, and the idle time with
+    it, away (the DataLoader's wait is idle time of its own, idle_data); counted
     twice, seq2seq on an H200 (2026-11-29) read its loop at 53.0% of the step and the idle
     GPU at 47.0% beside it, and a per-sample MLP read the idle GPU first (93.9%, with
     advice about the DataLoader) and the loop second. The largest such finding's time is
