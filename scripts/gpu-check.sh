@@ -9,6 +9,12 @@
 #
 #   bash scripts/gpu-check.sh [suite] [hf] [diagnosis]      (default: all three)
 #
+# The wheels, once, here (babel and msgspec for the machine's Python 3.12):
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#       --implementation cp --platform manylinux_2_28_x86_64 \
+#       --platform manylinux_2_17_x86_64 -d .whl babel msgspec
+#
 # DIAGNOSIS_S (seconds, default 110), PAIRS (bench/diagnosis.py's --only, default
 # transformer) and PROCESSES (its --processes, default 1) size the benchmark to the
 # device time left; DEV=cpu PY=.venv/bin/python OUT=/tmp/x tries the script here.
