@@ -719,7 +719,7 @@ def idle_of_profiler(busy: float) -> Callable[[Profile, Saving], bool]:
     transformer-fixed in inference on an H200 (2026-11-29) kept its GPU busy 49.5% of the
     profiled 33.8 ms step and about 90% of the 18.6 ms one timed without it."""
     def symptom(profile: Profile, s: Saving) -> bool:
-        idle = s.saving_us + (s.others_us or 0.0) if s.saving_us is not None else None
+        idle = s.with_others_us
         return (s.unprofiled_step_us is not None and idle is not None
                 and idle < (1 - busy) * s.unprofiled_step_us)
     return symptom

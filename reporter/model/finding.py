@@ -55,6 +55,13 @@ class Saving:
         return us / self.step_us if us is not None and self.step_us else None
 
     @property
+    def with_others_us(self) -> float | None:
+        """The saving with the part other findings own put back (an idle device's whole
+        idle time, savings.idle_left); the saving itself where none was taken off."""
+        return (self.saving_us + (self.others_us or 0.0)
+                if self.saving_us is not None else None)
+
+    @property
     def minor(self) -> bool:
         s = self.share(self.saving_us)
         return s is not None and s < MINOR_SHARE

@@ -117,8 +117,8 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             # an idle device's time that other findings' host work accounts for, taken
             # off its saving (savings.idle_left), and the idle time with it
             "others": fmt.time(saving.others_us) if saving.others_us else None,
-            "idle": fmt.time(saving.saving_us + (saving.others_us or 0.0))
-            if saving.saving_us is not None else None,
+            "idle": fmt.time(saving.with_others_us)
+            if saving.with_others_us is not None else None,
             "before": fmt.time(saving.measured["before_ms"] * 1e3) if saving.measured else None,
             "after": fmt.time(saving.measured["after_ms"] * 1e3) if saving.measured else None,
             # the operators' recorded time, where it ran past the step and both sides were
