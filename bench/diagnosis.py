@@ -11,14 +11,15 @@ the share of the step that the baseline's main problems whose advice the twin ap
 actually saves, and the error, measured two ways. Each in its own process, as a user
 who applies the advice and runs again gets it: the baseline and the twin each stepped in
 fresh processes of their own (``--processes`` pairs or more, up to MOST_PROCESSES while
-their savings lie far apart; the order swapped each pair, ROUNDS
+their savings' interval is wide; the order swapped each pair, ROUNDS
 rounds of about ROUND_S seconds of steps after a warm-up, as the runner steps them: data
-loading included): 1 - the twin's median step over the baseline's, the pairs' median.
+loading included): 1 - the twin's median step over the baseline's, the pairs' mean.
 And interleaved in one process, as #27 timed it: in PROCESSES fresh processes or more, the
 baseline's and the twin's steps in alternation (ROUNDS rounds, the order swapped each
-round): 1 - the median of the twin's step over the baseline's, the processes' median.
-Each gives its saving, each pair's or process's saving and the noise (the larger of half
-the range of those savings and the steps' own spread), and is judged on its own. The two
+round): 1 - the median of the twin's step over the baseline's, the processes' mean.
+Each gives its saving (the mean of the pairs' or processes' savings), each one's saving
+and the noise (the larger of half the width of the 95% interval of that mean, Student's
+t, and the steps' own spread), and is judged on its own. The two
 differ: in one process each model's allocations change what the allocator hands the
 other, and so its page faults and caches (transformer in training, 2026-11-28, three
 runs: 19.8-23.3% interleaved, 14.5-16.7% each in its own process; in inference, which
@@ -106,38 +107,51 @@ except ImportError:  # reporter without its test extra: the built-in pairs only
 STATEMENTS = {r.id for r in RULES.values() if r.derive is not None}
 ROUNDS = 7  # interleaved rounds per pair, mode and process
 PROCESSES = 3  # fresh processes the pair is timed in, one after the other, at the least
-# More, up to MOST_PROCESSES, while their savings lie more than SETTLED apart either way of
-# their middle: three processes' range holds the savings' median three times in four, and
-# on the 2-core development machine a fresh process steps the built-in transformer in one
-# of two modes about 30% apart (38.6, 40.1, 29.3, 30.9 and 39.3 ms, 2026-11-29): three
-# pairs could then all fall on one side of it.
+# More, up to MOST_PROCESSES, while the 95% interval of their savings' mean is wider than
+# SETTLED either way: on the 2-core development machine a fresh process steps the built-in
+# transformer in one of two modes about 30% apart (38.6, 40.1, 29.3, 30.9 and 39.3 ms,
+# 2026-11-29), and the same pair's savings in processes of their own ran from 3% to 16%
+# (transformer in inference, one thread, 2026-11-30): three processes' range, the noise
+# until then, holds the savings' median only three times in four.
 MOST_PROCESSES = 7
 SETTLED = 0.05
+# Student's t, two-sided 95%, by degrees of freedom (processes - 1)
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+       9: 2.262}
 ROUND_S = 0.3  # seconds of steps per side and round
 MISSED = 0.05  # a twin saving this much more than the noise, unpredicted, is a miss
 
 
+def interval(savings: list[float]) -> float:
+    """Half the width of the 95% interval of the savings' mean (Student's t; inf for fewer
+    than two): what a few fresh processes can say of the saving they vary around."""
+    n = len(savings)
+    if n < 2:
+        return float("inf")
+    return T95.get(n - 1, 1.96) * statistics.stdev(savings) / n ** 0.5
+
+
 def _settled(savings: list[float], least: int) -> bool:
     """Whether the savings timed so far are enough: ``least`` of them, and either
-    MOST_PROCESSES or all within SETTLED of their middle."""
+    MOST_PROCESSES or their interval within SETTLED either way."""
     return len(savings) >= least and (len(savings) >= max(least, MOST_PROCESSES)
-                                      or (max(savings) - min(savings)) / 2 <= SETTLED)
+                                      or interval(savings) <= SETTLED)
 
 
 def interleaved(baseline: str, fix: str, mode: str, opts: RunOptions, processes: int
                 ) -> tuple[float, float, list[float]]:
     """The twin's saving over the baseline in ``mode``, timed in alternation in ``processes``
     fresh processes or more (``_settled``), one after the other (``_interleave``): (the
-    median of their savings, the noise, each process's saving). A process's saving is 1 -
+    mean of their savings, the noise, each process's saving). A process's saving is 1 -
     its median twin step / its median baseline step; the noise is the larger of half
     the interquartile range of a process's paired rounds (their median) and half the
-    range of the processes' savings. Fresh processes, since one that has profiled holds
-    the profiler's heap: a baseline that allocates more was slower in it (transformer in
-    training: 17.7% saved timed after the profiles in the same process, 11.0% in a fresh
-    one). Several, since a fresh process's page faults vary from one to the next, and
-    the saving with them (transformer in training, 2026-11-27: 18.2% in one bench run,
-    24.3% in the next, each in one process; ~1,100 or ~3,000 faults a step in a fresh
-    process)."""
+    width of the 95% interval of the savings' mean (``interval``). Fresh processes,
+    since one that has profiled holds the profiler's heap: a baseline that allocates more
+    was slower in it (transformer in training: 17.7% saved timed after the profiles in the
+    same process, 11.0% in a fresh one). Several, since a fresh process's page faults
+    vary from one to the next, and the saving with them (transformer in training,
+    2026-11-27: 18.2% in one bench run, 24.3% in the next, each in one process; ~1,100 or
+    ~3,000 faults a step in a fresh process)."""
     got: list[dict] = []
     while not _settled([g["saving"] for g in got], processes):
         child = subprocess.run([sys.executable, __file__, "--interleave", baseline, fix, mode]
@@ -148,9 +162,8 @@ def interleaved(baseline: str, fix: str, mode: str, opts: RunOptions, processes:
                      f"{last}")
         got.append(json.loads(child.stdout.strip().splitlines()[-1]))
     savings = [g["saving"] for g in got]
-    noise = max(statistics.median(g["noise"] for g in got),
-                (max(savings) - min(savings)) / 2)
-    return statistics.median(savings), noise, savings
+    noise = max(statistics.median(g["noise"] for g in got), interval(savings))
+    return statistics.fmean(savings), noise, savings
 
 
 def judge(predicted: float, measured: float, noise: float) -> tuple[bool | None, str]:
@@ -209,10 +222,10 @@ def separately(baseline: str, fix: str, mode: str, opts: RunOptions, processes: 
     """The twin's saving over the baseline in ``mode`` as a user who applies the advice gets
     it: each side stepped in a fresh process of its own (``_alone``), as the baseline's
     run and the fixed model's rerun are, ``processes`` pairs of processes or more
-    (``_settled``) one after the other, the order swapped each pair: (the median of the
+    (``_settled``) one after the other, the order swapped each pair: (the mean of the
     pairs' savings, the noise, each pair's saving). A pair's saving is 1 - the twin's
-    median step / the baseline's; the noise is the larger of half the range of the
-    pairs' savings and the steps' own spread (half the interquartile range of a
+    median step / the baseline's; the noise is the larger of half the 95% interval of
+    the savings' mean (``interval``) and the steps' own spread (half the interquartile range of a
     process's rounds over its median, both sides' added and times the twin's step over
     the baseline's, as the saving moves with them; the median over the pairs). Not in
     one process with both: there each model's allocations change what the allocator
@@ -236,8 +249,8 @@ def separately(baseline: str, fix: str, mode: str, opts: RunOptions, processes: 
         pairs.append(1 - ratio)
         # the saving 1 - f/b moves by f/b times the sides' relative spreads, added
         spread.append(ratio * (got[fix]["spread"] + got[baseline]["spread"]))
-    noise = max((max(pairs) - min(pairs)) / 2, statistics.median(spread))
-    return statistics.median(pairs), noise, pairs
+    noise = max(interval(pairs), statistics.median(spread))
+    return statistics.fmean(pairs), noise, pairs
 
 
 def _alone(name: str, mode: str, opts: RunOptions) -> None:
