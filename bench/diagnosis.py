@@ -40,11 +40,17 @@ checks, see README "A busy machine") is printed but left out of the count, and t
 says so: its prediction rests on the machine's load, not the model. The load average
 (1 minute) is printed before each pair and at the end.
 
+Every child (the profiles and both timings) runs on the CPU with one thread fewer than the
+machine's cores (``default_threads``) and, but for the page-faults pair, with glibc's
+malloc holding the memory it frees (``HELD``): so that what is judged is each fix's own
+work, not the host's scheduling of a thread per core or the page faults of a fresh heap,
+both of which vary from one process to the next by more than the savings judged here.
+
 Not a test: run it by hand.
 
     .venv/bin/python bench/diagnosis.py [--device cpu|cuda] [--preset P] [--time-budget 3]
                                         [--only transformer,dropout_heavy] [--threads 1]
-                                        [--processes 3]
+                                        [--processes 3] [--malloc held|default]
 """
 
 from __future__ import annotations
@@ -118,6 +124,16 @@ SETTLED = 0.05
 # Student's t, two-sided 95%, by degrees of freedom (processes - 1)
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
        9: 2.262}
+# glibc's malloc holding on to the memory it frees, as the page-faults finding advises: the
+# children of every pair but the page-faults one run with it (``--malloc held``, the
+# default). With glibc's defaults a fresh process's heap hands large blocks back to the
+# kernel and maps them again at each step or not, from one process to the next
+# (transformer in training, 2026-11-30: 250,000-320,000 page faults in five fresh
+# processes, 81,000 in each of five with these set), and those faults, which another
+# finding owns, moved the savings judged here by more than the fixes' own work: BERT's
+# switch to SDPA saved 21.0% interleaved with glibc's defaults and 8.4% with these set,
+# where the what-if predicted 34.8% and 8.2% (one thread, the same morning).
+HELD = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
 ROUND_S = 0.3  # seconds of steps per side and round
 MISSED = 0.05  # a twin saving this much more than the noise, unpredicted, is a miss
 
@@ -142,8 +158,8 @@ def _settled(savings: list[float], least: int) -> bool:
                                       or interval(savings) <= SETTLED)
 
 
-def interleaved(baseline: str, fix: str, mode: str, opts: RunOptions, processes: int
-                ) -> tuple[float, float, list[float]]:
+def interleaved(baseline: str, fix: str, mode: str, opts: RunOptions, processes: int,
+                env: dict[str, str]) -> tuple[float, float, list[float]]:
     """The twin's saving over the baseline in ``mode``, timed in alternation in ``processes``
     fresh processes or more (``_settled``), one after the other (``_interleave``): (the
     mean of their savings, the noise, each process's saving). A process's saving is 1 -
@@ -159,7 +175,7 @@ def interleaved(baseline: str, fix: str, mode: str, opts: RunOptions, processes:
     got: list[dict] = []
     while not _settled([g["saving"] for g in got], processes):
         child = subprocess.run([sys.executable, __file__, "--interleave", baseline, fix, mode]
-                               + _child_args(opts), capture_output=True, text=True)
+                               + _child_args(opts), capture_output=True, text=True, env=env)
         if child.returncode != 0:
             last = (child.stderr.strip().splitlines() or ["no output"])[-1]
             sys.exit(f"bench/diagnosis.py: timing {baseline} against {fix} ({mode}) failed: "
@@ -221,8 +237,8 @@ def _interleave(baseline: str, fix: str, mode: str, opts: RunOptions) -> None:
                       "noise": (q3 - q1) / 2, "steps": n}))
 
 
-def separately(baseline: str, fix: str, mode: str, opts: RunOptions, processes: int
-               ) -> tuple[float, float, list[float]]:
+def separately(baseline: str, fix: str, mode: str, opts: RunOptions, processes: int,
+               env: dict[str, str]) -> tuple[float, float, list[float]]:
     """The twin's saving over the baseline in ``mode`` as a user who applies the advice gets
     it: each side stepped in a fresh process of its own (``_alone``), as the baseline's
     run and the fixed model's rerun are, ``processes`` pairs of processes or more
@@ -244,7 +260,8 @@ def separately(baseline: str, fix: str, mode: str, opts: RunOptions, processes: 
         got = {}
         for name in ((baseline, fix) if p % 2 == 0 else (fix, baseline)):
             child = subprocess.run([sys.executable, __file__, "--alone", name, mode]
-                                   + _child_args(opts), capture_output=True, text=True)
+                                   + _child_args(opts), capture_output=True, text=True,
+                                   env=env)
             if child.returncode != 0:
                 last = (child.stderr.strip().splitlines() or ["no output"])[-1]
                 sys.exit(f"bench/diagnosis.py: timing {name} ({mode}) failed: {last}")
@@ -283,13 +300,31 @@ def _alone(name: str, mode: str, opts: RunOptions) -> None:
                       "steps": n}))
 
 
+def default_threads(device: str) -> int | None:
+    """On the CPU, one thread fewer than the machine's cores (at least one), so that a core
+    is left to the rest of the machine; on a GPU, torch's own (None). On the 2-core
+    development machine two threads make the measurement itself unsteady: the same pair
+    (transformer in inference), interleaved in eight fresh processes one after the other,
+    saved 6-26% at two threads and 14-18% at one (2026-11-30, 03:58 UTC, quiet)."""
+    if device != "cpu":
+        return None
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
 def _child_args(opts: RunOptions) -> list[str]:
     return (["--device", opts.device, "--preset", opts.preset,
              "--time-budget", str(opts.time_budget_s)]
-            + (["--threads", str(opts.threads)] if opts.threads else []))
+            + ["--threads", str(opts.threads or 0)])
 
 
-def run(name: str, opts: RunOptions, scratch: Path):
+def child_env(held: bool) -> dict[str, str]:
+    """The children's environment: this one's, with glibc's malloc held (``HELD``) or left
+    to its defaults (``HELD``'s variables taken out, should the shell set them)."""
+    env = {k: v for k, v in os.environ.items() if k not in HELD}
+    return {**env, **HELD} if held else env
+
+
+def run(name: str, opts: RunOptions, scratch: Path, env: dict[str, str]):
     """The target profiled as `reporter run --target` profiles it, in a fresh process
     (``_profile``): what the allocator hands out, and so the page faults a step takes,
     depends on what the process ran before (the planted first_touch model faulted in a
@@ -297,7 +332,7 @@ def run(name: str, opts: RunOptions, scratch: Path):
     from reporter.model.run import Run
 
     child = subprocess.run([sys.executable, __file__, "--profile", name, str(scratch)]
-                           + _child_args(opts), capture_output=True, text=True)
+                           + _child_args(opts), capture_output=True, text=True, env=env)
     if child.returncode != 0:
         last = (child.stderr.strip().splitlines() or ["no output"])[-1]
         sys.exit(f"bench/diagnosis.py: profiling {name} failed: {last}")
@@ -347,13 +382,18 @@ def main() -> None:
                         help="model sizes (default: what `reporter run` takes on the device)")
     parser.add_argument("--time-budget", type=float, default=3.0)
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch's intra-op threads (default: torch's own); 1 degrades "
-                             "in proportion on a shared machine")
+                        help="torch's intra-op threads; 0 for torch's own (default: on the "
+                             "CPU one fewer than the machine's cores, at least 1: see "
+                             "default_threads)")
     parser.add_argument("--processes", type=int, default=PROCESSES,
                         help="fresh processes each pair's saving is timed in, and pairs "
                              f"of processes of their own, at the least (default {PROCESSES}; "
                              f"up to {MOST_PROCESSES} while their savings lie more than "
-                             f"{SETTLED:.0%} either way of their middle)")
+                             f"{SETTLED * 100:.0f}%% either way of their middle)")
+    parser.add_argument("--malloc", choices=("held", "default"), default="held",
+                        help="glibc's malloc in the children of every pair but the "
+                             "page-faults one: held (keeping the memory it frees, as the "
+                             "page-faults finding advises; the default) or its defaults")
     parser.add_argument("--only", default=None,
                         help="the pairs whose table name is one of these (comma-separated)")
     parser.add_argument("--interleave", nargs=3, default=None, metavar=("BASE", "FIX", "MODE"),
@@ -367,19 +407,24 @@ def main() -> None:
         parser.error("--processes must be at least 1")
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     only = set(args.only.split(",")) if args.only else None
+    if args.threads is not None and args.threads < 0:
+        parser.error("--threads must be 0 (torch's own) or more")
+    threads = default_threads(args.device) if args.threads is None else args.threads
     opts = RunOptions(device=args.device, time_budget_s=args.time_budget,
-                      preset=default_preset(args.device, args.preset), threads=args.threads)
+                      preset=default_preset(args.device, args.preset), threads=threads or None)
     if args.interleave:
-        _interleave(*args.interleave, opts)
+        base, fix, mode = args.interleave
+        _interleave(base, fix, mode, opts)
         return
     if args.alone:
-        _alone(*args.alone, opts)
+        name, mode = args.alone
+        _alone(name, mode, opts)
         return
     if args.profile:
         _profile(args.profile[0], Path(args.profile[1]), opts)
         return
-    print(f"device {args.device}, preset {opts.preset}, threads {args.threads or 'default'}, "
-          f"{os.cpu_count()} CPUs, "
+    print(f"device {args.device}, preset {opts.preset}, threads {opts.threads or 'torch default'}, "
+          f"malloc {args.malloc}, {os.cpu_count()} CPUs, "
           f"load {load()}\n")
     scratch = Path(tempfile.mkdtemp(prefix="reporter-diagnosis-"))
     print("| baseline | mode | load | problems its twin fixed | predicted saving "
@@ -392,7 +437,9 @@ def main() -> None:
         if only is not None and name not in only:
             continue
         at = load()
-        base, twin = run(baseline, opts, scratch), run(fix, opts, scratch)
+        # the page-faults pair keeps glibc's defaults: its fix is the faults' going
+        env = child_env(args.malloc == "held" and "page-faults" not in applied)
+        base, twin = run(baseline, opts, scratch, env), run(fix, opts, scratch, env)
         for mode, (s, found, minor) in base.items():
             if mode not in twin:
                 continue
@@ -415,7 +462,7 @@ def main() -> None:
                 busy += 1
             cells = []
             for how, measure in (("alone", separately), ("interleaved", interleaved)):
-                measured, noise, each = measure(baseline, fix, mode, opts, args.processes)
+                measured, noise, each = measure(baseline, fix, mode, opts, args.processes, env)
                 ok, text = judge(predicted, measured, noise)
                 if left_out:
                     text = "left out: profiled while the machine was busy"
