@@ -128,9 +128,10 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8:
 # children of every pair but the page-faults one run with it (``--malloc held``, the
 # default). With glibc's defaults a fresh process's heap hands large blocks back to the
 # kernel and maps them again at each step or not, from one process to the next
-# (transformer in training, 2026-11-30: 250,000-320,000 page faults in five fresh
-# processes, 81,000 in each of five with these set), and those faults, which another
-# finding owns, moved the savings judged here by more than the fixes' own work: BERT's
+# (transformer in training at two threads, 2026-11-30: 185,000-284,000 page faults in five
+# fresh processes, its step 30-41 ms; 81,000-82,000 in each of five with these set, 26-28
+# ms), and those faults, which another finding owns, moved the savings judged here by
+# more than the fixes' own work: BERT's
 # switch to SDPA saved 21.0% interleaved with glibc's defaults and 8.4% with these set,
 # where the what-if predicted 34.8% and 8.2% (one thread, the same morning).
 HELD = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
