@@ -131,9 +131,9 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8:
 # (transformer in training at two threads, 2026-11-30: 185,000-284,000 page faults in five
 # fresh processes, its step 30-41 ms; 81,000-82,000 in each of five with these set, 26-28
 # ms), and those faults, which another finding owns, moved the savings judged here by
-# more than the fixes' own work: BERT's
-# switch to SDPA saved 21.0% interleaved with glibc's defaults and 8.4% with these set,
-# where the what-if predicted 34.8% and 8.2% (one thread, the same morning).
+# more than the fixes' own work: BERT's switch to SDPA saved 21.0% interleaved with glibc's
+# defaults and 8.4% with these set, where the what-if predicted 34.8% and 8.2% (one
+# thread, the same morning).
 HELD = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
 ROUND_S = 0.3  # seconds of steps per side and round
 MISSED = 0.05  # a twin saving this much more than the noise, unpredicted, is a miss
@@ -306,7 +306,8 @@ def default_threads(device: str) -> int | None:
     is left to the rest of the machine; on a GPU, torch's own (None). On the 2-core
     development machine two threads make the measurement itself unsteady: the same pair
     (transformer in inference), interleaved in eight fresh processes one after the other,
-    saved 6-26% at two threads and 14-18% at one (2026-11-30, 03:58 UTC, quiet)."""
+    saved 6-26% at two threads and 14-18% at one (2026-11-30, 03:58 UTC, quiet; glibc's
+    malloc held in both, ``HELD``)."""
     if device != "cpu":
         return None
     return max(1, (os.cpu_count() or 1) - 1)
