@@ -64,6 +64,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from reporter.analyze.analyzer import RULES, analyze_section  # noqa: E402
@@ -175,13 +176,8 @@ def interleaved(baseline: str, fix: str, mode: str, opts: RunOptions, processes:
     ~3,000 faults a step in a fresh process)."""
     got: list[dict] = []
     while not _settled([g["saving"] for g in got], processes):
-        child = subprocess.run([sys.executable, __file__, "--interleave", baseline, fix, mode]
-                               + _child_args(opts), capture_output=True, text=True, env=env)
-        if child.returncode != 0:
-            last = (child.stderr.strip().splitlines() or ["no output"])[-1]
-            sys.exit(f"bench/diagnosis.py: timing {baseline} against {fix} ({mode}) failed: "
-                     f"{last}")
-        got.append(json.loads(child.stdout.strip().splitlines()[-1]))
+        got.append(_child(["--interleave", baseline, fix, mode], opts, env,
+                          f"timing {baseline} against {fix} ({mode})"))
     savings = [g["saving"] for g in got]
     noise = max(statistics.median(g["noise"] for g in got), interval(savings))
     return statistics.fmean(savings), noise, savings
@@ -260,13 +256,7 @@ def separately(baseline: str, fix: str, mode: str, opts: RunOptions, processes: 
         p = len(pairs)
         got = {}
         for name in ((baseline, fix) if p % 2 == 0 else (fix, baseline)):
-            child = subprocess.run([sys.executable, __file__, "--alone", name, mode]
-                                   + _child_args(opts), capture_output=True, text=True,
-                                   env=env)
-            if child.returncode != 0:
-                last = (child.stderr.strip().splitlines() or ["no output"])[-1]
-                sys.exit(f"bench/diagnosis.py: timing {name} ({mode}) failed: {last}")
-            got[name] = json.loads(child.stdout.strip().splitlines()[-1])
+            got[name] = _child(["--alone", name, mode], opts, env, f"timing {name} ({mode})")
         ratio = got[fix]["step_s"] / got[baseline]["step_s"]
         pairs.append(1 - ratio)
         # the saving 1 - f/b moves by f/b times the sides' relative spreads, added
@@ -319,6 +309,17 @@ def _child_args(opts: RunOptions) -> list[str]:
             + ["--threads", str(opts.threads or 0)])
 
 
+def _child(args: list[str], opts: RunOptions, env: dict[str, str], what: str) -> Any:
+    """This script run as a child process with ``args`` and ``opts``: the last line it
+    printed, read as JSON; its last error line, and the exit, where it failed."""
+    child = subprocess.run([sys.executable, __file__, *args, *_child_args(opts)],
+                           capture_output=True, text=True, env=env)
+    if child.returncode != 0:
+        last = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        sys.exit(f"bench/diagnosis.py: {what} failed: {last}")
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
 def child_env(held: bool) -> dict[str, str]:
     """The children's environment: this one's, with glibc's malloc held (``HELD``) or left
     to its defaults (``HELD``'s variables taken out, should the shell set them)."""
@@ -333,12 +334,8 @@ def run(name: str, opts: RunOptions, scratch: Path, env: dict[str, str]):
     fresh process and not after seq2seq had grown the heap)."""
     from reporter.model.run import Run
 
-    child = subprocess.run([sys.executable, __file__, "--profile", name, str(scratch)]
-                           + _child_args(opts), capture_output=True, text=True, env=env)
-    if child.returncode != 0:
-        last = (child.stderr.strip().splitlines() or ["no output"])[-1]
-        sys.exit(f"bench/diagnosis.py: profiling {name} failed: {last}")
-    r = Run.from_dict(json.loads(child.stdout.strip().splitlines()[-1]))
+    r = Run.from_dict(_child(["--profile", name, str(scratch)], opts, env,
+                             f"profiling {name}"))
     out = {}
     for s in r.sections:
         a = analyze_section(s, r.target["batch_size"])
