@@ -509,3 +509,42 @@ def test_page_faults_are_not_said_of_a_gpu_step():
     assert page_faults(p, {"share": 0.05, "high": 0.25}) is None
     assert page_faults(replace(p, device_type=None, self_device_us=0.0),
                        {"share": 0.05, "high": 0.25}) is not None
+
+
+def test_an_operator_that_allocates_large_outputs_writes_fresh_memory():
+    """transformer-bloat (2026-12-01): its blow-up's multiplies, 4 MiB a call, read 32.6 ms
+    of an 87.5 ms profiled step whose steps take 24.4 ms without the profiler, which added
+    4,868 page faults a step (none without it). A multiply is no copy by name, yet it
+    writes its fresh output: it is among the writers (``writers``), the first touch comes
+    off it as off a copy, and the blow-up is no longer read as the whole step. A small
+    output (a product's 64 KiB) keeps the per-call model."""
+    from reporter.analyze.analyzer import profiler_distortion
+    from reporter.analyze.savings import FRESH_B, WRITERS, first_touch_us, writers
+
+    p = Profile(self_cpu_us=100_000, steps=1, ops=[
+        Op("ProfilerStep*", calls=1, self_cpu_us=0, cpu_total_us=100_000, kind="annotation"),
+        Op("aten::mul", calls=10, self_cpu_us=60_000, cpu_total_us=60_000,
+           self_cpu_mem_b=10 * (4 << 20)),
+        Op("aten::mm", calls=989, self_cpu_us=40_000, cpu_total_us=40_000,
+           self_cpu_mem_b=989 * (64 << 10))])
+    assert "aten::mul" not in WRITERS and 64 << 10 < FRESH_B <= 4 << 20
+    assert writers(p) == WRITERS | {"aten::mul"}
+    cost = {"steps": 1, "unprofiled_step_us": 50_000.0, "profiled_step_us": 100_000.0,
+            "unprofiled_minor_faults": 0.0, "unprofiled_major_faults": 0.0,
+            "profiled_minor_faults": 5000.0, "profiled_major_faults": 0.0, "call_us": 2.0}
+    blowup = _f("elementwise-blowup", 0.6, basis="cpu", ops=["aten::mul"])
+    mm = _f("dominant-operator", 0.4, basis="cpu", ops=["aten::mm"])
+    profiler_distortion([blowup, mm], cost, p)
+    assert blowup.evidence["first_touch"] and not mm.evidence["first_touch"]
+    # by name alone (no profile), the multiply is not a writer
+    by_name = _f("elementwise-blowup", 0.6, basis="cpu", ops=["aten::mul"])
+    profiler_distortion([by_name], cost)
+    assert not by_name.evidence["first_touch"]
+    # 999 records at 2 us: 2 ms of the 50 ms excess; the other 48 ms is the multiplies'
+    kept = (60_000 - 10 * 2.0 - 48_002) / 60_000
+    assert unprofiled_factor(blowup, p, 100_000, 50_000) == pytest.approx(kept)
+    assert unprofiled_factor(by_name, p, 100_000, 50_000) > 0.9  # read as the whole step
+    faulted = replace(p, host_faults={"faults": 0.0, "fault_us": 1.0, "fault_low_us": 1.0,
+                                      "step_us": 50_000.0, "added_faults": 5000.0,
+                                      "call_us": 2.0})
+    assert first_touch_us(faulted) == pytest.approx(48_002)

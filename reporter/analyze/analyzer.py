@@ -28,7 +28,7 @@ from ..model.run import Run, Section
 from . import rules  # noqa: F401  (the registry is whole: see the package)
 from .compiled import Compiled, compiled
 from .efficiency import Efficiency
-from .savings import PAGE_B, WRITERS
+from .savings import PAGE_B, WRITERS, writers
 from .findings import (
     MATMUL_OPS,
     MIN_PROFILE_US,
@@ -169,16 +169,17 @@ def host_faults(cost: dict[str, Any] | None) -> dict[str, float]:
             "page_b": _measured(cost, "page_b", 1 << 30) or PAGE_B}
 
 
-def profiler_distortion(findings: list[Finding], cost: dict[str, Any] | None) -> None:
+def profiler_distortion(findings: list[Finding], cost: dict[str, Any] | None,
+                        profile: Profile | None = None) -> None:
     """Say, in the findings whose share it distorts, what the profiler did to the step
     (``cost``: the runner's measurement, Section.profiler_cost): the step's time and page
     faults with and without it. A finding of operators that write fresh memory
-    (``savings.WRITERS``: its named operators or its top one) is distorted as soon as the
-    profiler adds faults; every finding is when the faults under it are ``FAULTS_RATIO``
-    times those without it and ``FAULTS_MORE`` more per step. The runner's measured cost
-    per recorded call goes with them (``profiler_call_us``): with it,
-    reporter.analyze.savings tells the profiler's per-call cost and the first touch
-    apart."""
+    (``savings.writers`` of ``profile``, by name alone without it: its named operators or
+    its top one) is distorted as soon as the profiler adds faults; every finding is when
+    the faults under it are ``FAULTS_RATIO`` times those without it and ``FAULTS_MORE``
+    more per step. The runner's measured cost per recorded call goes with them
+    (``profiler_call_us``): with it, reporter.analyze.savings tells the profiler's
+    per-call cost and the first touch apart."""
     if not cost:
         return
     with_, without = _faults(cost, "profiled"), _faults(cost, "unprofiled")
@@ -192,11 +193,12 @@ def profiler_distortion(findings: list[Finding], cost: dict[str, Any] | None) ->
     if more < FAULTS_MORE / 10:
         return  # the profiler added next to no faults
     everywhere = more >= FAULTS_MORE and with_ >= FAULTS_RATIO * max(without, 1.0)
+    fresh = writers(profile) if profile is not None else WRITERS
     for f in findings:
         if f.evidence.get("unprofiled"):
             continue  # measured without the profiler: nothing of it to distort
         names = {*f.ops, str(f.evidence.get("op") or "")}
-        first_touch = bool(names & WRITERS)
+        first_touch = bool(names & fresh)
         if not (everywhere or first_touch):
             continue
         f.evidence.update({"profiled_faults": round(with_), "unprofiled_faults": round(without),
@@ -256,7 +258,7 @@ def analyze_section(section: Section, batch_size: int | None = None,
         profile = replace(profile, host_faults={**faults, "step_us": real_step_us}
                           if real_step_us else {**faults, "added_faults": 0.0})
     findings = analyze(profile, overrides, eff)
-    profiler_distortion(findings, getattr(section, "profiler_cost", None))
+    profiler_distortion(findings, getattr(section, "profiler_cost", None), profile)
     whatif_notes(findings, section.whatif)
     main, minor = ranked(findings, profile, eff, section.whatif, real_step_us,
                          floor if isinstance(floor, Efficiency) else None)

@@ -47,11 +47,11 @@ from .findings import RULES, Worth, step_wall_us
 
 __all__ = ["MINOR_SHARE", "NOT_FASTER", "NOT_QUANTIFIABLE", "Saving", "Worth", "BUSY",
            "beyond_roof", "beyond_roofline", "device_kept_busy", "estimate", "faster_dtype",
-           "COPY_OPS", "FIRST_TOUCH", "PAGE_B", "WRITERS", "fault_share", "faults_us",
+           "COPY_OPS", "FIRST_TOUCH", "FRESH_B", "PAGE_B", "WRITERS", "fault_share", "faults_us",
            "freed_ops", "owned_fault_share",
            "finding_ops", "first_touch_us", "kept_us", "matrix_roof", "profiler_call_us", "ranked",
            "removed", "stated", "unprofiled_factor", "unprofiled_floor", "unquantified",
-           "VARIED", "varied", "waited", "work_removed"]
+           "VARIED", "varied", "waited", "work_removed", "writers"]
 
 # The device's idle time in the step breakdown, by what the host did meanwhile.
 IDLE = ("idle_data", "idle_sync", "idle_latency", "idle_queued", "idle_host")
@@ -279,6 +279,21 @@ FIRST_TOUCH = {"aten::fill_", "aten::zero_", "aten::zeros", "aten::zeros_like",
                "aten::new_empty", "aten::new_full"}
 COPY_OPS = {"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone"}
 WRITERS = FIRST_TOUCH | COPY_OPS
+# An operator that allocates this much a call or more writes fresh memory as a copy does:
+# its output, a block at glibc's default mmap threshold or above. transformer-bloat's
+# multiplies (4 MiB each) read 32.6 ms of a profiled step of 87.5 ms, whose steps take
+# 24.4 ms without the profiler, which added 4,868 page faults a step to them (none
+# without it, 2026-12-01); they were not counted among the writers by name, and its
+# blow-up was predicted to save 88-91% of the step against 72-73% saved by its twin.
+FRESH_B = 128 << 10
+
+
+def writers(profile: Profile) -> set[str]:
+    """The operators of ``profile`` that write fresh memory: the fills, allocations and
+    copies (``WRITERS``) and any operator that allocates ``FRESH_B`` or more a call (its
+    own output, recorded with the profile's memory)."""
+    return WRITERS | {o.name for o in profile.ops if o.kind == KIND_OP and o.calls > 0
+                      and o.self_cpu_mem_b >= FRESH_B * o.calls}
 
 
 def _records_per_step(profile: Profile) -> float:
@@ -300,13 +315,14 @@ def unprofiled_factor(f: Finding, profile: Profile, step_us: float,
     finding's time falls by their weighted factor. Without such rows, or when the
     profiled step is not the longer, the step's own ratio.
 
-    A finding of operators that write fresh memory (``WRITERS``: copies, fills,
-    allocations), where the profiler added page faults (``first_touch`` in its evidence:
-    reporter.analyze.analyzer.profiler_distortion) and the runner measured the profiler's
-    cost per call (``profiler_call_us``): the profiled step's excess is told apart into
-    the measured cost of every record, and the rest, the first touch of the fresh memory
-    the profiler's own growth hands out, which lands in the operators that write it: that
-    rest is taken off the writers in proportion to their time (seq2seq's copies read
+    A finding of operators that write fresh memory (``writers``: copies, fills,
+    allocations, large outputs), where the profiler added page faults (``first_touch`` in
+    its evidence: reporter.analyze.analyzer.profiler_distortion) and the runner measured
+    the profiler's cost per call (``profiler_call_us``): the profiled step's excess is
+    told apart into the measured cost of every record, and the rest, the first touch of
+    the fresh memory the profiler's own growth hands out, which lands in the operators
+    that write it: that rest is taken off the writers in proportion to their time
+    (seq2seq's copies read
     1.03 s of a 1.16 s profiled step whose steps take 0.12 s without the profiler; timed
     alone without it, 36 ms of a 77 ms step). Down to no less than what the operators take
     without the profiler at the least (``unprofiled_floor``): the rest is the whole excess
@@ -425,7 +441,7 @@ def unprofiled_floor(names: set[str], profile: Profile, eff: Efficiency | str | 
 def first_touch_us(profile: Profile) -> float:
     """Per step, the profiled time that is the first touch of the fresh memory the
     profiler's own growth hands out (the page faults it adds land in the operators that
-    write memory, ``WRITERS``): where the runner measured that the profiler added faults
+    write fresh memory, ``writers``): where the runner measured that the profiler added faults
     (Profile.host_faults ``added_faults``), the writers' time beyond the least they take
     without it (``unprofiled_floor``), at most the profiled step's excess over the step
     timed without the profiler less the measured cost of its records; else 0. The rest of
@@ -436,10 +452,11 @@ def first_touch_us(profile: Profile) -> float:
     if not h or not h.get("added_faults"):
         return 0.0
     n, step = _steps(profile)
-    writers = sum(o.self_cpu_us for o in profile.ops
-                  if o.kind == KIND_OP and o.name in WRITERS) / n
+    names = writers(profile)
+    written = sum(o.self_cpu_us for o in profile.ops
+                  if o.kind == KIND_OP and o.name in names) / n
     excess = step - h["step_us"] - h.get("call_us", 0.0) * _records_per_step(profile)
-    return max(0.0, min(writers - unprofiled_floor(WRITERS, profile, None), excess))
+    return max(0.0, min(written - unprofiled_floor(names, profile, None), excess))
 
 
 def _faulted_factor(rows: list[Any], own: float, profile: Profile, step_us: float,
@@ -450,13 +467,14 @@ def _faulted_factor(rows: list[Any], own: float, profile: Profile, step_us: floa
     its time among the writers'."""
     n, _ = _steps(profile)
     excess = (step_us - real_step_us - call_us * _records_per_step(profile)) * n
-    writers = sum(max(0.0, o.self_cpu_us - o.calls * call_us) for o in profile.ops
-                  if o.kind == KIND_OP and o.name in WRITERS)
+    names = writers(profile)
+    written = sum(max(0.0, o.self_cpu_us - o.calls * call_us) for o in profile.ops
+                  if o.kind == KIND_OP and o.name in names)
     kept = 0.0
     for o in rows:
         t = max(0.0, o.self_cpu_us - o.calls * call_us)
-        if excess > 0 and writers > 0 and o.name in WRITERS:
-            t = max(0.0, t - excess * t / writers)
+        if excess > 0 and written > 0 and o.name in names:
+            t = max(0.0, t - excess * t / written)
         kept += t
     return min(1.0, kept / own)
 
