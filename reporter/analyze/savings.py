@@ -322,15 +322,14 @@ def unprofiled_factor(f: Finding, profile: Profile, step_us: float,
     told apart into the measured cost of every record, and the rest, the first touch of
     the fresh memory the profiler's own growth hands out, which lands in the operators
     that write it: that rest is taken off the writers in proportion to their time
-    (seq2seq's copies read
-    1.03 s of a 1.16 s profiled step whose steps take 0.12 s without the profiler; timed
-    alone without it, 36 ms of a 77 ms step). Down to no less than what the operators take
-    without the profiler at the least (``unprofiled_floor``): the rest is the whole excess
-    only where the profiler slows the other operators by no more than its measured cost
-    per call, and it slowed seq2seq's by 3-8 us a call, not the 0.8 us measured on a small
-    ``torch.add`` (2026-11-27), so that the copies were left 17 ms of a 80 ms step while
-    the page faults measured without the profiler alone were 28 ms of theirs, and
-    removing the copies saved 32 ms.
+    (seq2seq's copies read 1.03 s of a 1.16 s profiled step whose steps take 0.12 s
+    without the profiler; timed alone without it, 36 ms of a 77 ms step). Down to no less
+    than what the operators take without the profiler at the least (``unprofiled_floor``):
+    the rest is the whole excess only where the profiler slows the other operators by no
+    more than its measured cost per call, and it slowed seq2seq's by 3-8 us a call, not
+    the 0.8 us measured on a small ``torch.add`` (2026-11-27), so that the copies were
+    left 17 ms of a 80 ms step while the page faults measured without the profiler alone
+    were 28 ms of theirs, and removing the copies saved 32 ms.
 
     Any other finding, in such a profile: the step's ratio and the cost per call are of
     the profiled step less that first touch (``first_touch_us``), which is not in its
