@@ -10,7 +10,6 @@ analyzer, the savings and the runner read the record; none of them names a rule.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -191,21 +190,6 @@ def step_share(profile: Profile, time_us: float) -> tuple[float, float]:
     (0 and 0 when the profile has no time at all)."""
     wall = step_wall_us(profile)
     return (time_us / wall, wall) if wall > 0 else (0.0, 0.0)
-
-
-def typical_step_share(profile: Profile, host_key: str) -> float | None:
-    """The median over the profiled steps of the host phase ``host_key``'s share of each
-    step (the step breakdown's), or None without a breakdown of three steps or more: what
-    a step usually spends there, which one disturbed step does not move. A DataLoader
-    whose worker processes share two cores with the model waited 1.7-3.6 ms in most
-    steps of about 100 ms and 11.5 ms in one (cnn-fixed, one thread, 2026-12-01); a
-    longer such wait in one of three profiled steps put the whole share over 10%."""
-    b = profile.breakdown
-    values = b.host_us.get(host_key) if b is not None else None
-    if b is None or not values or len(values) != len(b.steps_us) or len(values) < 3:
-        return None
-    shares = [v / s for v, s in zip(values, b.steps_us) if s > 0]
-    return statistics.median(shares) if len(shares) >= 3 else None
 
 
 def dataloader_rows(profile: Profile) -> list[Op]:

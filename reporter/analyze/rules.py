@@ -27,7 +27,6 @@ from .findings import (
     share,
     step_share,
     step_wall_us,
-    typical_step_share,
 )
 from .shapes import MATRIX_CALLS, blowup_shapes, dense_copies
 
@@ -188,10 +187,6 @@ def dataloader_bound(profile: Profile, limits: dict[str, float]) -> Finding | No
     waited = sum(o.cpu_total_us for o in rows)
     frac, wall = step_share(profile, waited)
     if frac <= limits["share"]:
-        return None
-    # the steps' total over the bar, but not the usual step's: one step's wait did it
-    typical = typical_step_share(profile, "data")
-    if typical is not None and typical <= limits["share"]:
         return None
     top = max(rows, key=lambda o: o.cpu_total_us)
     return Finding("dataloader-bound", _severity(frac, limits["high"]),
