@@ -156,7 +156,7 @@ def eager_run(tmp_path_factory):
     """A small BERT on eager attention over 512 tokens, where its attention is 28-32% of
     the step (the 2-core machine, 2026-12-02), well over unfused-attention's 10% bar,
     profiled in inference by the runner. Over 256 tokens it was 11-17%: on a loaded CI
-    machine it fell under the bar once, and nothing fired (2026-11-30, 2026-12-01)."""
+    machine it fell under the bar, and nothing fired (2026-11-30 and 2026-12-01)."""
     from reporter.collect.runner import RunOptions, profile_target
 
     def build(device="cpu", preset="default"):
