@@ -500,7 +500,7 @@ def main() -> None:
                 rules += f" (also gone, not applied: {', '.join(went)})"
             print(f"| {name} | {mode} | {at} | {rules} | {predicted:.1%} ({low:.1%}–{high:.1%}) | "
                   + " | ".join(cells) + f" | {', '.join(kept) or '—'} |")
-    print("\nwithin 30% or the noise: "
+    print("\nwithin 30%, the noise or the printed range: "
           + "; ".join(f"{sum(e)} of {len(e)} {how}" for how, e in errors.items())
           + (f"; {busy} left out, measured while the machine was busy" if busy else "")
           + f"; {stayed} twin(s) still showing a main problem whose advice they apply"
