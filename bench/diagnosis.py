@@ -189,21 +189,19 @@ def interleaved(baseline: str, fix: str, mode: str, opts: RunOptions, processes:
     return statistics.fmean(savings), noise, savings
 
 
-def judge(predicted: float, measured: float, noise: float, low: float | None = None,
-          high: float | None = None) -> tuple[bool | None, str]:
+def judge(predicted: float, measured: float, noise: float, low: float,
+          high: float) -> tuple[bool | None, str]:
     """Whether a prediction met the goal against a measured saving and its noise (None:
     nothing predicted and nothing missed), and the table's cell. The prediction is what
-    the report printed: its saving and, where it printed one, its range (``low`` to
-    ``high``: two timings of a replacement that read apart, an estimate's bounds). The
-    measured saving, give or take its noise, meets the point ("in noise") or reaches into
-    the range ("in range"): a report that said 0.0-15.0% promised no more than that
-    (BERT's switch, 2026-12-02, judged a miss at 6.5% against 11.7% ±3.8% before this
-    read the range)."""
+    the report printed: its saving and its range (``low`` to ``high``, the saving both
+    where none was printed; else two timings of a replacement that read apart, an
+    estimate's bounds). The measured saving, give or take its noise, meets the point ("in
+    noise") or reaches into the range ("in range"): a report that said 0.0-15.0% promised
+    no more than that (BERT's switch, 2026-12-02, judged a miss at 6.5% against 11.7%
+    ±3.8% before this read the range)."""
     if predicted:
         err = predicted - measured
         rel = abs(err) / abs(measured) if measured else float("inf")
-        low = predicted if low is None else min(low, predicted)
-        high = predicted if high is None else max(high, predicted)
         noted = ""
         if abs(err) <= noise:
             noted = ", in noise"
