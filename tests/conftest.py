@@ -15,6 +15,7 @@ from reporter.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SHARED = ROOT.parent / "shared"
+SEEDS = FIXTURES / "seeds"  # the five seed reports (../shared/seeds), whose tables are data
 
 
 @dataclass

@@ -11,7 +11,7 @@ import pytest
 from reporter.compare import Step, compare, load_step
 from reporter.render.report import render_markdown
 from reporter.render.view import LANGUAGES, compare_view
-from conftest import FIXTURES, SHARED, cli
+from conftest import FIXTURES, SEEDS, cli
 
 GOLD = Path(__file__).resolve().parent / "gold"
 RUNS = FIXTURES / "runs"
@@ -107,9 +107,8 @@ def test_a_sequence_and_different_devices(tmp_path):
     assert text.count("\n| 3 |") == 2 and "Внимание" in text
 
 
-@pytest.mark.skipif(not (SHARED / "seeds").is_dir(), reason="../shared/seeds is absent")
 def test_compare_tables_and_json(tmp_path):
-    seed = next((SHARED / "seeds").glob("001_*.txt"))
+    seed = next(SEEDS.glob("001_*.txt"))
     cuda = RUNS / "cuda-seed001"
     res = cli("compare", cuda, seed, "--json")
     assert res.code == 0, res.err

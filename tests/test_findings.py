@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SHARED, cli, render_finding
+from conftest import SEEDS, SHARED, cli, render_finding
 
 from reporter.analyze.analyzer import RULES, analyze
 from reporter.ingest.tables import parse_tables
@@ -15,7 +15,6 @@ from reporter.model.profile import Op, Profile
 from reporter.render.report import render_markdown
 from reporter.render.view import LANGUAGES, Fmt, _finding_view
 
-SEEDS = SHARED / "seeds"
 CORPUS = SHARED / "corpus" / "tables"
 
 
@@ -44,7 +43,6 @@ def _seed_profiles(prefix: str) -> list[dict]:
     return json.loads(res.out)["profiles"]
 
 
-@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared/seeds is absent")
 def test_the_seeds_authors_diagnoses():
     rules = lambda p: {f["rule"] for f in p["findings"]}  # noqa: E731
     first, optimised = _seed_profiles("001")
@@ -72,7 +70,6 @@ def _all_real_profiles() -> list[tuple[str, Profile]]:
     return out
 
 
-@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared is absent")
 def test_no_finding_below_its_threshold():
     checked = 0
     for name, profile in _all_real_profiles():
@@ -239,7 +236,6 @@ def _finding_for(rule_id: str) -> Finding:
     raise AssertionError(f"no input triggers {rule_id}")
 
 
-@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared is absent")
 @pytest.mark.parametrize("rule_id", sorted(RULES))
 def test_every_rule_can_fire_and_reads_in_every_language(rule_id):
     finding = _finding_for(rule_id)
@@ -261,7 +257,6 @@ OVER_STEPS = {"en": "over 4 steps", "ru": "за 4 шага", "zh": "4 步"}  # z
 PER_STEP_TIMES = {"slow-copies", "straggler-rank"}
 
 
-@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared is absent")
 @pytest.mark.parametrize("rule_id", sorted(r for r in RULES if r not in PER_STEP_TIMES and (
     "f.op_time" in (Path(__file__).resolve().parent.parent / "templates" / "en" / "findings"
                     / f"{r}.md.j2").read_text(encoding="utf-8"))))
@@ -423,7 +418,6 @@ def test_the_optimizer_advice_names_the_users_own_class(cls, call):
         assert f"`{call}`" in text, (lang, text)
 
 
-@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared is absent")
 @pytest.mark.parametrize("rule_id", sorted(r for r in RULES if "torch.compile" in (
     Path(__file__).resolve().parent.parent / "templates" / "en" / "findings" / f"{r}.md.j2"
 ).read_text(encoding="utf-8") and r not in ("recompilation", "graph-break")))
@@ -604,7 +598,6 @@ def test_the_optimizer_advice_drops_foreach_where_it_timed_no_faster(tmp_path):
 WORTH = {"en": "    **Worth:**", "ru": "    **Выигрыш:**", "zh": "    **收益：**"}
 
 
-@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared is absent")
 @pytest.mark.parametrize("rule_id", sorted(RULES))
 def test_every_finding_and_its_worth_are_paragraphs_of_their_own(rule_id):
     """In a whole report, a finding's last paragraph ("What to change") and its "Worth"

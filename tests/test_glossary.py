@@ -19,7 +19,7 @@ from reporter.render.report import render_markdown
 from reporter.render.view import LANGUAGES, Fmt, _finding_view, compare_view
 from reporter.pipeline import report_view
 from reporter.store import load
-from conftest import FIXTURES, SHARED
+from conftest import FIXTURES
 
 RUNS = FIXTURES / "runs"
 FIXTURE_RUNS = sorted(p.name for p in RUNS.iterdir() if (p / "run.json").is_file())
@@ -124,7 +124,6 @@ def test_chinese_typography(pattern, why):
     assert not bad, why + "\n" + "\n".join(bad)
 
 
-@pytest.mark.skipif(not (SHARED / "seeds").is_dir(), reason="../shared is absent")
 @pytest.mark.parametrize("lang", GLOSSARY_LANGS)
 def test_every_finding_holds_to_the_glossary_and_the_typography(lang):
     """The fixtures fire a few rules; every rule's text, on a GPU and on the CPU, is held to

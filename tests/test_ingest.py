@@ -12,11 +12,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from reporter.ingest.tables import parse_mem_b, parse_tables, parse_time_us
-from conftest import SHARED, cli
+from conftest import SEEDS, SHARED, cli
 
-SEEDS = SHARED / "seeds"
 CORPUS = SHARED / "corpus" / "tables"
-needs_seeds = pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared/seeds is absent")
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is absent")
 
 
@@ -45,7 +43,6 @@ def test_units():
     assert parse_mem_b("800 B") == 800
 
 
-@needs_seeds
 def test_seed_001_two_profiles_with_their_totals_and_findings():
     first, second = analyze_json(seed("001"))
     assert first["label"] == "Результаты профайлинга"
@@ -61,7 +58,6 @@ def test_seed_001_two_profiles_with_their_totals_and_findings():
     assert "elementwise-blowup" not in rules(second)
 
 
-@needs_seeds
 def test_seed_000_markdown_tables():
     first, second = analyze_json(seed("000"))
     assert first["label"] == "Оптимизация teacher forcing"
@@ -75,7 +71,6 @@ def test_seed_000_markdown_tables():
     assert "copyslices" in f["kinds"] and "transfer" in f["kinds"]
 
 
-@needs_seeds
 def test_seed_002_and_004():
     (cnn,) = analyze_json(seed("002"))
     assert "dataloader-bound" in rules(cnn)
@@ -215,7 +210,6 @@ def test_analyze_does_not_import_torch(tmp_path):
     assert res.returncode == 0, res.stderr
 
 
-@needs_seeds
 def test_analyze_writes_a_report_for_a_table_file(tmp_path):
     res = cli("analyze", seed("004"), "--lang", "zh", "--out", tmp_path)
     assert res.code == 0, res.err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import FIXTURES, SHARED
+from conftest import FIXTURES, SEEDS
 
 from reporter.analyze.analyzer import analyze
 from reporter.compare import compare, load_step
@@ -16,7 +16,6 @@ from reporter.render.report import render_markdown
 from reporter.render.view import LANGUAGES, Fmt, _finding_view, compare_view
 from reporter.pipeline import profiles_view
 
-SEEDS = SHARED / "seeds"
 
 
 def _finding_text(finding: Finding, lang: str) -> str:
@@ -121,7 +120,6 @@ def test_imported_profiles_are_framed_by_their_number():
     assert "## 第 2 份 profile：“После правок”" in md["zh"]
 
 
-@pytest.mark.skipif(not SEEDS.is_dir(), reason="../shared/seeds is absent")
 def test_seed_headings_end_at_a_boundary():
     path = next(SEEDS.glob("004_*.txt"))
     labels = [p.label for p in parse_tables(path.read_text(encoding="utf-8"))]
