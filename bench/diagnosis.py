@@ -42,7 +42,7 @@ at all; ``unmet``). The last line counts both ways.
 
 A pair whose baseline or twin was profiled while other work disturbed it (a throughput
 without enough undisturbed windows, or disturbed profiled steps: reporter's own busy
-checks, see README "A busy machine") is printed but left out of the count, and the row
+checks, see docs/busy-machine.md) is printed but left out of the count, and the row
 says so: its prediction rests on the machine's load, not the model. The load average
 (1 minute) is printed before each pair and at the end.
 

@@ -278,7 +278,7 @@ def cmd_targets(args) -> int:
     for name, seed, summary in rows:
         print(f"{name:<{width}}  [seed {seed}] {summary}")
     print("\nYour own: --target module:function or --target path/to/file.py:function "
-          "(see README: 'Your own target')")
+          "(see docs/targets.md, 'Your own target')")
     return 0
 
 

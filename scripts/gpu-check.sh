@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checklist (../shared/GPU.md) in one call of the workplace's device tool: run
 # from the repository root on a lent GPU machine, which has torch, jinja2, markdown and
-# fonttools but no network, so babel and msgspec travel as wheels in .whl/ (README,
+# fonttools but no network, so babel and msgspec travel as wheels in .whl/ (docs/gpu.md,
 # "Verified on a GPU"). Every step has its own time limit and the script goes on after a
 # failed one; the stored runs come back as $OUT/runs.tgz (split if large) and each step's
 # output as $OUT/<step>.log. The reports are read, and rendered as PDF, on the

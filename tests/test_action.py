@@ -241,6 +241,7 @@ def _stored(**given: str) -> dict[str, str]:
     return {"python": sys.executable, "formats": "md", **given}
 
 
+@pytest.mark.slow
 def test_a_regression_comments_once_then_updates_the_same_comment(job):
     first = run_action(job, **_stored(baseline=str(RUNS / "cpu-transformer-bloat-fixed"),
                                       runs=str(RUNS / "cpu-transformer-bloat"),
@@ -383,6 +384,7 @@ def test_the_comment_is_found_beyond_the_first_page(job):
     assert res.outputs["reporter"]["comment-url"] == mine["html_url"]
 
 
+@pytest.mark.slow
 def test_a_comment_over_githubs_limit_is_cut_with_a_note(job, tmp_path):
     """Four reports, two of a GPU run: those are longer than a quarter of a comment even
     without their logs, so the comment keeps the two short reports whole and cuts the two
@@ -558,6 +560,7 @@ def _git(cwd: Path, *args: str) -> str:
                           cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_the_base_commit_is_profiled_in_the_same_job(job):
     """Live: the pull request's base commit and its head, each profiled by reporter run; the
@@ -670,9 +673,8 @@ def test_action_yml_wiring():
         assert spec.get("description"), name
 
 
-def test_every_input_is_in_the_readme():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    part = readme.split("## In pull requests", 1)[1].split("\n## ", 1)[0]
+def test_every_input_is_in_the_manual():
+    part = (ROOT / "docs" / "action.md").read_text(encoding="utf-8")
     for name in _action()["inputs"]:
         assert f"| `{name}` |" in part, name
     assert re.search(r"uses: OWNER/reporter@v1", part)
@@ -689,13 +691,13 @@ def _steps(node: Any) -> list[dict[str, Any]]:
 
 
 def test_the_workflows_in_the_docs_parse_and_name_only_real_inputs():
-    """docs/ci.md and the README: each YAML block parses (fragments too), and each use of
+    """docs/ci.md and docs/action.md: each YAML block parses (fragments too), and each use of
     the action passes inputs that action.yml declares."""
     import textwrap
 
     declared = set(_action()["inputs"])
     uses = 0
-    for doc in (ROOT / "docs" / "ci.md", ROOT / "README.md"):
+    for doc in (ROOT / "docs" / "ci.md", ROOT / "docs" / "action.md"):
         blocks = re.findall(r"^```yaml\n(.*?)^```", doc.read_text(encoding="utf-8"), re.S | re.M)
         assert blocks, doc
         for block in blocks:
