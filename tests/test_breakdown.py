@@ -186,6 +186,7 @@ def test_the_tb_plugin_resnet_waits_for_its_dataloader():
     assert means["device_us"]["idle_data"] > 0.05 * means["step_us"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target, data_largest", [("cnn", True), ("cnn-fixed", False)])
 def test_live_cnn_breakdown(target, data_largest, tmp_path):
     """seed 002: the baseline's step is mostly data loading; its fix's is not."""

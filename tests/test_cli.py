@@ -27,6 +27,7 @@ def _main_problems(md: str) -> str:
     return parts[1].split("\n## ", 1)[0] if len(parts) > 1 else ""
 
 
+@pytest.mark.slow
 def test_bloat_names_mul_or_copy_and_the_fixed_twin_is_faster(runs):
     slow = cli("run", "--target", "transformer-bloat", "--device", "cpu", "--lang", "ru",
                "--out", runs, "--quiet")

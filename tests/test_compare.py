@@ -21,6 +21,7 @@ def _steps(*runs):
     return [Step(r.target["name"], r.id, r.sections, r) for r in runs]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("baseline,rule,faster", [
     ("transformer-bloat", "elementwise-blowup", True),
     ("seq2seq", "copy-heavy", True),

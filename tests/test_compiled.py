@@ -183,6 +183,7 @@ def _compiled_trace(tmp_path: Path, shapes: list[int]) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_recompilation_inside_the_window_is_found_on_a_real_trace(tmp_path):
     steady = read_trace(_compiled_trace(tmp_path, [8, 8, 8]))
     c = compiled(steady)
@@ -209,6 +210,7 @@ def _eager(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+@pytest.mark.slow
 def test_a_graph_break_and_its_eager_time_are_found_on_a_real_trace(tmp_path):
     """A compiled function with a graph break, three calls under the profiler: the frame
     resumed after the break runs its region inside the first one, the eager code lies
@@ -292,6 +294,7 @@ def test_the_compiled_twin_without_a_compiler_stops_with_one_line(monkeypatch):
     assert "C++ compiler" in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
                     reason="no C++ compiler: torch.compile's CPU backend cannot build "
                            "(scripts/setup.sh installs g++)")

@@ -220,6 +220,8 @@ def _profile(name: str, tmp: Path):
     return profile_target(spec, builder, opts, tmp)
 
 
+@pytest.mark.serial
+@pytest.mark.slow
 def test_a_run_beside_cpu_hogs_is_flagged_and_prints_nothing_it_cannot_defend(tmp_path):
     from reporter.analyze.analyzer import analyze_run
     from reporter.pipeline import report_view

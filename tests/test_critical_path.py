@@ -239,6 +239,7 @@ def _walk_raw(events: list[dict], latency: float = 10.0):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is absent")
 @pytest.mark.parametrize("name", ["07_hta-a100-80gb-rank0.json.gz",
                                   "11_hta-v100-nccl-rank1.json.gz",

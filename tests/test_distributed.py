@@ -15,6 +15,8 @@ import pytest
 from conftest import cli
 from fake_cuda import fake_cuda
 
+pytestmark = pytest.mark.slow
+
 
 def _run(tmp_path: Path, *argv: str, env: dict | None = None, timeout: float = 240):
     import os

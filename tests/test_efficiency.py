@@ -205,6 +205,7 @@ def test_old_runs_say_not_recorded():
     assert of_section(run.sections[0]) == NOT_RECORDED
 
 
+@pytest.mark.slow
 def test_live_cpu_run_measures_peaks_and_reports_efficiency(tmp_path):
     from reporter.collect.runner import RunOptions, profile_target
     from reporter.collect.target import resolve

@@ -24,6 +24,7 @@ def live(live_run):
     return lambda name: [{f.rule for f in analyze(s.profile)} for s in live_run(name).sections]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("baseline,rule", [
     ("transformer-bloat", "elementwise-blowup"),
     ("cnn", "dataloader-bound"),

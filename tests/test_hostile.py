@@ -156,6 +156,7 @@ def test_a_suite_goes_on_after_a_target_that_exits_and_exits_1(tmp_path):
     assert len(list((tmp_path / "runs").glob("*/run.json"))) == 1
 
 
+@pytest.mark.slow
 def test_a_target_that_changes_folder_keeps_a_relative_out(tmp_path):
     (tmp_path / "t.py").write_text(TARGET.format(where="none", code=0).replace(
         "def build(", "import os\ndef build(") .replace(
@@ -322,6 +323,7 @@ def build(device="cpu", preset="default"):
 """
 
 
+@pytest.mark.slow
 def test_sigterm_ends_a_run_with_143_and_leaves_nothing(tmp_path):
     (tmp_path / "slow.py").write_text(SLOW_TARGET)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -524,6 +526,7 @@ def _marked(mark: str) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
 def test_ranks_stop_when_their_launcher_is_killed(tmp_path):
     (tmp_path / "slow.py").write_text(SLOW_TARGET)
@@ -669,6 +672,7 @@ def _pid_namespaces() -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _pid_namespaces(), reason="no pid namespaces here (unshare needs "
                     "privileges)")
 def test_a_live_run_in_another_pid_namespace_is_not_removed(tmp_path):
@@ -774,6 +778,7 @@ def test_a_run_with_a_number_beyond_the_bound_is_bad_input(tmp_path, stored, cha
     assert res.code == 2 and "[bad-run]" in one_line(res.err) and "at most 1e+30" in res.err
 
 
+@pytest.mark.slow
 def test_a_lone_surrogate_in_a_trace_becomes_a_replacement_character(tmp_path):
     (tmp_path / "s.json").write_text('{"traceEvents": [' + _events().replace(
         "aten::mm", "a\\ud800b") + ", " + _events().replace('"ts": 10', '"ts": 900') + "]}")
@@ -961,6 +966,7 @@ def test_charts_print_no_warning(tmp_path, stored):
     assert res.returncode == 0 and res.stderr == "", res.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,code,word", [(signal.SIGTERM, 143, "terminated"),
                                            (signal.SIGINT, 130, "interrupted")])
 def test_an_interrupted_nproc_run_says_one_line(tmp_path, sig, code, word):

@@ -22,6 +22,8 @@ from test_hostile import SLOW_TARGET
 
 from reporter.store import OWNER_FILE, STALE_AFTER_S, owner_record
 
+pytestmark = pytest.mark.slow
+
 GiB = 1 << 30
 LIMITS = "import resource; resource.setrlimit(resource.RLIMIT_AS, ({mem}, {mem}))\n"
 

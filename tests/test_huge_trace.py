@@ -23,6 +23,8 @@ from conftest import ROOT
 
 from reporter.ingest import traces
 
+pytestmark = pytest.mark.slow
+
 # The child prints its peak resident memory (VmHWM) after the command.
 LIMITED = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (@LIMIT@, @LIMIT@)); "
            "from reporter.cli import main\n"

@@ -46,6 +46,7 @@ def _run(name: str, scratch: Path):
                                                     warmup_steps=2), scratch)
 
 
+@pytest.mark.slow
 def test_a_targets_memory_does_not_depend_on_what_ran_before(tmp_path):
     """The fixed twin's tensor peak is the same alone and right after its larger baseline;
     the process's RSS is not (memory the allocator kept is reused)."""
@@ -66,6 +67,7 @@ def test_a_targets_memory_does_not_depend_on_what_ran_before(tmp_path):
     assert memory["host_net_peak_b"] == max(0, memory["host_peak_b"] - memory["host_held_b"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lang, words", [
     ("en", ("Peak of live tensors", "activations", "optimizer state")),
     ("ru", ("живых тензоров", "активации", "состояние оптимизатора")),

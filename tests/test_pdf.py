@@ -95,6 +95,7 @@ def test_no_font_for_the_script_is_one_clear_line(tmp_path, monkeypatch, stored)
     assert not (folder / "report.zh.pdf").exists()
 
 
+@pytest.mark.slow
 def test_run_writes_markdown_and_pdf(runs):
     res = cli("run", "--target", "tensor-ops", "--device", "cpu", "--lang", "ru",
               "--format", "md,pdf", "--out", runs, "--quiet")
@@ -106,6 +107,7 @@ def test_run_writes_markdown_and_pdf(runs):
     assert chart and (paths[0].parent / chart.group(1)).is_file()
 
 
+@pytest.mark.slow
 def test_an_interrupt_between_two_formats_leaves_none_of_them(tmp_path, monkeypatch):
     """#35: Ctrl-C after the Markdown was written and before the PDF leaves neither, nor
     the charts; a report that was there before is kept (replaced whole)."""
@@ -168,6 +170,7 @@ def _tables(document) -> list[tuple[float, list[float]]]:
     return list(found.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture, lang", [("cpu-transformer", "ru"),
                                            ("cuda-h100-transformer", "zh")])
 def test_the_tables_given_widths_are_those_weasyprint_works_out(tmp_path, monkeypatch,

@@ -14,6 +14,8 @@ from reporter.analyze.savings import FIRST_TOUCH
 from reporter.model.finding import Finding
 from reporter.render.view import LANGUAGES
 
+pytestmark = pytest.mark.slow
+
 PLANTED = Path(__file__).parent / "models" / "planted.py"
 PAGE = 4096
 

@@ -84,6 +84,7 @@ def test_odd_files(tmp_path, name):
     ok_or_one_line(run_limited("analyze", path, "--json"))
 
 
+@pytest.mark.slow
 def test_a_bomb(tmp_path):
     path = tmp_path / "bomb.json.gz"
     with gzip.open(path, "wb", compresslevel=9) as f:
@@ -112,6 +113,7 @@ def _flat_trace(path: Path, size: int) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["flat.json", "flat.json.gz"])
 def test_a_trace_too_big_for_the_memory_is_refused_before_decoding(tmp_path, name):
     path = _flat_trace(tmp_path / name, 128 << 20)  # about 1.4 M events: 1.4 GB decoded

@@ -11,6 +11,8 @@ import pytest
 from reporter.analyze.analyzer import analyze_section
 from reporter.analyze.efficiency import of_section
 
+pytestmark = pytest.mark.slow
+
 # A test-only dependency (pyproject's test extras install it): without it, these skip.
 pytest.importorskip("transformers")
 

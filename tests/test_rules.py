@@ -142,6 +142,7 @@ def _live(name: str, tmp_path) -> list[set[str]]:
             for s in run.sections]
 
 
+@pytest.mark.slow
 def test_dropout_cost_fires_on_a_dropout_heavy_mlp_and_not_on_its_fix(tmp_path):
     """Live, and on the trace the live run wrote: the share is the dropout calls' own
     events (their inclusive time) over the CPU time --json reports."""
@@ -180,6 +181,7 @@ def test_dropout_cost_fires_on_a_dropout_heavy_mlp_and_not_on_its_fix(tmp_path):
     assert found["share"] > RULES["dropout-cost"].limits["share"]
 
 
+@pytest.mark.slow
 def test_a_per_sample_loop_fires_and_the_batched_call_does_not(tmp_path):
     """A small MLP called once per sample of a batch of 64 (the runner's module marks
     count the calls), against one call on the batch; and on the trace the loop's run

@@ -453,6 +453,7 @@ def _device_figures(path: Path) -> tuple[float, float, float]:
             _common(nccl, other) / comm)
 
 
+@pytest.mark.slow
 @needs_corpus
 @pytest.mark.parametrize("path, fires", [
     ("07_hta-a100-80gb-rank0.json.gz", True),          # 35.5% busy (the kernel sum said 41.9%)
@@ -556,6 +557,7 @@ def _idle_queued(path: Path) -> tuple[tuple[float, float, float], dict]:
     return tuple(totals), streams
 
 
+@pytest.mark.slow
 @needs_corpus
 @pytest.mark.parametrize("path", ["07_hta-a100-80gb-rank0.json.gz",
                                   "11_hta-v100-nccl-rank1.json.gz",
@@ -624,6 +626,7 @@ def _launch_figures(path: Path) -> dict:
             "steps": len(steps)}
 
 
+@pytest.mark.slow
 @needs_corpus
 @pytest.mark.parametrize("path", ["07_hta-a100-80gb-rank0.json.gz",
                                   "11_hta-v100-nccl-rank1.json.gz",
@@ -667,6 +670,7 @@ def _copy_figures(path: Path) -> dict:
     return out
 
 
+@pytest.mark.slow
 @needs_corpus
 @pytest.mark.parametrize("path,link", [
     ("07_hta-a100-80gb-rank0.json.gz", "PCIe 4.0 x16"),

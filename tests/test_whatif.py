@@ -284,6 +284,7 @@ def test_a_per_parameter_optimizer_against_foreach():
     assert not opt.state  # the original optimizer never stepped
 
 
+@pytest.mark.slow
 def test_a_replacement_that_fails_to_time_leaves_the_run_whole(tmp_path, monkeypatch):
     """Timing a replacement may fail (out of device memory, say): the run keeps its
     profile and its estimates."""

@@ -13,6 +13,8 @@ from reporter.collect import whatif as w
 from reporter.collect.runner import _Stepper
 from reporter.collect.target import Target
 
+pytestmark = pytest.mark.slow
+
 
 def _bert(attention: str = "eager", layers: int = 1) -> nn.Module:
     transformers = pytest.importorskip("transformers")

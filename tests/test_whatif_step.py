@@ -150,6 +150,7 @@ def dropout_run(tmp_path_factory):
     pytest.skip("the machine was busy while the what-ifs were timed, in three runs")
 
 
+@pytest.mark.slow
 def test_the_runner_times_the_models_step_with_its_dropout_off(dropout_run):
     """Live: the training section's dropout finding is timed on the model itself (its
     whole step with and without dropout, in turn, twice), in training mode although the
@@ -355,6 +356,7 @@ def test_a_targets_own_fixes_are_checked():
         assert exc.value.error_id == "bad-target" and "\n" not in str(exc.value)
 
 
+@pytest.mark.slow
 def test_a_targets_own_fix_is_timed_through_the_runner(tmp_path):
     """Live: a target that gives its own fix for a finding has it timed on its step, in
     place of reporter's recipe (here: its dropout removed by the target's own switch), and
