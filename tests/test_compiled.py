@@ -17,7 +17,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from reporter.analyze.analyzer import analyze, analyze_section
 from reporter.analyze.compiled import compiled, generated_kernels
-from reporter.analyze.rules import launch_overhead
+from reporter.analyze.rules.waits import launch_overhead
 from reporter.ingest.traces import read_trace
 from reporter.model.profile import KIND_KERNEL, KIND_OP, Op, Profile
 from reporter.render.report import render_markdown

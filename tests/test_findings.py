@@ -505,7 +505,7 @@ def test_slow_copies_reads_the_copies_against_their_link_and_is_worth_the_gap():
 def test_short_kernels_alone_are_no_launch_overhead_when_the_queue_kept_the_device_busy():
     """cuda review 2026-11-22 #8 (partly fixed): the rule fired on a mean kernel under
     10 us alone; with a device breakdown it asks whether the device waited for launches."""
-    from reporter.analyze.rules import launch_overhead
+    from reporter.analyze.rules.waits import launch_overhead
     from reporter.model.profile import Breakdown
 
     def profile(idle_host_us: float) -> Profile:
@@ -529,7 +529,7 @@ def test_lower_precision_on_a_cpu_matrix_product_is_advice_to_time_first(lang):
     long. On a CPU the advice for a matrix product now says to time it both ways; on a
     GPU, and for an operator that is no matrix product, it is as it was."""
     from reporter.render.report import render_markdown
-    from reporter.analyze.rules import dominant_operator
+    from reporter.analyze.rules.operators import dominant_operator
     from reporter.render.view import Fmt, _finding_view
 
     caveat = {"en": "many times slower", "ru": "в разы медленнее", "zh": "慢好几倍"}[lang]

@@ -5,6 +5,7 @@ that needs to know about a rule asks the registry instead of naming it."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,10 +19,6 @@ from reporter.render.languages import codes, language
 from reporter.render.report import environment
 
 PACKAGE = Path(__file__).resolve().parent.parent / "reporter"
-# The modules that hold rules and statements (their ids are theirs to name).
-RULE_MODULES = {"rules.py", "roofline.py", "compiled.py"}
-
-
 def test_every_rule_has_a_saving_model_and_its_words_in_every_language():
     for r in RULES.values():
         assert callable(r.saving), r.id
@@ -41,20 +38,41 @@ def test_a_rule_without_a_saving_model_is_refused():
     assert "no-saving" not in RULES
 
 
-def test_no_module_outside_the_rules_names_a_rule():
-    """Rule ids appear only where the rules are registered: the analyzer, the savings and
-    the runner read the registry. (The views still name a few: they format them. A
-    built-in target names the findings it gives its own fix for, as a user's target does:
-    Target.fixes.)"""
-    ids = "|".join(re.escape(i) for i in RULES)
+def _registering_module(rule_id: str) -> Path:
+    """The module whose @rule (or @statement) registers ``rule_id``."""
+    found = [path for path in PACKAGE.rglob("*.py")
+             if re.search(rf"@(rule|statement)\(\s*[\"']{re.escape(rule_id)}[\"']",
+                          path.read_text(encoding="utf-8"))]
+    assert len(found) == 1, (rule_id, found)
+    return found[0]
+
+
+def test_a_rule_id_is_named_only_by_the_module_that_registers_it():
+    """A rule is one slice: its id appears in the module that registers it and nowhere
+    else in the package (the analyzer, the savings, the runner, the views and the
+    sentences read the registry: Rule.says, host_work, about_products, catch_all...)."""
     found = []
-    for path in PACKAGE.rglob("*.py"):
-        if path.name in RULE_MODULES or path.parent.name in ("render", "targets"):
-            continue
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if re.search(rf"[\"']({ids})[\"']", line):
-                found.append(f"{path.relative_to(PACKAGE)}:{n}")
+    for rule_id in RULES:
+        home = _registering_module(rule_id)
+        for path in PACKAGE.rglob("*.py"):
+            if path == home:
+                continue
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if re.search(rf"[\"']{re.escape(rule_id)}[\"']", line):
+                    found.append(f"{rule_id}: {path.relative_to(PACKAGE)}:{n}")
     assert found == []
+
+
+def test_the_id_check_sees_a_planted_literal(tmp_path, monkeypatch):
+    """The check above would fail on a module that names another module's rule."""
+    planted = tmp_path / "reporter"
+    (planted / "render").mkdir(parents=True)
+    (planted / "rules.py").write_text('@rule("copy-heavy", saving=x)\n', encoding="utf-8")
+    (planted / "render" / "view.py").write_text('IDS = ("copy-heavy",)\n', encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", planted)
+    monkeypatch.setattr(sys.modules[__name__], "RULES", {"copy-heavy": None})
+    with pytest.raises(AssertionError, match="render/view.py:1"):
+        test_a_rule_id_is_named_only_by_the_module_that_registers_it()
 
 
 def _profile() -> Profile:

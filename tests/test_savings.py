@@ -319,7 +319,7 @@ def test_a_fix_that_frees_its_tensors_takes_their_pages_at_the_peak_off_the_faul
     that no longer makes a finding's tensors (Rule.frees) takes their bytes at the peak
     off it, and at least those pages of the faults; a fix that keeps them (the optimizer's
     foreach kernels) only the faults in what its operators allocate."""
-    from reporter.analyze.rules import page_faults
+    from reporter.analyze.rules.memory import page_faults
     from reporter.analyze.savings import fault_share, faults_us, freed_ops, owned_fault_share
 
     def o(name, us, mem):
@@ -397,7 +397,7 @@ def test_page_faults_leave_the_faults_in_another_findings_writers_to_it():
     """The faults' time is shared among the operators that write fresh memory by their
     time; a copy finding's copies take theirs with its fix, a dominant operator (work
     that stays) does not; the faults' share is of the step timed without the profiler."""
-    from reporter.analyze.rules import page_faults
+    from reporter.analyze.rules.memory import page_faults
 
     p = Profile(label="cpu", self_cpu_us=40_000, steps=1, ops=[
         Op("aten::copy_", calls=100, self_cpu_us=9_000, cpu_total_us=9_000),
@@ -438,7 +438,7 @@ def test_page_faults_stop_short_of_the_step_by_the_operators_roofline():
     than their recorded time), 18 ms."""
     from reporter.analyze.efficiency import Efficiency, OpEfficiency
     from reporter.analyze.peaks import Peaks
-    from reporter.analyze.rules import page_faults
+    from reporter.analyze.rules.memory import page_faults
 
     p = _copies_and_a_product(faults=30_000.0)
     f = page_faults(p, {"share": 0.05, "high": 0.25})
@@ -471,7 +471,7 @@ def test_a_saving_of_nothing_says_why_instead_of_a_bare_zero():
     own sentence, which tests/test_sentences.py holds every language to word."""
     from reporter.analyze.efficiency import Efficiency, OpEfficiency
     from reporter.analyze.peaks import Peaks
-    from reporter.analyze.rules import page_faults
+    from reporter.analyze.rules.memory import page_faults
     from reporter.model.finding import IN_OTHERS, NO_ROOM
     from reporter.render.sentences import REPORT
 
@@ -499,7 +499,7 @@ def test_a_saving_of_nothing_says_why_instead_of_a_bare_zero():
 def test_page_faults_are_not_said_of_a_gpu_step():
     """On a GPU the host runs ahead of the device: its faults lengthen the step only where
     the host bounds it, which their count cannot tell."""
-    from reporter.analyze.rules import page_faults
+    from reporter.analyze.rules.memory import page_faults
 
     p = Profile(label="gpu", device_type="cuda", self_cpu_us=40_000, self_device_us=30_000,
                 steps=1, ops=[Op("aten::mm", calls=10, self_cpu_us=40_000,

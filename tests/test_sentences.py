@@ -13,7 +13,7 @@ from jinja2 import nodes
 
 from reporter.render.languages import language
 from reporter.render.report import environment
-from reporter.render.sentences import FINDINGS, REPORT
+from reporter.render.sentences import REPORT, finding_choices
 from reporter.render.view import LANGUAGES
 
 # {% if %}, {% elif %}, {% else %} and {% for %}: the logic a translator would have to
@@ -47,7 +47,7 @@ def test_a_language_words_every_sentence_its_slots_may_choose(lang):
     for path in sorted((folder / "findings").glob("*.md.j2")):
         rule = path.name.removesuffix(".md.j2")
         tree = _parse(lang, f"findings/{path.name}")
-        choices = FINDINGS.get(rule, {})
+        choices = finding_choices(rule)
         for slot in _said(tree):
             assert slot in choices, f"{lang}/{path.name} says {slot!r}, which chooses nothing"
             missing = set(choices[slot].names) - _sentences(tree)

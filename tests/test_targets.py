@@ -199,13 +199,13 @@ def test_a_distributed_run_id_has_no_colon_and_compares_as_cuda():
 ])
 def test_fp32_gemm_kernels_are_told_by_their_element_type(name, fp32):
     """cuda review N7: the bare 'gemvx' counted bf16 GEMVs, and gemv2T was missed."""
-    from reporter.analyze.rules import _FP32_GEMM
+    from reporter.analyze.rules.precision import _FP32_GEMM
 
     assert bool(_FP32_GEMM.search(name)) is fp32, name
 
 
 def test_the_real_gemmsn_kernel_name_counts_as_fp32_gemm():
-    from reporter.analyze.rules import _FP32_GEMM
+    from reporter.analyze.rules.precision import _FP32_GEMM
 
     assert _FP32_GEMM.search("void gemmSN_TN_kernel<float, 128, 16, 2, 4, 4, 4, true, "
                              "cublasGemvTensorStridedBatched<float const> >(...)")

@@ -7,11 +7,11 @@ and never prose: the explanation and the advice live in
 (``--json`` prints them); keep them stable once published.
 
 The registry, ``Finding`` and the helpers rules share are in reporter.analyze.findings
-(and re-exported here). To add a rule: write the function in reporter.analyze.rules (or
-in a module the analyzer imports), decorate it with ``@rule("my-id", saving=...,
-threshold=...)`` (its whole story: see findings.Rule), and add ``findings/my-id.md.j2`` and
-its name in ``terms.j2`` (``rule``) to every language folder (tests/test_registry.py and
-tests/test_i18n.py walk the registry).
+(and re-exported here). To add a rule: write the function in the family module of
+reporter.analyze.rules it belongs to, decorate it with ``@rule("my-id", saving=...,
+says=..., share=...)`` (its whole story: see findings.Rule), and add
+``findings/my-id.md.j2`` and its name in ``terms.j2`` (``rule``) to every language folder
+(docs/adding-a-rule.md; tests/test_registry.py and tests/test_i18n.py walk the registry).
 
 ``analyze_section`` is the one place a profile is analyzed for a report, ``--json`` or a
 comparison: its efficiency, its findings, and what each is worth (an ``Analysis``).

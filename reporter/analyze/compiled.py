@@ -35,6 +35,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from ..model.choice import OVER_STEPS, f, when
 from ..model.finding import Finding, Saving
 from ..model.profile import KIND_ANNOTATION, KIND_KERNEL, KIND_OP, Op, Profile
 from . import savings
@@ -244,7 +245,11 @@ def _compile_time(w: Worth) -> Saving:
     return Saving(us, us, us, us, w.step_us, host_saving=True)
 
 
-@rule("recompilation", saving=_compile_time, share=0.03)
+_SAYS_RECOMPILATION = {"steps": OVER_STEPS, "ids": when("compile_ids", f("compile_ids"))}
+
+
+@rule("recompilation", says=_SAYS_RECOMPILATION,
+      saving=_compile_time, share=0.03)
 def recompilation(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """torch.compile compiled inside the profiled window, after its warm-up: a guard
     failed (a new shape, dtype, or Python value) and Dynamo compiled the frame again."""
@@ -261,7 +266,15 @@ def recompilation(profile: Profile, limits: dict[str, float]) -> Finding | None:
                     "compile_ids": c.compile_ids, "frames": c.recompiled})
 
 
-@rule("graph-break", saving=savings.unquantified, share=0.03)
+_SAYS_GRAPH_BREAK = {
+    "steps": OVER_STEPS,
+    "pairs": when("break_pairs", f("pairs")),
+    "lookup": when("guard_checks_after", f("lookup")),
+}
+
+
+@rule("graph-break", says=_SAYS_GRAPH_BREAK,
+      saving=savings.unquantified, share=0.03)
 def graph_break(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """A compiled call split by graph breaks: between its regions the host runs eager
     code and Dynamo checks its guards again, for 3% of the step or more. Its worth is not

@@ -10,9 +10,10 @@ analyzer, the savings and the runner read the record; none of them names a rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
 
+from ..model.choice import Choice
 from ..model.finding import NOT_QUANTIFIABLE, Finding, Saving
 from ..model.profile import KIND_ANNOTATION, KIND_DATALOADER, KIND_OP, Op, Profile
 from .efficiency import Efficiency
@@ -90,7 +91,14 @@ class Rule:
       (reporter.analyze.savings.fault_share);
     - ``keeps_work``: whether its fix leaves every operator's work in the step (it takes
       away page faults, not operators): the fixed step keeps them all at their roofline
-      at the least, which its saving stops short of (reporter.analyze.savings.kept_us).
+      at the least, which its saving stops short of (reporter.analyze.savings.kept_us);
+    - ``host_work``: its finding is host work an idle device waits for (a per-sample
+      loop, padding, launches): its fix takes that idle time too, which the device's own
+      finding leaves out (reporter.analyze.savings.idle_left);
+    - ``about_products``: its finding speaks of the step's matrix products (no separate
+      near-roofline statement beside it);
+    - ``says``: the sentences its findings' words choose between, by slot
+      (reporter.model.choice; placed by reporter.render.sentences).
     """
 
     id: str
@@ -105,6 +113,9 @@ class Rule:
     derive: DeriveFunc | None = None
     frees: bool = False
     keeps_work: bool = False
+    host_work: bool = False
+    about_products: bool = False
+    says: Mapping[str, Choice] = field(default_factory=dict)
 
 
 RULES: dict[str, Rule] = {}
@@ -122,23 +133,28 @@ def rule(rule_id: str, *, saving: SavingModel,
          explains: Callable[[Finding, Finding], bool] | None = None, catch_all: bool = False,
          symptom: Callable[[Profile, Saving], bool] | None = None,
          whatif: WhatIf | None = None, frees: bool = False, keeps_work: bool = False,
+         host_work: bool = False, about_products: bool = False,
+         says: Mapping[str, Choice] | None = None,
          **limits: float) -> Callable[[RuleFunc], RuleFunc]:
     """Register a rule under a stable id with its saving model, the rest of its story
     (see ``Rule``) and its default thresholds."""
     def register(func: RuleFunc) -> RuleFunc:
         _register(rule_id, func=func, limits=dict(limits), saving=saving, explains=explains,
                   catch_all=catch_all, symptom=symptom, whatif=whatif, frees=frees,
-                  keeps_work=keeps_work)
+                  keeps_work=keeps_work, host_work=host_work, about_products=about_products,
+                  says=dict(says or {}))
         return func
     return register
 
 
-def statement(rule_id: str, *, saving: SavingModel, **limits: float
+def statement(rule_id: str, *, saving: SavingModel, about_products: bool = False,
+              says: Mapping[str, Choice] | None = None, **limits: float
               ) -> Callable[[DeriveFunc], DeriveFunc]:
     """Register a statement: a finding made after the rules ran, from their findings and
     the profile's efficiency (run only when there is one), such as near-roofline."""
     def register(derive: DeriveFunc) -> DeriveFunc:
-        _register(rule_id, func=None, limits=dict(limits), saving=saving, derive=derive)
+        _register(rule_id, func=None, limits=dict(limits), saving=saving, derive=derive,
+                  about_products=about_products, says=dict(says or {}))
         return derive
     return register
 

@@ -16,7 +16,7 @@ from ..model.profile import Breakdown, Profile
 from ..model.run import Run, Section
 from .breakdown import HOST_PHASES
 from .findings import step_wall_us
-from .rules import SHORT_KERNEL_US, mean_kernel_us
+from .rules.waits import SHORT_KERNEL_US, mean_kernel_us
 from .savings import BUSY
 
 # A profiled step this many times the median (without the runner's drain) is pointed out.

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..model.choice import either, f, when
 from ..model.finding import Finding
 from . import savings
-from .findings import statement
+from .findings import RULES, Rule, statement
 
 # An operator at this share of its roofline or more runs as well as can be expected.
 NEAR_ROOFLINE = 0.5
@@ -18,25 +19,38 @@ MATRIX_BOUND = 0.5
 # The dtypes a lever may name: what torch.autocast (bf16, fp16) and the TF32 switch reach.
 # fp8 products need Transformer Engine or torch._scaled_mm, not a switch: never a lever.
 LEVER_DTYPES = ("tf32", "bf16", "fp16")
-# Findings that already speak of the step's matrix products: with one of them there is
-# no separate statement for several products.
-_ABOUT_PRODUCTS = ("near-roofline", "dominant-operator", "fp32-gemm")
 
 
-@statement("near-roofline", saving=savings.stated, roofline=NEAR_ROOFLINE,
+_SAYS_NEAR_ROOFLINE = {
+    "what": either("products_at_roofline", "operator_at_roofline", f("products")),
+    "which": either("these_products", "this_operator", f("products")),
+    "how": either("with_tf32", "with_autocast", lambda v: v["f"]["faster_dtype"] == "tf32"),
+    "lever": either("lower_precision", "no_faster_dtype", f("faster_dtype")),
+    "also": when("also", f("faster_dtype")),
+}
+
+
+@statement("near-roofline", says=_SAYS_NEAR_ROOFLINE, about_products=True,
+           saving=savings.stated, roofline=NEAR_ROOFLINE,
            share=MATRIX_BOUND)
 def near_roofline(found: list[Finding], efficiency: Any, limits: dict[str, float]
                   ) -> list[Finding]:
     """Each dominant operator near its roofline becomes this statement; without any
     finding about the products, a step bound by products near their roofline gets it."""
-    kept = [_near_roofline(f, efficiency, limits) if f.rule == "dominant-operator" else f
-            for f in found]
+    kept = [_near_roofline(f, efficiency, limits) if _rule(f).catch_all else f for f in found]
     out = [f for f in kept if f is not None]
-    if not any(f.rule in _ABOUT_PRODUCTS for f in out):
+    # with a finding that speaks of the matrix products already, no statement for several
+    if not any(_rule(f).about_products for f in out):
         bound = _matrix_bound(efficiency, limits)
         if bound is not None:
             out.append(bound)
     return out
+
+
+def _rule(f: Finding) -> Rule:
+    """The rule of a finding: the catch-all one (dominant-operator) is what a dominant
+    operator near its roofline turns into this statement from."""
+    return RULES[f.rule]
 
 
 def _near_roofline(dominant: Finding, efficiency: Any, limits: dict[str, float]

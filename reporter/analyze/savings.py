@@ -219,9 +219,10 @@ def waited(key: str, host_key: str | None = None,
     return model
 
 
-def idle_left(causes: Sequence[str]) -> Callable[[Worth], Saving]:
+def idle_left() -> Callable[[Worth], Saving]:
     """An idle device's waiting (``waited("idle_host")``: the device idles, the host has
-    not queued work) less the host work that another finding of ``causes`` accounts for
+    not queued work) less the host work that another finding accounts for (a rule registered
+    with ``host_work``)
     per step: the device idles while the host runs a per-sample loop, pads a batch or
     launches kernels, and that finding's fix takes the host work, and the idle time with
     it, away (the DataLoader's wait is idle time of its own, idle_data); counted
@@ -236,7 +237,7 @@ def idle_left(causes: Sequence[str]) -> Callable[[Worth], Saving]:
         # per step; it accounts for 1.19 ms" read as a contradiction)
         s = replace(waited("idle_host")(w), accounts_us=None)
         named = max((float(o.evidence.get("op_time_us") or 0.0) for o in w.others
-                     if o.rule in causes), default=0.0) / max(w.steps, 1)
+                     if o.rule in RULES and RULES[o.rule].host_work), default=0.0) / max(w.steps, 1)
         if s.saving_us is None or named <= 0:
             return s
         if s.unprofiled_step_us and w.step_us:

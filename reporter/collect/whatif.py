@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..analyze.findings import RULES
-from ..analyze.rules import dropout_calls
+from ..analyze.rules.operators import dropout_calls
 from ..analyze.shapes import (
     BACKWARD_NODE,
     REDUCED,
@@ -839,7 +839,7 @@ CONV_SHARE_MEASURED = 0.10
 
 
 def _products_drive(profile: Profile) -> bool:
-    from ..analyze.rules import fp32_convolution_share
+    from ..analyze.rules.precision import fp32_convolution_share
 
     return fp32_convolution_share(profile) <= CONV_SHARE_MEASURED
 

@@ -9,8 +9,10 @@ and holds each sentence the slot may choose as a macro of that name::
     {% macro over_steps() %} over {{ f.steps_text }} steps{% endmacro %}
     ... ({{ f.op_time }}{{ say("steps") }}; threshold {{ f.threshold }}) ...
 
-``FINDINGS[rule][slot]`` chooses in a finding's template (templates/*/findings/), from
-the finding's view ``f`` and the report's values (``on_gpu``); ``REPORT[slot]`` in
+A finding's template (templates/*/findings/) chooses by its rule's choices, declared beside
+the rule's detection (``@rule(..., says={slot: Choice})``, reporter.analyze.rules; the
+choices themselves, reporter.model.choice), from the finding's view ``f`` and the report's
+values (``on_gpu``); ``REPORT[slot]`` in
 report.md.j2 and compare.md.j2, from what the sentence is about (``x``: a section, its
 breakdown, a row...), else from the report's values. A choice returns the name of a
 sentence (a macro), or None: nothing is said there. A ``Choice`` lists every sentence it
@@ -21,46 +23,15 @@ it says the slot. ``{{ each("name", items,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import jinja2
 from jinja2 import nodes
 
+from ..analyze.findings import RULES
+from ..model.choice import Choice, Values, always, either, first, when
 from ..model.finding import IN_OTHERS, NO_ROOM, NOT_FASTER
 from .markup import Md
-
-Values = Any  # the values where the slot is: a jinja2 Context, or what a sentence is about
-
-
-@dataclass(frozen=True)
-class Choice:
-    """A slot's choice: the sentences it may choose, and which one, from the values."""
-
-    names: tuple[str, ...]
-    pick: Callable[[Values], str | None]
-
-
-def when(name: str, test: Callable[[Values], Any]) -> Choice:
-    """The sentence ``name`` when ``test`` holds, else nothing."""
-    return Choice((name,), lambda v: name if test(v) else None)
-
-
-def either(yes: str, no: str, test: Callable[[Values], Any]) -> Choice:
-    """``yes`` when ``test`` holds, else ``no``."""
-    return Choice((yes, no), lambda v: yes if test(v) else no)
-
-
-def first(*cases: tuple[str | None, Callable[[Values], Any]]) -> Choice:
-    """The sentence of the first case whose test holds (None: nothing said)."""
-    def pick(v: Values) -> str | None:
-        return next((name for name, test in cases if test(v)), None)
-    return Choice(tuple(n for n, _ in cases if n), pick)
-
-
-def f(key: str) -> Callable[[Values], Any]:
-    """A value of the finding's view (None when it has none)."""
-    return lambda v: v["f"].get(key)
 
 
 def of(path: str) -> Callable[[Any], Any]:
@@ -77,118 +48,12 @@ def no(test: Callable[[Any], Any]) -> Callable[[Any], bool]:
     return lambda x: not test(x)
 
 
-def kind(name: str) -> Callable[[Values], bool]:
-    return lambda v: name in v["f"]["kinds"]
+def _statement(rule_id: str) -> bool:
+    """A statement (near-roofline: the step's shape), not a problem: made from the other
+    findings, not detected (reporter.analyze.findings.statement)."""
+    rule = RULES.get(rule_id)
+    return rule is not None and rule.func is None
 
-
-def _always(v: Values) -> bool:
-    return True
-
-
-OVER_STEPS = when("over_steps", lambda v: v["f"]["steps"] > 1)
-# zh says "all the recorded steps" where the others say nothing
-OVER_STEPS_OR_ALL = either("over_steps", "all_steps", lambda v: v["f"]["steps"] > 1)
-ON_GPU = lambda v: v["on_gpu"]  # noqa: E731
-LOOP = {"steps": OVER_STEPS, "launch": when("and_a_kernel_launch", ON_GPU),
-        "loop_fix": either("unroll_inside_compiled", "compile_the_loop", f("compiled"))}
-_CAUSE = lambda v: v["f"]["cause"]  # noqa: E731
-_ON_HOST = lambda v: v["f"]["device"] is False  # noqa: E731
-
-# Each finding's choices, by rule id and slot.
-FINDINGS: dict[str, dict[str, Choice]] = {
-    "communication-bound": {"steps": OVER_STEPS},
-    "copy-heavy": {"pageable": when("from_pageable_memory", f("pageable")),
-                   "slice_assignment": when("slice_assignment_cause", kind("copyslices")),
-                   "transfer": when("transfer_cause", kind("transfer")),
-                   "layout_copies": when("layout_copies_cause", kind("layout"))},
-    "cpu-side-padding": {"steps": OVER_STEPS},
-    "dataloader-bound": {"steps": OVER_STEPS_OR_ALL,
-                         "idles": either("the_gpu_idles", "the_model_idles", ON_GPU),
-                         "why": either("workers_fall_behind", "main_process_prepares",
-                                       f("multiprocess"))},
-    "dispatch-bound": LOOP,
-    "dominant-operator": {"memory": when("memory_per_call", f("mem_per_call")),
-                          # bf16 products on a CPU without bf16 matrix units: BART's
-                          # training step took 15 times as long under bf16 autocast
-                          "precision": either("lower_precision_timed_first", "lower_precision",
-                                              lambda v: not v["on_gpu"] and v["f"]["matrix_op"]),
-                          "fuse": when("fuse_with_compile", lambda v: not v["f"]["compiled"]),
-                          "compiled": when("compiled_already", f("compiled"))},
-    "dropout-cost": {"steps": OVER_STEPS,
-                     "mask_backward": when("mask_multiplied_backward", f("mask_backward")),
-                     "unfused": when("mask_scaled_and_multiplied", lambda v: not v["f"]["fused"]),
-                     "compile": when("compile_fuses_the_mask", lambda v: not v["f"]["compiled"]),
-                     "advice": either("call_eval", "weigh_the_rate", f("inference")),
-                     "timed_off": when("timed_with_dropout_off", f("timed_off"))},
-    "elementwise-blowup": {
-        "memory": when("memory_per_call", f("mem_per_call")),
-        "materialisers_verb": either("several_make", "one_makes",
-                                     lambda v: len(v["f"]["materialisers"]) > 1),
-        "together": either("with_the_copies", "without_copies", f("materialisers")),
-        "why": either("tensors_blown_up", "memory_bound", f("materialisers")),
-        "compile": when("fuse_with_compile", lambda v: not v["f"]["compiled"])},
-    "fp32-gemm": {
-        "attention": first(("fused_attention_too", lambda v: v["f"]["attention"] and (
-                               v["f"]["convolutions"] or v["f"]["products"])),
-                           ("memory_efficient_attention", f("attention"))),
-        "runs": first(("convolutions_and_products_run",
-                       lambda v: v["f"]["convolutions"] and v["f"]["products"]),
-                      ("convolutions_run", f("convolutions")), ("products_run", f("products")),
-                      ("attention_runs", _always)),
-        "arch": when("on_tensor_core_gpu", f("arch")),
-        "fp16_attention": when("attention_in_fp16", f("attention")),
-        "convolutions_tf32": when("convolutions_in_tf32", f("convolutions")),
-        "bf16_attention": when("attention_in_bf16", f("attention")),
-        "advice": either("autocast_fp16", "autocast_bf16", f("fp16_only"))},
-    "graph-break": {"steps": OVER_STEPS, "pairs": when("break_pairs", f("pairs")),
-                    "lookup": when("guard_checks_after", f("lookup"))},
-    "launch-overhead": {"steps": OVER_STEPS,
-                        "per_launch": either("graph_launch_work", "average_kernel",
-                                             f("graphs")),
-                        "delays": when("launch_delays", lambda v: "delay_median" in v["f"]),
-                        "fix": either("replay_as_cuda_graphs", "compile_the_model",
-                                      f("compiled"))},
-    "low-device-utilization": {"steps": OVER_STEPS_OR_ALL},
-    "memory-pressure": {"largest": when("largest_allocation", f("op"))},
-    "near-roofline": {
-        "what": either("products_at_roofline", "operator_at_roofline", f("products")),
-        "which": either("these_products", "this_operator", f("products")),
-        "how": either("with_tf32", "with_autocast", lambda v: v["f"]["faster_dtype"] == "tf32"),
-        "lever": either("lower_precision", "no_faster_dtype", f("faster_dtype")),
-        "also": when("also", f("faster_dtype"))},
-    "per-sample-loop": {**LOOP, "faults_added": when("less_faults_added", f("faults_added"))},
-    "recompilation": {"steps": OVER_STEPS, "ids": when("compile_ids", f("compile_ids"))},
-    # the model's own attention switched to SDPA for the timing (whatif.attention_step)
-    "unfused-attention": {"advice": first(("sdpa_in_transformers", f("sdpa_transformers")),
-                                          ("mha_without_weights", f("sdpa_need_weights")),
-                                          ("call_sdpa", _always)),
-                          "mha_too": when("and_mha_without_weights",
-                                          lambda v: v["f"].get("sdpa_transformers")
-                                          and v["f"].get("sdpa_need_weights"))},
-    "single-tensor-optimizer": {"steps": OVER_STEPS,
-                                "foreach": first(("foreach_no_faster", f("foreach_slower")),
-                                                 ("or_foreach", f("fused")))},
-    "slow-copies": {
-        "direction": either("host_to_device", "device_to_host",
-                            lambda v: v["f"]["direction"] == "h2d"),
-        "mean": when("mean_copy", f("mean_copy")),
-        "why": first(("staged_from_pageable", f("pageable")), ("small_copies", f("small"))),
-        "advice": first(("pin_memory", f("pageable")), ("fewer_larger_copies", f("small")),
-                        ("check_the_link", _always))},
-    "sync-stall": {"steps": OVER_STEPS, "item": when("item_calls", f("item_calls"))},
-    "straggler-rank": {
-        "others": either("the_other_rank", "the_other_ranks", lambda v: v["f"]["ranks"] == 2),
-        "others_wait": either("the_other_rank_waits", "the_other_ranks_wait",
-                              lambda v: v["f"]["ranks"] == 2),
-        "cause": either("host_cause", "device_cause", _ON_HOST),
-        "advice": first(
-            ("balance_host_work", lambda v: _ON_HOST(v) and _CAUSE(v) == "compute"),
-            ("faster_data_loading", lambda v: _ON_HOST(v) and _CAUSE(v) == "host"),
-            ("network_waits", _ON_HOST),
-            ("balance_device_work", lambda v: _CAUSE(v) == "compute"),
-            ("host_not_launching", lambda v: _CAUSE(v) == "host"),
-            ("device_waits", _always))},
-}
 
 # The choices of report.md.j2 and compare.md.j2, by slot, from what the sentence is about.
 REPORT: dict[str, Choice] = {
@@ -208,7 +73,7 @@ REPORT: dict[str, Choice] = {
     # a what-if not timed (w: its row): why
     "whatif_why": first(("operands_over_cap", of("need")),
                         ("called_sys_exit", lambda w: of("exit")(w) is not None),
-                        ("raised_error", _always)),
+                        ("raised_error", always)),
     # throughput (s: the section); ru says a range and a single value in other words
     "range_high": when("up_to_max", of("throughput_max")),
     "ci_high": when("up_to_ci_high", of("ci_high")),
@@ -217,7 +82,7 @@ REPORT: dict[str, Choice] = {
     "ci_bounds": either("ci_from_to", "ci_alone", of("ci_high")),
     "interval_or_spread": first(("confidence_interval", of("ci_low")),
                                 ("range_from_to", of("throughput_max")),
-                                ("all_windows_gave", _always)),
+                                ("all_windows_gave", always)),
     "outliers": when("outliers_kept", of("outliers")),
     "disturbed": when("disturbed_left_out", of("disturbed_windows")),
     # the summary's other lines
@@ -241,7 +106,7 @@ REPORT: dict[str, Choice] = {
     "host_ahead": when("host_stays_ahead", no(of("launch.dry"))),
     "path_part": first(("host_phase_on_path", lambda r: of("group")(r) == "host"),
                        ("device_work_on_path", lambda r: of("group")(r) == "device"),
-                       ("link_on_path", _always)),
+                       ("link_on_path", always)),
     "ranks_by": either("each_rank_by_gpu", "each_rank_by_host", of("stragglers.device")),
     "ranks_columns": either("gpu_columns", "host_columns", of("stragglers.device")),
     "long_steps_first": when("long_steps_lead", of("loop.first")),
@@ -280,7 +145,7 @@ REPORT: dict[str, Choice] = {
     "no_peak": when("no_peak_for", of("no_peak")),
     # the findings (s: the section; f: a finding's view)
     "problems_heading": either("main_problems", "what_bounds_the_step",
-                               lambda s: any(f["rule"] != "near-roofline"
+                               lambda s: any(not _statement(f["rule"])
                                              for f in of("findings")(s))),
     "measured": first(("measured_step_in_turn", of("worth.step_less")),
                       ("measured_past_the_step", of("worth.recorded")),
@@ -316,12 +181,19 @@ REPORT: dict[str, Choice] = {
 }
 
 
+def finding_choices(rule_id: str) -> Mapping[str, Choice]:
+    """A rule's choices, by slot: declared beside its detection (``@rule(..., says=...)``,
+    reporter.analyze.rules)."""
+    rule = RULES.get(rule_id)
+    return rule.says if rule is not None else {}
+
+
 def choose(values: Values, slot: str, template: str | None, about: Any = None) -> str | None:
     """The sentence a slot chooses (a macro's name), or None: in a finding's template from
     the finding (``f``) and the report's values, elsewhere from what the sentence is
     about (the value handed to it: a section, its breakdown, a row...)."""
     if template and template.startswith("findings/"):
-        choice = FINDINGS.get(values["f"]["rule"], {}).get(slot)
+        choice = finding_choices(values["f"]["rule"]).get(slot)
     else:
         choice = REPORT.get(slot)
         values = values if about is None else about

@@ -1,0 +1,82 @@
+"""Rules about several ranks: a straggler rank, collectives that bound the step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...model.choice import Values, OVER_STEPS, always, either, first
+from ...model.finding import Finding
+from ...model.profile import Profile
+from .. import savings
+from ..findings import (
+    rule,
+    step_share,
+)
+from ._common import severity
+
+
+def _cause(v: Values) -> Any:
+    """What made the straggler's extra time (stragglers.of_traces: compute, host, ...)."""
+    return v["f"]["cause"]
+
+
+def _on_host(v: Values) -> bool:
+    """The ranks ran on the CPU (gloo): no device time to split."""
+    return v["f"]["device"] is False
+
+
+_SAYS_STRAGGLER_RANK = {
+    "others": either("the_other_rank", "the_other_ranks", lambda v: v["f"]["ranks"] == 2),
+    "others_wait": either(
+        "the_other_rank_waits", "the_other_ranks_wait", lambda v: v["f"]["ranks"] == 2
+    ),
+    "cause": either("host_cause", "device_cause", _on_host),
+    "advice": first(
+        ("balance_host_work", lambda v: _on_host(v) and _cause(v) == "compute"),
+        ("faster_data_loading", lambda v: _on_host(v) and _cause(v) == "host"),
+        ("network_waits", _on_host),
+        ("balance_device_work", lambda v: _cause(v) == "compute"),
+        ("host_not_launching", lambda v: _cause(v) == "host"),
+        ("device_waits", always),
+    ),
+}
+
+
+@rule("straggler-rank", says=_SAYS_STRAGGLER_RANK,
+      saving=savings.stated, share=0.05, high=0.20)
+def straggler_rank(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """One rank's step is longer than the others' by more than ``share``: in every
+    collective the others wait for it (analyze.stragglers)."""
+    s = profile.stragglers
+    if not s or s["extra_share"] <= limits["share"]:
+        return None
+    by = s["extra_by_cause_us"]
+    return Finding("straggler-rank", severity(s["extra_share"], limits["high"]),
+                   {"basis": "step", "share": s["extra_share"], "threshold": limits["share"],
+                    "rank": str(s["slowest"]).replace("rank ", ""), "ranks": len(s["ranks"]),
+                    "cause": s["cause"], "device": bool(s.get("device", True)),
+                    "op_time_us": s["extra_us"],
+                    "saving_us": s["extra_us"], "slowest_step_us": s["slowest_step_us"],
+                    "reference_step_us": s["reference_step_us"],
+                    **{f"{cause}_us": by[cause] for cause in by}, "calls": 0})
+
+
+_SAYS_COMMUNICATION_BOUND = {"steps": OVER_STEPS}
+
+
+@rule("communication-bound", says=_SAYS_COMMUNICATION_BOUND,
+      saving=savings.waited("communication"), share=0.10,
+      high=0.30)
+def communication_bound(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """Collectives (all-reduce, all-gather, ...) take a large share of the step."""
+    if not profile.comm_us:
+        return None
+    s, wall = step_share(profile, profile.comm_us)
+    if s <= limits["share"]:
+        return None
+    overlap = (profile.comm_overlap_us or 0.0) / profile.comm_us
+    return Finding("communication-bound", severity(s, limits["high"]),
+                   {"basis": "step", "share": s, "threshold": limits["share"],
+                    "op_time_us": profile.comm_us, "step_us": wall, "overlap_share": overlap,
+                    "exposed_us": profile.comm_us - (profile.comm_overlap_us or 0.0),
+                    "calls": 0})

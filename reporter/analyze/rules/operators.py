@@ -1,0 +1,280 @@
+"""Rules about operators that hold the time: element-wise blow-ups, one dominant operator,
+unfused attention, dropout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...model.choice import OVER_STEPS, always, either, f, first, when
+from ...model.finding import Finding, Saving
+from ...model.profile import Op, Profile
+from .. import savings
+from ..findings import (
+    MATMUL_OPS,
+    WhatIf,
+    Worth,
+    basis,
+    op_evidence,
+    operators,
+    rule,
+    share,
+)
+from ..shapes import MATRIX_CALLS, blowup_shapes, dense_copies
+from ._common import ranked, severity
+
+# Element-wise and reduction operators that make a new tensor. In-place updates (mul_,
+# add_, addcdiv_, ...) are left out: they materialise nothing, and most of them are an
+# optimizer's per-parameter step, which single-tensor-optimizer reports (counting them
+# here made a healthy twin's AdamW read as a blow-up on a loaded machine).
+ELEMENTWISE = {
+    "aten::mul", "aten::add", "aten::sub", "aten::div", "aten::sum", "aten::mean",
+    "aten::pow", "aten::exp", "aten::neg", "aten::sqrt", "aten::rsqrt", "aten::where",
+    "aten::maximum", "aten::minimum", "aten::prod", "aten::mul_out",
+}
+
+
+# Operators that materialise a larger tensor than their input (blow-up).
+BLOWUP = ("aten::repeat", "aten::repeat_interleave", "aten::tile", "aten::expand_copy")
+
+
+def _fused_attention_saving(w: Worth) -> Saving:
+    """The softmax, masks and copies go away; the products stay, at their roofline, in
+    the fused kernel."""
+    return savings.work_removed(w, keep_us=savings.matrix_roof(w.finding.ops, w.eff))
+
+
+_SAYS_ELEMENTWISE_BLOWUP = {
+    "memory": when("memory_per_call", f("mem_per_call")),
+    "materialisers_verb": either(
+        "several_make", "one_makes", lambda v: len(v["f"]["materialisers"]) > 1
+    ),
+    "together": either("with_the_copies", "without_copies", f("materialisers")),
+    "why": either("tensors_blown_up", "memory_bound", f("materialisers")),
+    "compile": when("fuse_with_compile", lambda v: not v["f"]["compiled"]),
+}
+
+
+@rule("elementwise-blowup", says=_SAYS_ELEMENTWISE_BLOWUP,
+      saving=savings.removed, frees=True,
+      whatif=WhatIf("blowup-matmul", replaces_all=True, of_recorded=True), share=0.30,
+      high=0.50)
+def elementwise_blowup(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """Element-wise and reduction operators hold a large share of the time."""
+    b, ops, total = ranked(profile, ELEMENTWISE)
+    present = [name for name in BLOWUP if any(o.name == name and o.calls for o in profile.ops)]
+    # The blow-up's own copies: the inclusive time of the operators that materialise it,
+    # and of the copies that make its expanded operands dense (expand(...).contiguous(),
+    # where the recorded shapes show the pairwise product they feed).
+    inclusive = "device_total_us" if b.name == "device" else "cpu_total_us"
+    made_us = sum(getattr(o, inclusive) for o in profile.ops if o.name in present)
+    dense_us, dense = (dense_copies(profile, blowup_shapes(profile), inclusive) if ops
+                       else (0.0, []))
+    present += dense
+    made = (made_us + dense_us) / b.total_us if b.total_us > 0 else 0.0
+    if not ops or total + made <= limits["share"]:
+        return None
+    return Finding("elementwise-blowup", severity(total + made, limits["high"]),
+                   {"basis": b.name, "share": total + made, "threshold": limits["share"],
+                    **op_evidence(ops[0], b), "materialisers": present,
+                    "materialised_share": made, "others": [o.name for o in ops[1:4]]},
+                   ops=[o.name for o in ops[:3]])
+
+
+_SAYS_DOMINANT_OPERATOR = {
+    "memory": when("memory_per_call", f("mem_per_call")),
+    # bf16 products on a CPU without bf16 matrix units: BART's
+    # training step took 15 times as long under bf16 autocast
+    "precision": either(
+        "lower_precision_timed_first",
+        "lower_precision",
+        lambda v: not v["on_gpu"] and v["f"]["matrix_op"],
+    ),
+    "fuse": when("fuse_with_compile", lambda v: not v["f"]["compiled"]),
+    "compiled": when("compiled_already", f("compiled")),
+}
+
+
+@rule("dominant-operator", says=_SAYS_DOMINANT_OPERATOR, about_products=True,
+      saving=savings.beyond_roofline, catch_all=True, share=0.50)
+def dominant_operator(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """One operator holds most of the self time."""
+    b = basis(profile)
+    ops = operators(profile)
+    if not ops or b.total_us <= 0:
+        return None
+    top = max(ops, key=lambda o: getattr(o, b.attr))
+    s = share([top], b)
+    if s <= limits["share"]:
+        return None
+    # a matrix product or a convolution (mkldnn's and cudnn's included): on a CPU, lower
+    # precision is advice to time both ways (BART's step took 15 times as long in bf16)
+    matrix = top.name in MATMUL_OPS or top.name in MATRIX_CALLS or "convolution" in top.name
+    return Finding("dominant-operator", "medium",
+                   {"basis": b.name, "share": s, "threshold": limits["share"],
+                    **op_evidence(top, b), "matrix_op": matrix}, ops=[top.name])
+
+
+_ATTENTION_PARTS = ("aten::bmm", "aten::baddbmm", "aten::_softmax", "aten::softmax",
+                    "aten::_softmax_backward_data", "aten::masked_fill", "aten::masked_fill_")
+
+
+_SOFTMAX_OPS = ("aten::_softmax", "aten::softmax")
+
+
+_FUSED_ATTENTION = ("scaled_dot_product", "flash_attention", "efficient_attention",
+                    "cudnn_attention", "fmha", "flash_fwd", "flash_bwd")
+
+
+def _attention_timed(f: Finding, timed: dict[str, Any]) -> None:
+    """What the saving was timed with where the model's own attention was switched to
+    SDPA (whatif.attention_step): a transformers model's attn_implementation, an
+    nn.MultiheadAttention's need_weights. The advice names the switch."""
+    switched = (timed.get("switched") or []) if timed.get("fix") == "attention-sdpa" else []
+    f.evidence["sdpa_transformers"] = "transformers" in switched
+    f.evidence["sdpa_need_weights"] = "need_weights" in switched
+
+
+# the model's own attention switched to SDPA for the timing (whatif.attention_step)
+_SAYS_UNFUSED_ATTENTION = {
+    "advice": first(
+        ("sdpa_in_transformers", f("sdpa_transformers")),
+        ("mha_without_weights", f("sdpa_need_weights")),
+        ("call_sdpa", always),
+    ),
+    "mha_too": when(
+        "and_mha_without_weights",
+        lambda v: v["f"].get("sdpa_transformers") and v["f"].get("sdpa_need_weights"),
+    ),
+}
+
+
+@rule("unfused-attention", says=_SAYS_UNFUSED_ATTENTION,
+      saving=_fused_attention_saving,
+      whatif=WhatIf("attention", notes=_attention_timed), frees=True, share=0.10)
+def unfused_attention(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """Attention as separate bmm/matmul and softmax kernels instead of one fused kernel."""
+    names = {o.name for o in profile.ops}
+    if any(f in n for n in names for f in _FUSED_ATTENTION):
+        return None
+    has_softmax = any(n in names for n in ("aten::_softmax", "aten::softmax"))
+    has_bmm = any(n in names for n in ("aten::bmm", "aten::baddbmm"))
+    if not (has_softmax and has_bmm):
+        return None
+    b = basis(profile)
+    parts = sorted((o for o in operators(profile) if o.name in _ATTENTION_PARTS),
+                   key=lambda o: getattr(o, b.attr), reverse=True)
+    s = share(parts, b)
+    if s <= limits["share"]:
+        return None
+    softmax_calls = sum(o.calls for o in parts if "softmax" in o.name
+                        and "backward" not in o.name)
+    scale_b = _scale_bytes(profile)
+    return Finding("unfused-attention", "medium",
+                   {"basis": b.name, "share": s, "threshold": limits["share"],
+                    **op_evidence(parts[0], b), "softmax_calls": softmax_calls,
+                    **({"scale_b": scale_b} if scale_b > 0 else {})},
+                   ops=[o.name for o in parts])
+
+
+def _scale_bytes(profile: Profile) -> float:
+    """The bytes the scaling of an attention's scores allocates (a division or a
+    multiplication of a tensor of a softmax's input shape by a scalar, and its backward,
+    by the recorded shapes and memory): a fused kernel does away with those tensors and
+    the page faults they take (savings.fault_share)."""
+    from ..shapes import dims
+
+    scores = {tuple(d[0]) for o in profile.ops_by_shape if o.name in _SOFTMAX_OPS
+              for d in [dims(o)] if d and len(d[0]) >= 3}
+    return float(sum(max(0, o.self_cpu_mem_b) for o in profile.ops_by_shape
+                     if o.name in ("aten::div", "aten::mul")
+                     for d in [dims(o)] if d and tuple(d[0]) in scores and not any(d[1:])))
+
+
+# Dropout's operators: the top-level calls (their inclusive time holds the mask's
+# bernoulli_, its scaling and the multiply) and the fused kernel's backward.
+_DROPOUT = ("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout",
+            "aten::feature_alpha_dropout", "aten::native_dropout",
+            "aten::native_dropout_backward")
+
+
+_DROPOUT_PARTS = ("aten::bernoulli_", "aten::bernoulli", "aten::native_dropout",
+                  "aten::native_dropout_backward")
+
+
+def _dropout_rows(profile: Profile) -> tuple[dict[str, Op], list[Op]]:
+    """Dropout's operator rows by name, and those of its top-level calls (aten::native_dropout
+    runs inside aten::dropout when both are recorded)."""
+    rows = {o.name: o for o in operators(profile) if o.name in _DROPOUT}
+    top = [o for n, o in rows.items() if n != "aten::native_dropout" or
+           "aten::dropout" not in rows]
+    return rows, top
+
+
+def dropout_calls(profile: Profile) -> int:
+    """The dropout calls the profile recorded, over its steps (the top-level ones; their
+    backward left out)."""
+    return sum(o.calls for o in _dropout_rows(profile)[1] if not o.name.endswith("_backward"))
+
+
+def _dropout_timed(f: Finding, timed: dict[str, Any]) -> None:
+    """Whether the saving was timed with dropout off altogether (whatif.dropout_step): the
+    report says so beside the advice's gentler options."""
+    f.evidence["timed_off"] = timed.get("fix") == "dropout-off"
+
+
+_SAYS_DROPOUT_COST = {
+    "steps": OVER_STEPS,
+    "mask_backward": when("mask_multiplied_backward", f("mask_backward")),
+    "unfused": when("mask_scaled_and_multiplied", lambda v: not v["f"]["fused"]),
+    "compile": when("compile_fuses_the_mask", lambda v: not v["f"]["compiled"]),
+    "advice": either("call_eval", "weigh_the_rate", f("inference")),
+    "timed_off": when("timed_with_dropout_off", f("timed_off")),
+}
+
+
+@rule("dropout-cost", says=_SAYS_DROPOUT_COST,
+      saving=savings.removed, frees=True,
+      whatif=WhatIf("dropout-off", notes=_dropout_timed),
+      share=0.05, high=0.25)
+def dropout_cost(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """Dropout's random masks take a share of the time (a bernoulli_ per element on the
+    CPU; a fused kernel on a GPU, still a random number per element)."""
+    b = basis(profile)
+    inclusive = "device_total_us" if b.name == "device" else "cpu_total_us"
+    rows, top = _dropout_rows(profile)
+    if not rows or b.total_us <= 0:
+        return None
+    calls = dropout_calls(profile)
+    backward_us = 0.0 if "aten::native_dropout_backward" in rows else \
+        _mask_backward_us(profile, calls, b.attr)
+    time_us = sum(getattr(o, inclusive) for o in top) + backward_us
+    s = time_us / b.total_us
+    if s <= limits["share"]:
+        return None
+    first = max(top, key=lambda o: getattr(o, inclusive))
+    return Finding("dropout-cost", severity(s, limits["high"]),
+                   {"basis": b.name, "share": s, "threshold": limits["share"],
+                    "op": first.name, "op_time_us": time_us, "calls": calls,
+                    "backward_us": backward_us, "mask_backward": backward_us > 0,
+                    "fused": "aten::native_dropout" in rows,
+                    "inference": profile.label == "inference"},
+                   ops=sorted({*rows, *(o.name for o in operators(profile)
+                                        if o.name in _DROPOUT_PARTS)}))
+
+
+def _mask_backward_us(profile: Profile, calls: int, attr: str) -> float:
+    """The backward of an unfused dropout (``aten::dropout``: a mask, then a multiply,
+    whose backward is one more multiply by the mask, an anonymous ``MulBackward0``): the
+    multiplies of two tensors of a dropout's input shape beyond the forward's own (one
+    per dropout call), at most one per dropout call, at the mean time of such a multiply
+    (from the recorded shapes; 0 without them, or in inference)."""
+    from ..shapes import dims
+
+    inputs = {tuple(d[0]) for o in profile.ops_by_shape if o.name == "aten::dropout"
+              for d in [dims(o)] if d}
+    muls = [o for o in profile.ops_by_shape if o.name == "aten::mul" and o.calls
+            for d in [dims(o)] if len(d) == 2 and tuple(d[0]) == tuple(d[1]) and
+            tuple(d[0]) in inputs]
+    n = sum(o.calls for o in muls)
+    extra = min(max(0, n - calls), calls)
+    return extra * sum(getattr(o, attr) for o in muls) / n if n else 0.0

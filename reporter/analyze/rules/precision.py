@@ -1,0 +1,152 @@
+"""Rules about precision: fp32 matrix work where tensor cores could do it."""
+
+from __future__ import annotations
+
+import re
+
+from ...model.choice import always, either, f, first, when
+from ...model.finding import Finding
+from ...model.profile import Profile
+from .. import savings
+from ..findings import (
+    MATMUL_OPS,
+    WhatIf,
+    rule,
+)
+from ._common import severity
+
+
+def _runs_products(gemms: Finding, dominant: Finding) -> bool:
+    """The fp32 GEMM kernels run inside a dominant matrix operator."""
+    return bool(dominant.ops) and dominant.ops[0] in MATMUL_OPS
+
+
+# Kernel names of fp32 matrix products without tensor cores (cuBLAS sgemm/gemv, cuDNN's
+# fp32 implicit GEMMs). A GEMV is fp32 when its third template argument, the matrix's
+# element type, is float: "gemv2T_kernel_val<int, int, float, ...>",
+# "internal::gemvx::kernel<int, int, float, ...>" (not "<int, int, __nv_bfloat16, ...>").
+_FP32_GEMM = re.compile(r"sgemm|gemv2?[NT]?_kernel\w*<[^,<>]*, ?[^,<>]*, ?float\b|"
+                        r"gemvx::kernel<[^,<>]*, ?[^,<>]*, ?float\b|gemmSN_\w*kernel<float|"
+                        r"gemm(_indexed)?_f32f32_f32|Cijk_Ailk_Bljk_S|Cijk_Alik_Bljk_S|"
+                        # cuDNN's fp32 convolutions by their other names (below)
+                        r"_scudnn_(?!fp16)|cudnn::detail::\w*(dgrad|wgrad)\w*<float\b|"
+                        r"winograd\w*<float\b|fft2d_[rc]2[rc]_\w*<float\b|_gcgemm_|"
+                        # fp32 attention (below)
+                        r"fmha_cutlass[FB]_f32_|AttentionKernel<float\b|"
+                        r"AttentionBackwardKernel<cutlass::arch::Sm\d+, ?float\b")
+
+
+# Architectures whose GEMM kernels name themselves and that have tensor cores.
+_TC_ARCH = re.compile(r"^(volta|turing|ampere|sm[789]\d|hopper|ada|blackwell|sm1\d\d)_")
+
+
+_NO_TC_ARCH = re.compile(r"^(maxwell|kepler|pascal)_")
+
+
+# fp32 GEMM kernels that compute convolutions: cuDNN's implicit GEMMs (fprop, dgrad, wgrad:
+# "sm90_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_..."; with TF32 on they read
+# "..._f32f32_tf32f32_f32_..." and are not fp32 GEMMs) and implicit_convolve_sgemm.
+# cuDNN's older fp32 convolution kernels (a V100's, an A100's when cuDNN picks them) say
+# "scudnn" (single precision; "volta_scudnn_128x64_relu_interior_nn_v1",
+# "cudnn_ampere_scudnn_128x64_relu_xregs_large_nn_v1"; "s884cudnn" is the tensor cores',
+# "scudnn_fp16" fp16 data), or are engines templated on float ("cudnn::detail::
+# dgrad_engine<float, ...>", "wgrad_alg0_engine<float, ...>", "winograd3x3Kernel<float,
+# ...>"), or the FFT convolution's transforms and complex GEMM ("fft2d_r2c_32x32<float, ...>",
+# "ampere_gcgemm_64x64_nt"). Under autocast all of them give way to tensor-core implicit GEMMs.
+_CONV_KERNEL = re.compile(r"fprop|dgrad|wgrad|convolve|scudnn|winograd|fft2d_|gcgemm",
+                          re.IGNORECASE)
+
+
+# fp32 attention: PyTorch's memory-efficient kernels in fp32 ("fmha_cutlassF_f32_aligned_
+# 64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, cutlass::arch::Sm80, ...>
+# ::Params)", the backward "fmha_cutlassB_f32_..."; before torch 2.1 "attention_kernel_batched
+# <AttentionKernel<float, ...>>"), what scaled_dot_product_attention runs on fp32 inputs. The
+# flash and cuDNN kernels have no fp32 variant: fp32 attention is these or sgemm matmuls.
+# On sm80 and later the fp32 kernel emulates fp32 on the tensor cores (3xTF32), still
+# several times slower than the same kernel in bf16.
+# Kernels built for Volta or Turing by their suffix (fmha_cutlassF_f32_aligned_64x64_rf_sm70),
+# and those GPUs by name: tensor cores in fp16 only.
+_FP16_ONLY_SM = re.compile(r"_sm7[05]\b")
+
+
+_FP16_ONLY_GPU = re.compile(r"V100|Titan V|\bT4\b|RTX 20\d0|Quadro RTX|GTX 16\d0", re.IGNORECASE)
+
+
+_ATTENTION_KERNEL = re.compile(r"fmha_cutlass|AttentionKernel<|AttentionBackwardKernel<")
+
+
+def _fp16_only(profile: Profile, arch: str | None, kernel: str = "") -> bool:
+    """Whether the GPU's tensor cores do fp16 only (Volta, Turing). Told by the device
+    where the datasheet table knows it: cuBLAS runs its "volta_sgemm" kernels on an A100
+    or H100 too, so the kernel's prefix says that only where the device is unknown; so do
+    a fused attention kernel built for sm70/sm75 and a device named like one of those."""
+    from ..peaks import lookup
+
+    known = lookup(profile.device_name, profile.device_mem_capacity_b)
+    if known is not None:
+        return "bf16" not in known.flops and "tf32" not in known.flops
+    return (arch in ("volta_", "turing_") or bool(_FP16_ONLY_SM.search(kernel))
+            or bool(_FP16_ONLY_GPU.search(profile.device_name or "")))
+
+
+def fp32_convolution_share(profile: Profile) -> float:
+    """The share of the fp32 GEMM kernels' device time that computes convolutions."""
+    gemms = [o for o in profile.ops if o.kind == "kernel" and _FP32_GEMM.search(o.name)]
+    total = sum(o.self_device_us for o in gemms)
+    conv = sum(o.self_device_us for o in gemms if _CONV_KERNEL.search(o.name))
+    return conv / total if total > 0 else 0.0
+
+
+_SAYS_FP32_GEMM = {
+    "attention": first(
+        (
+            "fused_attention_too",
+            lambda v: v["f"]["attention"] and (v["f"]["convolutions"] or v["f"]["products"]),
+        ),
+        ("memory_efficient_attention", f("attention")),
+    ),
+    "runs": first(
+        ("convolutions_and_products_run", lambda v: v["f"]["convolutions"] and v["f"]["products"]),
+        ("convolutions_run", f("convolutions")),
+        ("products_run", f("products")),
+        ("attention_runs", always),
+    ),
+    "arch": when("on_tensor_core_gpu", f("arch")),
+    "fp16_attention": when("attention_in_fp16", f("attention")),
+    "convolutions_tf32": when("convolutions_in_tf32", f("convolutions")),
+    "bf16_attention": when("attention_in_bf16", f("attention")),
+    "advice": either("autocast_fp16", "autocast_bf16", f("fp16_only")),
+}
+
+
+@rule("fp32-gemm", says=_SAYS_FP32_GEMM, about_products=True,
+      saving=savings.faster_dtype, explains=_runs_products,
+      whatif=WhatIf("gemm-precision", of_recorded=True), share=0.50, high=0.70)
+def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """fp32 matrix work without tensor cores holds most of the device time: matrix
+    products, convolutions (cuDNN's fp32 kernels) and fused attention in fp32."""
+    if not profile.has_device:
+        return None
+    kernels = [o for o in profile.ops if o.kind == "kernel"]
+    gemms = sorted((o for o in kernels if _FP32_GEMM.search(o.name)),
+                   key=lambda o: o.self_device_us, reverse=True)
+    if not gemms or any(_NO_TC_ARCH.match(o.name) for o in gemms):
+        return None
+    s = sum(o.self_device_us for o in gemms) / profile.self_device_us
+    if s <= limits["share"]:
+        return None
+    top = gemms[0]
+    arch = (_TC_ARCH.match(top.name) or [None])[0]
+    return Finding("fp32-gemm", severity(s, limits["high"]),
+                   {"basis": "device", "share": s, "threshold": limits["share"],
+                    "op": top.name, "op_share": top.self_device_us / profile.self_device_us,
+                    "op_time_us": top.self_device_us, "calls": sum(o.calls for o in gemms),
+                    "kernels": len(gemms), "arch": arch,
+                    # what the kernels compute: convolutions, matrix products, or both
+                    "convolutions": any(_CONV_KERNEL.search(o.name) for o in gemms),
+                    "attention": any(_ATTENTION_KERNEL.search(o.name) for o in gemms),
+                    "products": any(not _CONV_KERNEL.search(o.name)
+                                    and not _ATTENTION_KERNEL.search(o.name) for o in gemms),
+                    # Volta (V100) and Turing (T4) tensor cores do fp16 only: no bf16, no TF32
+                    "fp16_only": _fp16_only(profile, arch, top.name)},
+                   ops=[o.name for o in gemms])
