@@ -120,3 +120,18 @@ def test_a_rule_added_in_one_place_is_detected_ranked_explains_and_is_timed(regi
 
 def test_the_planted_rule_did_not_stay():
     assert "planted" not in RULES
+
+
+# A device test written as a string test: "is it a GPU" is the device record's
+# (reporter.model.device: is_gpu, of), decided once.
+_DEVICE_TEST = re.compile(r"""startswith\(\s*["']cuda|[=!]=\s*["']cuda["']|["']cuda["']\s*[=!]=""")
+
+
+def test_no_device_string_test_outside_the_device_record():
+    found = [f"{path.relative_to(PACKAGE)}:{n}"
+             for path in PACKAGE.rglob("*.py") if path != PACKAGE / "model" / "device.py"
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if _DEVICE_TEST.search(line) and not line.lstrip().startswith("#")]
+    assert found == []
+    assert _DEVICE_TEST.search('if device.startswith("cuda"):')  # what it looks for
+    assert _DEVICE_TEST.search("on_gpu = kind == 'cuda'")

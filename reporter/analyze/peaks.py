@@ -18,6 +18,8 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Optional
 
+from ..model import device as devices
+
 T, G = 1e12, 1e9
 
 DATASHEET = "datasheet"
@@ -160,19 +162,48 @@ TABLE: tuple[_Entry, ...] = (
            "with FP32 accumulate; 1008 GB/s"),
 )
 
+# AMD Instinct, per device as torch sees it: an MI250 or MI250X is two GCDs, each its own
+# device (64 GB, 1.6 TB/s), so its figures are half the module's. "fp32" is the matrix
+# cores' FP32 rate (the rate rocBLAS/hipBLASLt GEMMs get in fp32; the vector rate is half
+# of it on CDNA 2). A HIP trace may name the device generically ("AMD Radeon Graphics"):
+# the trace reader then adds its compute capability and compute units
+# (reporter.ingest.traces), "(compute 9.0, 104 CUs)", which tell these parts apart (an
+# MI250 GCD and an MI210 are both 104 CUs of gfx90a, with the same peaks). Sources: AMD's
+# product datasheets (MI250, MI250X, MI210: "peak FP32 matrix", "peak FP16/BF16"; MI300X:
+# dense figures) and the ROCm MI250 microarchitecture page (104 CUs and 1.6 TB/s per GCD).
+AMD_TABLE: tuple[_Entry, ...] = (
+    _Entry("MI300X", r"MI300X|COMPUTE 9\.4, 304 CUS",
+           {"fp32": 163.4, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9}, 5300,
+           "AMD Instinct MI300X datasheet: 163.4 FP32 matrix, 1307.4 FP16/BF16, 2614.9 FP8 "
+           "TFLOPS dense; 5.3 TB/s"),
+    _Entry("MI250X (one GCD)", r"MI250X|COMPUTE 9\.0, 110 CUS",
+           {"fp32": 47.85, "bf16": 191.5, "fp16": 191.5}, 1600,
+           "AMD Instinct MI250X datasheet, halved for one of its two GCDs: 95.7 FP32 matrix, "
+           "383 FP16/BF16 TFLOPS, 3.2 TB/s per module"),
+    _Entry("MI250 (one GCD) or MI210", r"MI250|MI210|COMPUTE 9\.0, 104 CUS",
+           {"fp32": 45.25, "bf16": 181.0, "fp16": 181.0}, 1600,
+           "AMD Instinct MI250 datasheet, halved for one of its two GCDs: 90.5 FP32 matrix, "
+           "362.1 FP16/BF16 TFLOPS, 3.2 TB/s per module (MI210: 45.3, 181.0, 1.6 TB/s)"),
+)
+
 
 def lookup(name: str | None, memory_b: int | None = None) -> Peaks | None:
     """The datasheet peaks of a device by its name (torch.cuda.get_device_name, or a
-    trace's deviceProperties) and memory size, or None for a device not in the table."""
+    trace's deviceProperties) and memory size, or None for a device not in the table of
+    its vendor (NVIDIA's, AMD's)."""
     if not name:
         return None
     upper = name.upper()
-    if "NVIDIA" not in upper and "TESLA" not in upper and "GEFORCE" not in upper:
+    if any(v in upper for v in ("NVIDIA", "TESLA", "GEFORCE")):
+        table = TABLE
+    elif devices.of("cuda", name).vendor == "AMD":
+        table = AMD_TABLE
+    else:
         return None
     if "MIG" in upper.split():
         return None  # a slice of the GPU ("... MIG 1g.10gb"): not the datasheet's, measured
     mem_gb = memory_b / 1e9 if memory_b else None
-    for e in TABLE:
+    for e in table:
         if not re.search(e.pattern, upper):
             continue
         if mem_gb is not None and not e.min_mem_gb <= mem_gb <= e.max_mem_gb:
@@ -237,7 +268,7 @@ def for_run(device: str, device_name: str | None, memory_b: int | None,
     (``measure_once``: one measurement, reporter.collect.calibrate.measure, and whether
     it was disturbed); ``threads``: the CPU threads it runs on, which the figures depend
     on."""
-    known = lookup(device_name, memory_b) if device.startswith("cuda") else None
+    known = lookup(device_name, memory_b) if devices.is_gpu(device) else None
     if known is not None:
         return known
     key = (device, tf32, threads)
@@ -250,9 +281,9 @@ def for_run(device: str, device_name: str | None, memory_b: int | None,
 # per lane for 3.0, 4.0, 5.0, 128b/130b encoding: 15.75, 31.5, 63 GB/s). A slower slot or
 # host gives less; a GH200's NVLink-C2C is not PCIe and is left out (unknown).
 PCIE_GBPS = (
-    ("PCIe 5.0 x16", 63.0, r"H100|(?<!G)H200|B200|RTX 50\d0|RTX PRO"),
+    ("PCIe 5.0 x16", 63.0, r"H100|(?<!G)H200|B200|RTX 50\d0|RTX PRO|MI300|COMPUTE 9\.4,"),
     ("PCIe 4.0 x16", 31.5, r"A100|\bA10\b|\bA30\b|\bA40\b|RTX 30\d0|RTX 40\d0|\bL4\b|L40|"
-                           r"RTX A\d000"),
+                           r"RTX A\d000|MI2[15]0|MI100|COMPUTE 9\.0,"),
     ("PCIe 3.0 x16", 15.75, r"V100|\bT4\b|P100|TITAN V|RTX 20\d0|QUADRO RTX"),
 )
 

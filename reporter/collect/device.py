@@ -27,6 +27,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from ..model import device as kinds
+
 
 @dataclass(frozen=True)
 class Properties:
@@ -178,7 +180,7 @@ _fake: Callable[[str], Any] | None = None
 
 def get(name: str) -> Any:
     """The device a run names: ``cuda``/``cuda:N`` or the CPU."""
-    if name.startswith("cuda"):
+    if kinds.cuda_api(name):
         return _fake(name) if _fake is not None else CudaDevice(name)
     return HostDevice(name)
 

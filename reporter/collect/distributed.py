@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..errors import BadInput, ReporterError, WorkFailed
+from ..model import device as kinds
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def init(world: World, device: str, timeout_s: float) -> str:
     """Join the process group (NCCL on GPUs, gloo on the CPU); the rank's device."""
     import torch.distributed as dist
 
-    if device.startswith("cuda"):
+    if kinds.cuda_api(device):
         # A failed or hung collective raises in this rank (so that it is reported as
         # failed) instead of the NCCL watchdog tearing the whole process down.
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")

@@ -22,6 +22,7 @@ from typing import Callable
 from torch.profiler import profile
 
 from ..model.run import TensorMemory
+from ..model import device as kinds
 from . import device as devices
 
 # torch.profiler._memory_profiler.Category names -> ours; None is memory the
@@ -37,7 +38,7 @@ def _device_key(device: str) -> str:
     """The memory profile's name of the device the step's tensors are on: "cuda:N"."""
     dev = devices.get(device)
     key = dev.tensor_device
-    if key.startswith("cuda") and ":" not in key:
+    if kinds.cuda_api(key) and ":" not in key:
         return f"cuda:{dev.index()}"
     return key
 

@@ -33,6 +33,7 @@ from ..analyze.peaks import Peaks
 from ..errors import BadInput, WorkFailed, signalled, user_code
 from ..ingest.traces import read_trace
 from ..model.contention import MIN_CLEAN, Disturbance
+from ..model import device as kinds
 from ..model.profile import Profile
 from ..model.run import Run, Section, Throughput
 from ..model.stats import median_interval
@@ -80,7 +81,7 @@ def default_preset(device: str, preset: str | None, memory_b: int | None = None)
     latency, and the report says so)."""
     if preset:
         return preset
-    if not device.startswith("cuda"):
+    if not kinds.is_gpu(device):
         return "default"
     if memory_b is None:
         memory_b = devices.get(device).properties().total_memory
@@ -88,13 +89,13 @@ def default_preset(device: str, preset: str | None, memory_b: int | None = None)
 
 
 def resolve_device(requested: str) -> str:
-    if requested.startswith("cuda:") and devices.cuda_available():
+    if kinds.cuda_api(requested) and ":" in requested and devices.cuda_available():
         return requested  # a rank's own GPU in a distributed run
     if requested not in ("auto", "cuda", "cpu"):
         raise BadInput(f"unknown device {requested!r}; use auto, cuda or cpu",
                        error_id="bad-device")
     has_cuda = devices.cuda_available()
-    if requested == "cuda" and not has_cuda:
+    if kinds.cuda_api(requested) and not has_cuda:
         raise BadInput("--device cuda: no CUDA device is available to torch "
                        f"{torch.__version__} (use --device cpu or auto)", error_id="no-cuda")
     if requested == "auto":
@@ -894,7 +895,7 @@ def _profile_section(stepper: _Stepper, label: str, device: str, opts: RunOption
             profiler_cost["page_b"] = resource.getpagesize()  # what one fault maps
     profile_obj.label = label
     if on_gpu:
-        profile_obj.device_type = "cuda"
+        profile_obj.device_type = kinds.of(device, hip=torch.version.hip is not None).kind
         _check_kernels(profile_obj)
     host_peak = _host_peak_b()
     memory = {"host_peak_b": host_peak, "host_held_b": held,

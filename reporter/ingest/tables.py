@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BadInput, read_error
+from ..model import device as devices
 from ..model.profile import Op, Profile, classify
 
 # Cells are separated by two or more spaces (or tabs); any other character, a vertical tab
@@ -345,7 +346,7 @@ def parse_tables(text: str, source: str = "input") -> list[Profile]:
         if not p.ops:  # only grouped-by-shape views: they are the operators
             p.ops = list(p.ops_by_shape)
         if p.device_type is None and p.self_device_us > 0:
-            p.device_type = "cuda"
+            p.device_type = devices.of("cuda", runtime_calls=(o.name for o in p.ops)).kind
     return profiles
 
 

@@ -44,6 +44,7 @@ from ..analyze.flops import FORMULAS, MATRIX, cost, modelled
 from ..analyze.shapes import Call
 from ..analyze.stragglers import stragglers
 from ..errors import BadInput, read_error
+from ..model import device as devices
 from ..model.profile import (
     KIND_ANNOTATION,
     KIND_DEVICE_ANNOTATION,
@@ -735,7 +736,9 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     if breakdown is not None:
         breakdown.critical = critical_path(threads, device, scale)
     compiled = _compiled_facts(records, aggs, device, correlation_rt, scale, step_ranges)
-    return Profile(device_type="cuda" if device else None,
+    runtime = (o.name for o in ops if o.kind == KIND_RUNTIME)
+    return Profile(device_type=devices.of("cuda", _device_name(props), runtime_calls=runtime).kind
+                   if device else None,
                    comm_us=comm[0] * scale if comm else None,
                    comm_overlap_us=comm[1] * scale if comm else None,
                    self_cpu_us=self_cpu, self_device_us=self_dev, steps=steps, ops=ops,
@@ -749,8 +752,18 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
 
 
 def _device_name(props: list) -> str | None:
-    name = props[0].get("name") if props and isinstance(props[0], dict) else None
-    return name if isinstance(name, str) else None
+    """The device's name; where a HIP build names it generically ("AMD Radeon Graphics"),
+    with its compute capability and compute units, which tell the parts apart
+    (reporter.analyze.peaks: "AMD Radeon Graphics (compute 9.0, 104 CUs)")."""
+    first = props[0] if props and isinstance(props[0], dict) else {}
+    name = first.get("name")
+    if not isinstance(name, str):
+        return None
+    facts = [first.get(k) for k in ("computeMajor", "computeMinor", "numSms")]
+    if (devices.of("cuda", name).vendor == "AMD" and not re.search(r"MI\d", name)
+            and all(type(v) is int and 0 <= v < 100_000 for v in facts)):
+        return f"{name} (compute {facts[0]}.{facts[1]}, {facts[2]} CUs)"
+    return name
 
 
 def _device_memory(props: list) -> int | None:

@@ -21,6 +21,7 @@ from ..analyze.compiled import KERNEL_ROWS, Compiled
 from ..analyze.reading import RankRow, RanksReading, StepReading
 from ..analyze.critical_path import BETWEEN, DEVICE_KINDS
 from ..model.contention import mean_share
+from ..model import device as devices
 from ..model.finding import MINOR_SHARE, Finding, Saving
 from ..model.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from ..model.run import MEMORY_CATEGORIES, Run, Section
@@ -718,7 +719,7 @@ def run_view(run: Run, lang: str, analyses: list[Analysis], ranks: RanksReading 
         larger_preset=bool(run.target.get("builtin")) and run.target.get("preset") != "large",
         batch_size=(fmt.int(run.target["batch_size"])
                     if run.target.get("batch_size") else None),
-        on_gpu=run.device.startswith("cuda"),
+        on_gpu=devices.is_gpu(run.device),
         device_name=env.get("device_name") or run.device,
         device_memory=(fmt.bytes(env.get("device_memory_b"))
                        if env.get("device_memory_b") else None),
@@ -753,7 +754,8 @@ def import_view(sections_in: list[Section], source: str, lang: str,
         ranks=_ranks_view(ranks, fmt),
         lang=lang, run_id=None, source=source, target=source, seed=None,
         preset=None, larger_preset=False, batch_size=None, on_gpu=device is not None,
-        device_name=device.upper() if device else "CPU", device_memory=None,
+        device_name=devices.KINDS[device].runtime if device in devices.KINDS else (
+            device.upper() if device else "CPU"), device_memory=None,
         created=None, torch=None, cuda=None, driver=None, cpu=None,
         created_iso=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         cpu_count=None, threads=None, python=None,

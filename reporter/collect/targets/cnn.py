@@ -17,6 +17,7 @@ import os
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, RandomSampler
+from ...model.device import is_gpu
 
 from ..target import Target
 from . import sizes
@@ -140,7 +141,7 @@ def _build(device: str, preset: str, fixed: bool) -> Target:
     if fixed:
         batch_bytes = s["batch"] * 3 * s["image"] ** 2 * 4
         loader_args.update(_worker_settings(batch_bytes, _shared_memory_free()),
-                           pin_memory=device.startswith("cuda"), collate_fn=batched)
+                           pin_memory=is_gpu(device), collate_fn=batched)
     return Target(
         model=model, batches=DataLoader(dataset, **loader_args), batch_size=s["batch"],
         non_blocking=fixed,

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ...errors import BadInput
+from ...model.device import is_gpu
 from ..target import Target
 from . import sizes, synthetic_batches
 
@@ -35,7 +36,7 @@ def build(device: str = "cpu", preset: str = "default") -> Target:
     for _ in range(s["layers"]):
         layers += [nn.Linear(s["dim"], s["dim"]), nn.ReLU()]
     model: nn.Module = nn.Sequential(*layers, nn.Linear(s["dim"], 10)).to(device)
-    ids = [torch.device(device).index or 0] if device.startswith("cuda") else None
+    ids = [torch.device(device).index or 0] if is_gpu(device) else None
     model = nn.parallel.DistributedDataParallel(model, device_ids=ids)
     rank = dist.get_rank()
     batches = synthetic_batches(

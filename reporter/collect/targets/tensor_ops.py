@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from .. import device as devices
+from ...model.device import is_gpu
 from ..target import Target
 from . import sizes
 
@@ -46,13 +47,13 @@ GPU_REPEATS = 20  # operations per timed sample on a GPU, between two CUDA event
 
 
 def _inputs(batch: int, n: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator(device=device if device.startswith("cuda") else "cpu").manual_seed(0)
+    gen = torch.Generator(device=device if is_gpu(device) else "cpu").manual_seed(0)
     return (torch.rand(batch, n, n, generator=gen, device=device),
             torch.rand(batch, n, n, generator=gen, device=device))
 
 
 def _sample_ms(op, a, b, device: str) -> float:
-    if not device.startswith("cuda"):
+    if not is_gpu(device):
         start = time.perf_counter()
         op(a, b)
         return (time.perf_counter() - start) * 1000.0

@@ -14,6 +14,7 @@ import math
 
 import torch
 from torch import nn
+from ...model.device import is_gpu
 
 from .. import device as devices
 from ..target import Target
@@ -96,7 +97,7 @@ def _build(device: str, preset: str, fixed: bool) -> Target:
                    torch.randint(0, vocab, (s["batch"], s["tgt"] + 1), generator=g)),
         s["batches"])
     autocast = None
-    if fixed and device.startswith("cuda"):
+    if fixed and is_gpu(device):
         autocast = "bf16" if devices.get(device).bf16_supported() else "fp16"
     return Target(
         model=model, batches=batches, batch_size=s["batch"], modes=("train", "inference"),

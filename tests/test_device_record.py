@@ -1,0 +1,126 @@
+"""The device record (reporter.model.device): what kind of device a run or a trace ran on,
+decided once, with its vendor's tables; an AMD trace reads with AMD's names and peaks."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from reporter.analyze.peaks import copy_peak, lookup
+from reporter.model import device as devices
+from conftest import SHARED, cli
+
+TRACE_04 = SHARED / "corpus" / "traces" / "04_hta-amd-mi250-rocm62.json.gz"
+
+
+@pytest.mark.parametrize("device, name, hip, calls, kind", [
+    ("cpu", None, False, (), "cpu"),
+    ("cuda", "NVIDIA H100 80GB HBM3", False, (), "cuda"),
+    ("cuda:1", None, False, ("cudaLaunchKernel",), "cuda"),
+    ("cuda", "AMD Instinct MI250X", False, (), "rocm"),
+    ("cuda", None, True, (), "rocm"),  # a HIP build of torch names its GPUs cuda too
+    ("cuda", "AMD Radeon Graphics", False, (), "rocm"),
+    ("cuda", None, False, ("hipLaunchKernel", "aten::mm"), "rocm"),
+    ("xpu:0", None, False, (), "xpu"),
+])
+def test_the_record_tells_the_vendor_the_device_string_cannot(device, name, hip, calls, kind):
+    record = devices.of(device, name, hip=hip, runtime_calls=calls)
+    assert record.kind == kind
+    assert record.is_gpu == (kind != "cpu") == devices.is_gpu(device)
+    assert record.runtime == {"cpu": "", "cuda": "CUDA", "rocm": "ROCm", "xpu": "XPU"}[kind]
+    # torch.cuda's calls apply to NVIDIA's GPUs and to AMD's under a HIP build, not to XPU
+    assert devices.cuda_api(device) == (kind in ("cuda", "rocm"))
+
+
+@pytest.mark.parametrize("name, memory_gb, table_name, fp32_t, bf16_t, bandwidth_gbps, link", [
+    ("AMD Instinct MI250X", 64, "MI250X (one GCD)", 47.85, 191.5, 1600, "PCIe 4.0 x16"),
+    ("AMD Instinct MI250", 64, "MI250 (one GCD) or MI210", 45.25, 181.0, 1600, "PCIe 4.0 x16"),
+    ("AMD Instinct MI210", 64, "MI250 (one GCD) or MI210", 45.25, 181.0, 1600, "PCIe 4.0 x16"),
+    ("AMD Radeon Graphics (compute 9.0, 104 CUs)", 64, "MI250 (one GCD) or MI210", 45.25, 181.0,
+     1600, "PCIe 4.0 x16"),
+    ("AMD Instinct MI300X", 192, "MI300X", 163.4, 1307.4, 5300, "PCIe 5.0 x16"),
+])
+def test_amd_datasheet_rows(name, memory_gb, table_name, fp32_t, bf16_t, bandwidth_gbps, link):
+    peaks = lookup(name, memory_gb << 30)
+    assert peaks is not None and peaks.device == table_name
+    assert peaks.flops["fp32"] == pytest.approx(fp32_t * 1e12)
+    assert peaks.flops["bf16"] == pytest.approx(bf16_t * 1e12)
+    assert peaks.bandwidth == pytest.approx(bandwidth_gbps * 1e9)
+    assert "tf32" not in peaks.flops  # no TF32 switch counted on AMD
+    assert copy_peak("h2d", name) == (link, {"PCIe 4.0 x16": 31.5, "PCIe 5.0 x16": 63.0}[link])
+
+
+def test_a_generic_amd_name_or_another_vendor_gets_no_datasheet():
+    assert lookup("AMD Radeon Graphics", 64 << 30) is None  # which part: unknown
+    assert lookup("Intel(R) Data Center GPU Max 1550", 128 << 30) is None
+    assert lookup("Radeon RX 7900 XTX", 24 << 30) is None  # not in the table: measured
+
+
+def _trace_04_facts() -> tuple[dict, list[dict]]:
+    with gzip.open(TRACE_04, "rt", encoding="utf-8") as fh:
+        data = json.load(fh)
+    return data["deviceProperties"][0], data["traceEvents"]
+
+
+@pytest.mark.skipif(not TRACE_04.is_file(), reason="../shared/corpus is absent")
+def test_corpus_trace_04_reads_as_an_amd_mi250_gcd(tmp_path: Path):
+    """HTA's MI250 trace (ROCm 6.2) names its device "AMD Radeon Graphics": its properties
+    (compute 9.0, 104 CUs, 64 GiB) and its runtime calls (hip*) say what it is."""
+    props, events = _trace_04_facts()
+    assert props["name"] == "AMD Radeon Graphics" and props["numSms"] == 104
+    assert any(e.get("name", "").startswith("hip") for e in events
+               if e.get("cat") == "cuda_runtime")
+    res = cli("analyze", TRACE_04, "--json")
+    assert res.code == 0, res.err
+    profile = json.loads(res.out)["profiles"][0]
+    assert profile["device_type"] == "rocm"
+    peaks = profile["efficiency"]["peaks"]
+    assert peaks["device"] == "MI250 (one GCD) or MI210" and peaks["source"] == "datasheet"
+    assert peaks["flops"]["bf16"] == pytest.approx(181.0e12)
+    res = cli("analyze", TRACE_04, "--lang", "en", "--out", tmp_path)
+    assert res.code == 0, res.err
+    text = next(tmp_path.glob("*.en.md")).read_text(encoding="utf-8")
+    assert "# Profiling report: `04_hta-amd-mi250-rocm62.json.gz` on ROCm" in text
+    assert "Peaks (datasheet, MI250 (one GCD) or MI210)" in text
+
+
+def _x(name, ts, dur, cat, pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+            "args": args}
+
+
+def test_a_hip_trace_in_kinetos_format_reads_with_amds_names_and_peaks(tmp_path: Path):
+    """Written as a ROCm 6 build of torch writes it (corpus trace 04's shape): the HIP
+    runtime's calls under the cuda_runtime category, Tensile's fp32 GEMM kernels, and a
+    device named generically with its compute capability and compute units."""
+    gemm = ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_ISA90a_"
+            "WS64_WG64_4_1")
+    events = [_x("ProfilerStep#1", 0, 1000, "user_annotation")]
+    for i in range(8):  # eight products, each launched then run on stream 0
+        t = 10 + 120 * i
+        events += [_x("aten::mm", t, 30, "cpu_op", **{
+                       "External id": i, "Input Dims": [[256, 512], [512, 512]],
+                       "Input type": ["float", "float"]}),
+                   _x("hipExtModuleLaunchKernel", t + 5, 20, "cuda_runtime", correlation=i),
+                   _x(gemm, t + 40, 70, "kernel", pid=2, tid=0, correlation=i, stream=0,
+                      device=0)]
+    path = tmp_path / "hip.json"
+    path.write_text(json.dumps({"deviceProperties": [{
+        "id": 0, "name": "AMD Radeon Graphics", "totalGlobalMem": 68702699520,
+        "computeMajor": 9, "computeMinor": 0, "warpSize": 64, "numSms": 104}],
+        "traceEvents": events}), encoding="utf-8")
+    res = cli("analyze", path, "--json")
+    assert res.code == 0, res.err
+    profile = json.loads(res.out)["profiles"][0]
+    assert profile["device_type"] == "rocm"
+    assert profile["efficiency"]["peaks"]["device"] == "MI250 (one GCD) or MI210"
+    # Tensile's fp32 kernels hold the device time: the lever is bf16 on the matrix cores
+    assert [f["rule"] for f in profile["findings"]][:1] == ["fp32-gemm"]
+    res = cli("analyze", path, "--lang", "en", "--out", tmp_path)
+    assert res.code == 0, res.err
+    text = (tmp_path / "hip.json.report.en.md").read_text(encoding="utf-8")
+    assert "on ROCm" in text.splitlines()[1]
+    assert "Peaks (datasheet, MI250 (one GCD) or MI210): fp32 45.2" in text
