@@ -49,7 +49,7 @@ T = 1e12
     ("NVIDIA GH200 480GB", 102, "GH200 96GB"),  # 4 TB/s, not H200's 4.8
     ("NVIDIA GH200 144G HBM3e", 150, "GH200 144GB"),
     ("NVIDIA GeForce RTX 2070", 8, None),
-    ("AMD Instinct MI250X", 64, "MI250X (one GCD)"),  # AMD's table (issue 67)
+    ("AMD Instinct MI250X", 64, "MI250X GCD"),  # AMD's table (issue 67)
     ("AMD Radeon Graphics", 64, None),  # which part: unknown without its CUs
     (None, None, None),
 ])
@@ -194,7 +194,7 @@ def test_corpus_traces():
     assert 0 < e.coverage <= 1
     amd = read_trace(CORPUS / "04_hta-amd-mi250-rocm62.json.gz")
     amd_e = assess(amd, peaks_for(amd))
-    assert amd.costs and amd_e.peaks.device == "MI250 (one GCD) or MI210"
+    assert amd.costs and amd_e.peaks.device == "MI250 GCD / MI210"
     for name in ("01_kineto-tbplugin-resnet50-2021feb.pt.trace.json.gz",
                  "06_hta-alexnet-a100.json.gz"):
         p = read_trace(CORPUS / name)

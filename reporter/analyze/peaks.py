@@ -176,11 +176,11 @@ AMD_TABLE: tuple[_Entry, ...] = (
            {"fp32": 163.4, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9}, 5300,
            "AMD Instinct MI300X datasheet: 163.4 FP32 matrix, 1307.4 FP16/BF16, 2614.9 FP8 "
            "TFLOPS dense; 5.3 TB/s"),
-    _Entry("MI250X (one GCD)", r"MI250X|COMPUTE 9\.0, 110 CUS",
+    _Entry("MI250X GCD", r"MI250X|COMPUTE 9\.0, 110 CUS",
            {"fp32": 47.85, "bf16": 191.5, "fp16": 191.5}, 1600,
            "AMD Instinct MI250X datasheet, halved for one of its two GCDs: 95.7 FP32 matrix, "
            "383 FP16/BF16 TFLOPS, 3.2 TB/s per module"),
-    _Entry("MI250 (one GCD) or MI210", r"MI250|MI210|COMPUTE 9\.0, 104 CUS",
+    _Entry("MI250 GCD / MI210", r"MI250|MI210|COMPUTE 9\.0, 104 CUS",
            {"fp32": 45.25, "bf16": 181.0, "fp16": 181.0}, 1600,
            "AMD Instinct MI250 datasheet, halved for one of its two GCDs: 90.5 FP32 matrix, "
            "362.1 FP16/BF16 TFLOPS, 3.2 TB/s per module (MI210: 45.3, 181.0, 1.6 TB/s)"),
