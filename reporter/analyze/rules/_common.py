@@ -7,13 +7,7 @@ from dataclasses import replace
 from typing import Callable
 
 from ...model.profile import Op, Profile
-from ..findings import (
-    Basis,
-    basis,
-    operators,
-    share,
-    step_share,
-)
+from ..findings import Basis, basis, operators, share, step_share
 
 
 def severity(value: float, high: float) -> str:

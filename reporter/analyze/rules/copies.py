@@ -7,12 +7,7 @@ from ...model.choice import always, either, f, first, kind, when
 from ...model.finding import Finding, Saving
 from ...model.profile import Profile
 from .. import savings
-from ..findings import (
-    Worth,
-    basis,
-    op_evidence,
-    rule,
-)
+from ..findings import Worth, basis, op_evidence, rule
 from ._common import COPY_CALLS, host_calls, idle_sync_part, ranked, severity
 
 COPIES = savings.COPY_OPS

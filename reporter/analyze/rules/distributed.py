@@ -8,10 +8,7 @@ from ...model.choice import Values, OVER_STEPS, always, either, first
 from ...model.finding import Finding
 from ...model.profile import Profile
 from .. import savings
-from ..findings import (
-    rule,
-    step_share,
-)
+from ..findings import rule, step_share
 from ._common import severity
 
 

@@ -10,14 +10,7 @@ from ...model.finding import Finding, Saving
 from ...model.profile import KIND_ANNOTATION, Op, Profile
 from .. import savings
 from ..breakdown import MODULE_MARK
-from ..findings import (
-    WhatIf,
-    Worth,
-    operators,
-    rule,
-    step_share,
-    step_wall_us,
-)
+from ..findings import WhatIf, Worth, operators, rule, step_share, step_wall_us
 from ._common import largest_in_step, severity
 
 

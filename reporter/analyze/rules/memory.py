@@ -7,12 +7,7 @@ from ...model.choice import f, when
 from ...model.finding import IN_OTHERS, Finding, Saving
 from ...model.profile import Profile
 from .. import savings
-from ..findings import (
-    RULES,
-    Worth,
-    operators,
-    rule,
-)
+from ..findings import RULES, Worth, operators, rule
 from ._common import severity
 
 

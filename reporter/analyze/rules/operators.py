@@ -9,16 +9,7 @@ from ...model.choice import OVER_STEPS, always, either, f, first, when
 from ...model.finding import Finding, Saving
 from ...model.profile import Op, Profile
 from .. import savings
-from ..findings import (
-    MATMUL_OPS,
-    WhatIf,
-    Worth,
-    basis,
-    op_evidence,
-    operators,
-    rule,
-    share,
-)
+from ..findings import MATMUL_OPS, WhatIf, Worth, basis, op_evidence, operators, rule, share
 from ..shapes import MATRIX_CALLS, blowup_shapes, dense_copies
 from ._common import ranked, severity
 

@@ -8,11 +8,7 @@ from ...model.choice import always, either, f, first, when
 from ...model.finding import Finding
 from ...model.profile import Profile
 from .. import savings
-from ..findings import (
-    MATMUL_OPS,
-    WhatIf,
-    rule,
-)
+from ..findings import MATMUL_OPS, WhatIf, rule
 from ._common import severity
 
 

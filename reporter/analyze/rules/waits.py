@@ -8,11 +8,7 @@ from ...model.finding import Finding
 from ...model.profile import KIND_KERNEL, Profile
 from .. import savings
 from ..compiled import GRAPH_LAUNCHES
-from ..findings import (
-    dataloader_rows,
-    rule,
-    step_share,
-)
+from ..findings import dataloader_rows, rule, step_share
 from ._common import idle_sync_part, severity, sync_calls
 
 
