@@ -95,9 +95,10 @@ def test_json_and_the_report_carry_it_in_each_language(tmp_path):
 
 def test_launch_bound_event_waits_and_waiting(tmp_path):
     """A kernel that waits for its launch sends the path back to the launching thread
-    (here another thread than the step's); one that starts 5 us after another stream's
-    work ended, long after its own stream and launch were ready, waited for that work
-    (an event); a gap the trace does not explain is 'waiting'."""
+    (here another thread than the step's); one queued long after its launch while other
+    device work ended waited for that work, not for the host; one that starts 5 us after
+    another stream's work ended, long after its own stream and launch were ready, waited
+    for that work (an event); a gap the trace does not explain is 'waiting'."""
     c = _critical(tmp_path, [
         _x("ProfilerStep#1", 0, 1000, cat="user_annotation"),
         _launch(50, 1, tid=2),                       # on the backward thread
@@ -111,12 +112,12 @@ def test_launch_bound_event_waits_and_waiting(tmp_path):
         _x("cudaStreamSynchronize", 600, 160, cat="cuda_runtime"),  # 600-760
     ])
     # host 760-1000; sync 750-760; c 700-750; waiting 600-700; b 505-600; latency
-    # 500-505 (the event); nccl 200-500; launch 60-200 (its launch, the latest of its
-    # predecessors); host 0-60 on thread 1
-    assert _nonzero(c["device_us"]) == {"compute": 145, "communication": 300}
-    assert _nonzero(c["between_us"]) == {"sync": 10, "waiting": 100, "latency": 5,
-                                         "launch": 140}
-    assert _nonzero(c["host_us"]) == {"other": 300}
+    # 500-505 (the event); nccl 200-500, queued since 60 while a ran: waiting 170-200;
+    # a 70-170; its launch 50-70 on thread 2; host 0-50 there
+    assert _nonzero(c["device_us"]) == {"compute": 245, "communication": 300}
+    assert _nonzero(c["between_us"]) == {"sync": 10, "waiting": 130, "latency": 5,
+                                         "launch": 20}
+    assert _nonzero(c["host_us"]) == {"other": 290}
 
 
 def test_a_cpu_trace_is_its_host_phases(tmp_path):
@@ -167,7 +168,8 @@ def _walk_raw(events: list[dict], latency: float = 10.0):
     work = sorted((e for e in events if e["cat"] in _DEVICE), key=lambda e: (e["ts"], e["dur"]))
     runtime = [e for e in events if e["cat"] in _RUNTIME]
     launch = {e["args"]["correlation"]: e for e in runtime if "correlation" in e.get("args", {})}
-    waits = [e for e in runtime if _WAITS.search(e["name"])]
+    waits = [e for e in runtime if _WAITS.search(e["name"])
+             or ("Launch" in e["name"] and e["dur"] > 100)]  # a launch at a full queue
     ends = sorted((w["ts"] + w["dur"], i) for i, w in enumerate(work))
     end_keys = [t for t, _ in ends]
 
@@ -214,8 +216,18 @@ def _walk_raw(events: list[dict], latency: float = 10.0):
                 p = work[prev[item]]
                 options.append((min(p["ts"] + p["dur"], start), "queue", prev[item], None))
             rt = launch.get(w.get("args", {}).get("correlation"))
-            if rt is not None and rt["ts"] <= start + 1e-3:
-                options.append((min(rt["ts"], start), "launch", None, (rt["pid"], rt["tid"])))
+            after = options[0][0] if options else float("-inf")
+            if rt is not None and after < rt["ts"] <= start + 1e-3:
+                # launched after its stream was free and queued past its latency while
+                # device work ended: that work held it
+                held = (last_ending(rt["ts"], start + 1e-3) if start - rt["ts"] > latency
+                        else None)
+                if held is not None and held not in seen:
+                    options.append((min(work[held]["ts"] + work[held]["dur"], start),
+                                    "queue", held, None))
+                else:
+                    options.append((min(rt["ts"], start), "launch", None,
+                                    (rt["pid"], rt["tid"])))
             best = max(options, key=lambda o: o[0]) if options else None
             if best is None or best[0] < start - latency:
                 k = last_ending(max(best[0] if best else float("-inf"), start - latency),

@@ -11,14 +11,20 @@ link of the chain:
 - on the host, time runs back continuously on one thread (whatever the thread does,
   charged to the host phase that covers it, as the breakdown does) until a call that
   waits for the device (``cudaDeviceSynchronize``, ``cudaStreamSynchronize``,
-  ``cudaEventSynchronize``, a blocking ``cudaMemcpy``) and in which device work ended:
-  the chain goes on at the last such work, and the time from that work's end to the
-  call's return is ``sync``;
+  ``cudaEventSynchronize``, a blocking ``cudaMemcpy``, or a launch call longer than
+  ``BLOCKED_LAUNCH_US``, which waited for room in a full launch queue) and in which
+  device work ended: the chain goes on at the last such work, and the time from that
+  work's end to the call's return is ``sync``;
 - on the device, a piece of work runs from its start to its end; at its start it waited
-  for the latest of: the work before it on its stream, its launch (the runtime call's
-  start; from there to the work's start is ``launch``, and the chain goes on on the
-  launching thread), or work on another stream that ended at most ``LATENCY_US`` before
-  it started while both of those were ready long before (an event wait). A gap after
+  for the latest of: the work before it on its stream, its launch, or work on another
+  stream that ended at most ``LATENCY_US`` before it started while both of those were
+  ready long before (an event wait). Work queued for longer than ``LATENCY_US`` while
+  other device work ended waited for the device: the chain goes on at the device work
+  that ended last between its launch and its start (trace 13, its GPU busy 96% of the
+  step, read 14.3% host and 10.2% launch links where launches had waited 42 ms in the
+  queue). Otherwise the launch held the work up (the host was late): from the runtime
+  call's start to the work's start is ``launch``, and the chain goes on on the launching
+  thread. A gap after
   device work is ``latency`` when it lasts at most ``LATENCY_US`` (the device setting up
   the next work, as in the breakdown's idle time), else ``waiting``: the work was
   queued and ready by everything the trace shows, and waited on something it does not
@@ -57,6 +63,9 @@ DEVICE_KINDS = ("compute", "communication", "copy_h2d", "copy_d2h", "copy_d2d", 
 BETWEEN = ("launch", "latency", "waiting", "sync", "unknown")
 # Host calls that may block until device work finishes.
 WAITS = re.compile(r"Synchronize$|^(cuda|hip)Memcpy(Async)?$")
+# A launch call this long (a launch takes a few us) waited for room in a full launch
+# queue: a wait on the device, like a synchronisation.
+BLOCKED_LAUNCH_US = 100.0
 _RUNTIME = {"cuda_runtime", "Runtime", "cuda_driver", "Driver", "xpu_runtime",
             "mtia_runtime", "privateuse1_runtime"}
 _COMM = re.compile(r"nccl|rccl", re.IGNORECASE)
@@ -162,6 +171,7 @@ def critical_path(threads: dict[Any, list[Any]], device: list[Any], scale: float
     launch_of: dict[Any, tuple[Any, float]] = {}
     names: dict[str, Any] = {}  # name -> its phase, _STEP, _WAIT or None
     runtime = _RUNTIME
+    blocked = BLOCKED_LAUNCH_US / scale
     for key, events in threads.items():
         waits = []
         for e in events:
@@ -175,7 +185,7 @@ def critical_path(threads: dict[Any, list[Any]], device: list[Any], scale: float
                 args = e.args
                 if args is not None and args.corr is not None:
                     launch_of[args.corr] = (key, e.ts)
-                if what is _WAIT:
+                if what is _WAIT or (e.dur > blocked and "Launch" in name):
                     waits.append((e.ts + max(e.dur, 0), e.ts))
             elif what is None or what is _WAIT:
                 continue
@@ -289,7 +299,14 @@ def _walk(lo: float, hi: float, key: Any, syncs: dict[Any, list[tuple[float, flo
         if p >= 0 and p not in seen:
             best, how, nxt = min(dev.items[p][1], start), "queue", p
         if launch is not None and launch[1] <= start + eps and launch[1] > best:
-            best, how, nxt, thread = min(launch[1], start), "launch", -1, launch[0]
+            # Queued longer than the launch's latency while device work ended: that work
+            # held it, not the host; else the host was late and its launch is the link.
+            k = (dev.last_ending(launch[1], start + eps) if start - launch[1] > latency
+                 else -1)
+            if k >= 0 and k not in seen:
+                best, how, nxt = min(dev.items[k][1], start), "queue", k
+            else:
+                best, how, nxt, thread = min(launch[1], start), "launch", -1, launch[0]
         if best < start - latency:
             k = dev.last_ending(max(best, start - latency), start + eps)
             if k >= 0 and k not in seen and dev.items[k][2] != stream:
