@@ -372,25 +372,6 @@ def test_golden_reports_show_the_worth():
         assert word in (gold / f"cpu-transformer-bloat.{lang}.md").read_text(encoding="utf-8")
 
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "traces"
-
-
-@pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here")
-def test_the_a100_trace_names_the_host_blocked_in_copies_first():
-    """HTA's A100 trace: the host spends 59% of its time in cudaMemcpyAsync, and the GPU
-    idles while it waits: that finding first, worth more than the syncs beside it."""
-    import json
-
-    from conftest import cli
-
-    res = cli("analyze", CORPUS / "07_hta-a100-80gb-rank0.json.gz", "--json")
-    assert res.code == 0, res.err
-    findings = json.loads(res.out)["profiles"][0]["findings"]
-    first = findings[0]
-    assert first["rule"] == "host-copy-blocked" and first["op"] == "cudaMemcpyAsync"
-    assert first["share"] == pytest.approx(0.589, abs=0.01)
-    sync = next(f for f in findings if f["rule"] == "sync-stall")
-    assert first["saving_ms"] > sync["saving_ms"] > 0
 
 
 def test_page_faults_leave_the_faults_in_another_findings_writers_to_it():

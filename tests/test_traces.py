@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import gzip
 import json
 import re
@@ -437,7 +436,8 @@ def _common(u: list[list[float]], w: list[list[float]]) -> float:
 def _device_figures(path: Path) -> tuple[float, float, float]:
     """Independent arithmetic on the raw events: the share of the ProfilerStep windows in
     which the device ran anything (kernels, copies, memsets: their union), the time in
-    NCCL kernels (their union), and the part of it that overlaps the other device work."""
+    NCCL kernels inside the steps (their union), and the part of it that overlaps the
+    other kernels (computation: not copies or sets)."""
     events = [e for e in _raw_events(path) if e.get("ph") == "X"]
 
     def spans(keep) -> list[list[float]]:
@@ -447,7 +447,9 @@ def _device_figures(path: Path) -> tuple[float, float, float]:
     steps = spans(lambda e: str(e.get("name", "")).startswith("ProfilerStep#"))
     busy = spans(lambda e: e.get("cat") in device)
     nccl = spans(lambda e: e.get("cat") == "kernel" and "nccl" in e["name"].lower())
-    other = spans(lambda e: e.get("cat") in device and "nccl" not in e["name"].lower())
+    other = spans(lambda e: e.get("cat") == "kernel" and "nccl" not in e["name"].lower())
+    nccl = _union([(max(a, lo), min(b, hi)) for lo, hi in steps for a, b in nccl
+                   if b > lo and a < hi])
     comm = sum(b - a for a, b in nccl)
     return (_common(busy, steps) / sum(b - a for a, b in steps), comm,
             _common(nccl, other) / comm)
@@ -456,7 +458,9 @@ def _device_figures(path: Path) -> tuple[float, float, float]:
 @pytest.mark.slow
 @needs_corpus
 @pytest.mark.parametrize("path, fires", [
-    ("07_hta-a100-80gb-rank0.json.gz", True),          # 35.5% busy (the kernel sum said 41.9%)
+    # 35.5% busy (the kernel sum said 41.9%), but all its idle time had work queued: the
+    # host could not have kept it busier (test_queue_truth)
+    ("07_hta-a100-80gb-rank0.json.gz", False),
     ("11_hta-v100-nccl-rank1.json.gz", False),
     ("14_hta-two-ranks/sampled_rank-0.json.gz", True),
     ("14_hta-two-ranks/sampled_rank-1.json.gz", True)])  # 46.8%: missed by the kernel sum
@@ -474,116 +478,6 @@ def test_device_utilization_and_communication_are_unions_of_device_work(path, fi
     comm = found["communication-bound"]
     assert comm["op_time_us"] == pytest.approx(comm_us, rel=1e-9)
     assert comm["overlap_share"] == pytest.approx(overlap, abs=1e-9)
-
-
-def _gaps_outside(lo: float, hi: float, cuts) -> list[list[float]]:
-    """What remains of [lo, hi] outside each of the unions in ``cuts``."""
-    gaps = [[lo, hi]]
-    for cut in cuts:
-        rest = []
-        for a, b in gaps:
-            for c, d in cut:
-                if d <= a or c >= b:
-                    continue
-                if c > a:
-                    rest.append([a, c])
-                a = max(a, d)
-            if a < b:
-                rest.append([a, b])
-        gaps = rest
-    return gaps
-
-
-def _split_gaps(gaps, starts, latency=10.0) -> tuple[float, float, float]:
-    """(idle, launch latency, dependency or event): each gap's next work (the first to
-    start at its end), launched before the gap's end, has waited from its launch (or the
-    gap's start) on; a wait of at most ``latency`` us is the launch's own latency."""
-    idle = short = queued = 0.0
-    for a, b in gaps:
-        idle += b - a
-        i = bisect.bisect_left(starts, (b - 1e-3, float("-inf")))  # the first at the end
-        nxt = starts[i] if i < len(starts) else None
-        if nxt is not None and nxt[1] < b:
-            part = b - max(a, nxt[1])
-            if part <= latency:
-                short += part
-            else:
-                queued += part
-    return idle, short, queued
-
-
-def _idle_queued(path: Path) -> tuple[tuple[float, float, float], dict]:
-    """Independent arithmetic on the raw events: inside the ProfilerStep windows, the
-    device's idle time outside data loading and synchronisations, its launch latency and
-    its waits on a dependency or an event; and per stream that runs compute kernels, its
-    busy time, launch latency, waits and time not launched."""
-    events = [e for e in _raw_events(path) if e.get("ph") == "X"]
-
-    def span(e) -> tuple[float, float]:
-        return float(e["ts"]), float(e["ts"]) + float(e["dur"])
-    device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    launched = {e["args"]["correlation"]: float(e["ts"]) for e in events
-                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
-
-    def starts_of(work):
-        return sorted((float(e["ts"]), launched.get(e.get("args", {}).get("correlation"),
-                                                    float("inf"))) for e in work)
-    busy = _union([span(e) for e in device])
-    data = _union([span(e) for e in events
-                   if str(e["name"]).startswith("enumerate(DataLoader)")])
-    # A call of no duration (cudaStreamWaitEvent often has dur 0) holds no idle time.
-    sync = _union([span(e) for e in events if float(e["dur"]) > 0 and re.search(
-        r"Synchronize|^(cuda|hip)Memcpy(Async)?$|^(cuda|hip)StreamWaitEvent$", e["name"])])
-    steps = _union([span(e) for e in events if str(e["name"]).startswith("ProfilerStep#")])
-    totals = [0.0, 0.0, 0.0]
-    for lo, hi in steps:
-        for i, v in enumerate(_split_gaps(_gaps_outside(lo, hi, (busy, data, sync)),
-                                          starts_of(device))):
-            totals[i] += v
-    computing = {(e["pid"], e["tid"]) for e in device
-                 if e["cat"] == "kernel" and "nccl" not in e["name"].lower()}
-    streams = {}
-    for key in computing:
-        work = [e for e in device if (e["pid"], e["tid"]) == key]
-        own = _union([span(e) for e in work])
-        figures = [0.0, 0.0, 0.0, 0.0]  # busy, latency, dependency, not launched
-        for lo, hi in steps:
-            figures[0] += sum(min(b, hi) - max(a, lo) for a, b in own if b > lo and a < hi)
-            idle, short, queued = _split_gaps(_gaps_outside(lo, hi, (own,)), starts_of(work))
-            figures[1] += short
-            figures[2] += queued
-            figures[3] += idle - short - queued
-        streams[f"stream {key[1]}"] = figures
-    return tuple(totals), streams
-
-
-@pytest.mark.slow
-@needs_corpus
-@pytest.mark.parametrize("path", ["07_hta-a100-80gb-rank0.json.gz",
-                                  "11_hta-v100-nccl-rank1.json.gz",
-                                  "13_hta-v100-rank1-test.json.gz"])
-def test_idle_time_whose_next_work_was_launched_is_told_apart(path):
-    """The step breakdown's idle time that is neither data loading nor a
-    synchronisation: the part whose next kernel was already launched, split into the
-    launch's latency (queued at most 10 us) and waits on a dependency or an event,
-    against the host's; and the same per stream where more than one stream computes."""
-    (idle, short, queued), streams = _idle_queued(TRACES / path)
-    res = cli("analyze", TRACES / path, "--json")
-    bd = json.loads(res.out)["profiles"][0]["breakdown"]
-    b = bd["device_us"]
-    assert sum(b["idle_latency"]) + sum(b["idle_queued"]) + sum(b["idle_host"]) \
-        == pytest.approx(idle, rel=1e-6)
-    assert sum(b["idle_latency"]) == pytest.approx(short, rel=1e-6)
-    assert sum(b["idle_queued"]) == pytest.approx(queued, rel=1e-6)
-    assert short > 0 and queued > 0
-    assert set(bd["stream_us"]) == (set(streams) if len(streams) > 1 else set())
-    for name, (busy, s_short, s_queued, s_host) in (streams.items() if len(streams) > 1
-                                                    else ()):
-        mine = bd["stream_us"][name]
-        assert sum(mine["busy"]) == pytest.approx(busy, rel=1e-6), name
-        assert sum(mine["idle_latency"]) == pytest.approx(s_short, rel=1e-6, abs=1e-6), name
-        assert sum(mine["idle_queued"]) == pytest.approx(s_queued, rel=1e-6, abs=1e-6), name
-        assert sum(mine["idle_host"]) == pytest.approx(s_host, rel=1e-6, abs=1e-6), name
 
 
 def _launch_figures(path: Path) -> dict:

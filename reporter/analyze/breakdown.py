@@ -17,19 +17,20 @@ mark covers is ``other``. So the phases of a step sum to the step exactly.
 Device activity (GPU traces) is the union over streams of the step's kernels,
 copies and sets: compute kernels first, then the communication they do not
 hide, then copies by direction, then sets, and the rest of the step is idle.
-Idle time is split by what the host was doing meanwhile: loading data, waiting
-in a synchronisation; else by whether the work that ends the gap was already launched:
-not yet (the host had not queued it), launched and waiting at most ``LATENCY_US`` (the
-launch's own latency), launched and waiting longer (on a dependency or an event).
-Where more than one stream runs compute kernels, each such stream's own idle time is
-split the same way (``Breakdown.stream_us``).
+Idle time is split by the queue first: while some work was queued (launched and not yet
+started; work the trace holds no launch for, issued before the trace began, counts as
+launched at its start), the device waited on itself: its launch latency where that
+stretch lasted at most ``LATENCY_US``, else a dependency or an event. Only idle time with
+nothing queued has a host cause: loading data, waiting in a synchronisation, or neither
+(the host had not queued the work yet). Where more than one stream runs compute kernels,
+each such stream's own idle time is split by its own queue (``Breakdown.stream_us``).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from typing import Any, Iterable
 
 from ..model.profile import LATENCY_US, Breakdown
@@ -100,24 +101,42 @@ def overlap(a: list[Interval], b: list[Interval]) -> float:
     return total
 
 
-def _queued(gaps: list[Interval], starts: list[Interval], latency: float
-            ) -> tuple[float, float]:
-    """The part of the device's idle ``gaps`` in which the work that ends each gap had
-    already been launched: from the launch (or the gap's start, if earlier) to the gap's
-    end. The device then waits on something other than the host: (the launch's own
-    latency: where that wait lasts at most ``latency``; a dependency or an event: the
-    longer waits). ``starts``: (start on the device, launch on the host), sorted; work
-    whose launch the trace does not hold (an infinite launch) counts as not queued."""
-    short = queued = 0.0
-    for a, b in gaps:
-        i = bisect_left(starts, (b - 1e-3, float("-inf")))
-        if i < len(starts) and starts[i][1] < b:
-            part = b - max(a, starts[i][1])
-            if part <= latency:
-                short += part
-            else:
-                queued += part
-    return short, queued
+def intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
+    """The intersection of two sorted, disjoint unions."""
+    out: list[Interval] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def queued_spans(starts: list[Interval]) -> list[Interval]:
+    """When some work was queued: launched (its runtime call started, or before the trace:
+    a launch of minus infinity) and not yet started on the device; the union of each
+    piece of work's (launch, start). ``starts``: (start on the device, launch on the
+    host); work whose launch is unknown (an infinite launch) is left out."""
+    return union((launch, start) for start, launch in starts if launch < start)
+
+
+def _split_queued(idle: list[Interval], queued: list[Interval], latency: float
+                  ) -> tuple[float, float, list[Interval]]:
+    """Idle time split by the queue: (launch latency, waiting, nothing queued). Idle time
+    with work queued is the launch's own latency where that stretch of it lasts at most
+    ``latency``, else a wait on something other than the host (a dependency, an event);
+    the rest of the idle time had nothing queued (the intervals, for the host's causes)."""
+    short = waiting = 0.0
+    for a, b in intersect(idle, queued):
+        if b - a <= latency:
+            short += b - a
+        else:
+            waiting += b - a
+    return short, waiting, _minus(idle, queued)
 
 
 def _clip(intervals: list[Interval], lo: float, hi: float) -> list[Interval]:
@@ -285,13 +304,13 @@ def _nearest_rank(ordered: list[float], q: float) -> float:
 
 
 def launch_statistics(device: list[Any], launches: list[Interval] | None,
-                      windows: list[Interval], idle_host: list[float], scale: float
+                      windows: list[Interval], nothing_queued: list[float], scale: float
                       ) -> dict[str, float]:
     """How the host feeds the device, inside the steps: the delay from each kernel's
     launch (the start of its runtime call) to the kernel's start, as median, p90 (nearest
     rank) and max; kernels launched per step (their launch inside a step); and the steps
-    in which the queue ran dry: the device idled with nothing launched for more than
-    LATENCY_US (``idle_host``, per step, us). Kernels only (not copies or sets), and only
+    in which the queue ran dry: the device idled with nothing queued for more than
+    LATENCY_US (``nothing_queued``, per step, us). Kernels only (not copies or sets), and only
     those whose launch the trace holds. A CUDA graph's kernels share its launch's
     correlation id: the graph is one launch, and only its first kernel waited for it
     (the others wait for the kernels before them in the graph). Empty without such
@@ -326,7 +345,7 @@ def launch_statistics(device: list[Any], launches: list[Interval] | None,
         return {}
     delays.sort()
     n = len(spans)
-    dry = sum(1 for us in idle_host if us > LATENCY_US)
+    dry = sum(1 for us in nothing_queued if us > LATENCY_US)
     return {"kernels": len(delays), "delay_median_us": _nearest_rank(delays, 0.5),
             "delay_p90_us": _nearest_rank(delays, 0.9), "delay_max_us": delays[-1],
             "launches_per_step": launched / n, "steps": n, "dry_steps": dry,
@@ -349,8 +368,8 @@ def _number_first(value: Any) -> tuple[int, float, str]:
 def _streams(device: list[Any], launches: list[Interval] | None
              ) -> dict[str, tuple[list[Interval], list[Interval]]]:
     """Per stream that runs compute kernels, when more than one does: the union of its
-    work (kernels, copies, sets) and its (start, launch) pairs, sorted. ``launches`` is
-    aligned with ``device``; without it no launch is known."""
+    work (kernels, copies, sets) and when work was queued on it (queued_spans).
+    ``launches`` is aligned with ``device``; without it no launch is known."""
     never = float("inf")
     aligned = launches if launches is not None and len(launches) == len(device) else None
     work: dict[Any, list[Interval]] = {}
@@ -367,8 +386,28 @@ def _streams(device: list[Any], launches: list[Interval] | None
     one_device = len({pid for pid, _ in computing}) == 1
     order = sorted(computing, key=lambda k: (_number_first(k[0]), _number_first(k[1])))
     return {stream_name(pid, tid, one_device): (union(work[(pid, tid)]),
-                                                sorted(starts[(pid, tid)]))
+                                                queued_spans(starts[(pid, tid)]))
             for pid, tid in order}
+
+
+def _outside_steps(calls: list[tuple[float, float, str]], windows: list[Interval],
+                   scale: float) -> dict[str, list[float]]:
+    """Per name of a call that waits (``_SYNC_CALL``), its time outside the steps (us, the
+    whole trace) and its calls that lie wholly outside them: the profiler's own
+    ``cudaDeviceSynchronize`` as the trace closes (158 ms on trace 07, 82 us after the last
+    step) is no synchronisation of the model's."""
+    spans = sorted(windows)
+    firsts = [lo for lo, _ in spans]
+    out: dict[str, list[float]] = {}
+    for ts, end, name in calls:
+        inside = _length(_inside([(ts, end)], spans))
+        i = bisect_right(firsts, ts) - 1
+        starts_inside = i >= 0 and ts < spans[i][1]
+        if end - ts > inside or not starts_inside:
+            row = out.setdefault(name, [0.0, 0.0])
+            row[0] += (end - ts - inside) * scale
+            row[1] += 0 if inside > 0 or starts_inside else 1
+    return out
 
 
 def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device: list[Any],
@@ -383,6 +422,7 @@ def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device:
     item of ``device``, in its order. Times are multiplied by ``scale`` into microseconds."""
     marks: dict[str, list[Interval]] = {p: [] for p in PRIORITY}
     sync: list[Interval] = []
+    sync_named: list[tuple[float, float, str]] = []
     names: dict[str, Any] = {}
     first: float | None = None
     last: float | None = None
@@ -402,7 +442,11 @@ def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device:
                                       ("sync" if _SYNC_CALL.search(name) else None))
             if kind is None:
                 continue
-            (sync if kind == "sync" else marks[kind]).append((ts, end))
+            if kind == "sync":
+                sync.append((ts, end))
+                sync_named.append((ts, end, name))
+            else:
+                marks[kind].append((ts, end))
     if first is None or last is None:
         return None
     marked = bool(steps)
@@ -431,8 +475,9 @@ def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device:
         device_sets = {k: union(v) for k, v in spans.items()}
         device_sets["pageable"] = union(pageable)
 
-    starts = sorted(launches or [])
+    queued = queued_spans(launches or [])
     latency = LATENCY_US / scale
+    nothing_queued: list[float] = []  # per step, device idle with nothing queued
     # The streams that run compute kernels, each with its work and launches; split per
     # stream only where more than one computes.
     streams = _streams(device, launches) if device else {}
@@ -462,32 +507,37 @@ def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device:
             dev[key].append((_length(part) - overlap(part, busy)) * scale)
             busy = union(busy + part)
         idle = _minus([(lo, hi)], busy)
+        # The queue first: idle time with work queued is the device's own wait, whatever
+        # the host did meanwhile; only idle time with nothing queued has a host cause.
+        short, waited, dry = _split_queued(idle, _clip(queued, lo, hi), latency)
         data = _clip(phases["data"], lo, hi)
-        waiting = _minus(_clip(sync_u, lo, hi), data)
-        in_data = overlap(idle, data)
-        in_sync = overlap(idle, waiting)
-        short, queued = _queued(_minus(_minus(idle, data), waiting), starts, latency)
+        in_data = overlap(dry, data)
+        in_sync = overlap(_minus(dry, data), _clip(sync_u, lo, hi))
         dev["idle_data"].append(in_data * scale)
         dev["idle_sync"].append(in_sync * scale)
         dev["idle_latency"].append(short * scale)
-        dev["idle_queued"].append(queued * scale)
-        dev["idle_host"].append((_length(idle) - in_data - in_sync - short - queued) * scale)
-        for name, (work, stream_starts) in streams.items():
+        dev["idle_queued"].append(waited * scale)
+        dev["idle_host"].append((_length(dry) - in_data - in_sync) * scale)
+        nothing_queued.append(_length(dry) * scale)
+        for name, (work, stream_queued) in streams.items():
             split = stream_us.setdefault(name, {k: [] for k in STREAM_ACTIVITIES})
             own = _clip(work, lo, hi)
             gaps = _minus([(lo, hi)], own)
-            s_short, s_queued = _queued(gaps, stream_starts, latency)
+            s_short, s_waited, s_dry = _split_queued(gaps, _clip(stream_queued, lo, hi),
+                                                     latency)
             split["busy"].append(_length(own) * scale)
             split["idle_latency"].append(s_short * scale)
-            split["idle_queued"].append(s_queued * scale)
-            split["idle_host"].append((_length(gaps) - s_short - s_queued) * scale)
+            split["idle_queued"].append(s_waited * scale)
+            split["idle_host"].append(_length(s_dry) * scale)
+    outside = _outside_steps(sync_named, windows, scale) if marked else {}
     forward, backward, depth = modules(threads, py_modules or [], windows, scale)
-    launch = (launch_statistics(device, launches, windows, dev["idle_host"], scale)
+    launch = (launch_statistics(device, launches, windows, nothing_queued, scale)
               if device else {})
     copies = (copy_statistics(device, windows, scale, device_name, device_mem_b)
               if device else [])
     return Breakdown(steps_us=steps_us, host_us=host, device_us=dev, device_notes_us=notes,
                      stream_us=stream_us, launch=launch, copies=copies,
+                     sync_outside=outside,
                      module_forward_us=forward, module_backward_us=backward,
                      module_depth=depth, marked=marked,
                      phases_found=any(any(v) for p, v in host.items() if p != "other"))

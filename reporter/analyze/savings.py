@@ -735,9 +735,14 @@ def idle_of_profiler(busy: float) -> Callable[[Profile, Saving], bool]:
     profiler (``waited``: Saving.unprofiled_step_us), leaves the device busy ``busy`` of
     that step or more. The idle time was the profiler's own host work, not the model's:
     transformer-fixed in inference on an H200 (2026-11-29) kept its GPU busy 49.5% of the
-    profiled 33.8 ms step and about 90% of the 18.6 ms one timed without it."""
+    profiled 33.8 ms step and about 90% of the 18.6 ms one timed without it. Also a
+    symptom where the idle time with nothing queued is minor (a trace): the device idled
+    with work queued, waiting on itself (trace 07: 64.5% idle, all of it queued), and no
+    host-side fix shortens that."""
     def symptom(profile: Profile, s: Saving) -> bool:
         idle = s.with_others_us
+        if s.saving_us is not None and s.minor:
+            return True
         return (s.unprofiled_step_us is not None and idle is not None
                 and idle < (1 - busy) * s.unprofiled_step_us)
     return symptom

@@ -103,6 +103,10 @@ class Breakdown:
     # critical_path): mean per step on it by host phase, device activity and the links
     # between, and each one's whole time in the step. Empty for runs stored before it.
     critical: dict[str, Any] = field(default_factory=dict)
+    # Per name of a host call that waits for the device: [its time outside the steps (us,
+    # whole trace), its calls wholly outside them]; what the profiler's own closing
+    # synchronisation adds to the operator table (analyze.breakdown._outside_steps).
+    sync_outside: dict[str, list[float]] = field(default_factory=dict)
     marked: bool = True
     phases_found: bool = True
 

@@ -66,14 +66,20 @@ DRAIN_CALLS = ("cudaDeviceSynchronize", "cudaEventSynchronize")
 
 
 def sync_calls(profile: Profile) -> tuple[list[Op], float]:
-    """host_calls of SYNC_OPS less the runner's own drain: the host's time in the
-    ``drain`` phase of the step breakdown comes off the drain's call, so that a
-    synchronisation the model never made is not read as one."""
+    """host_calls of SYNC_OPS inside the steps, less the runner's own drain: the host's
+    time in the ``drain`` phase of the step breakdown comes off the drain's call, and a
+    trace's calls outside its steps (the profiler's closing cudaDeviceSynchronize) come
+    off theirs, so that a synchronisation the model never made is not read as one."""
     rows, _ = host_calls(profile, SYNC_OPS)
     b = profile.breakdown
     left = sum(b.host_us.get("drain") or []) if b is not None and b.host_us else 0.0
+    outside = b.sync_outside if b is not None else {}
     out = []
     for o in rows:
+        if o.name in outside:
+            us, calls = outside[o.name]
+            o = replace(o, self_cpu_us=max(0.0, o.self_cpu_us - us),
+                        calls=max(o.calls - int(calls), 0))
         if left > 0 and o.name in DRAIN_CALLS:
             cut = min(left, o.self_cpu_us)
             left -= cut

@@ -65,7 +65,7 @@ def copy_heavy(profile: Profile, limits: dict[str, float]) -> Finding | None:
 
 @rule("host-copy-blocked",
       saving=savings.waited("idle_sync", owned=idle_sync_part(of_copies=True)),
-      share=0.10, high=0.30)
+      symptom=savings.device_kept_busy, share=0.10, high=0.30)
 def host_copy_blocked(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """The host is blocked in copy calls a share of CPU time (pageable memory, implicit
     synchronisation)."""
