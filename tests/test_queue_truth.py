@@ -220,3 +220,59 @@ def test_the_critical_path_of_a_gpu_bound_step_stays_on_the_device(name, host_at
               + c["between_us"]["waiting"]) / c["step_us"]
     assert host <= host_at_most and device >= 1 - host_at_most - 0.01
     assert c["between_us"]["launch"] / c["step_us"] < 0.01
+
+
+@pytest.mark.slow
+@needs_corpus
+def test_the_launch_queue_per_stream_in_each_language(tmp_path):
+    """The launch queue on trace 07, against the raw events: per stream, launches
+    outstanding (from the runtime call, or the trace's start for work launched before it,
+    to the end of the launch's last work): their time-weighted mean inside the steps is
+    the launches' time inside the steps over the steps' time; their maximum, a count at
+    each boundary. Each language's report has the table."""
+    from reporter.render.view import LANGUAGES, Fmt
+
+    path = TRACES / "07_hta-a100-80gb-rank0.json.gz"
+    events = _events(path)
+    launch = _launch_of(events)
+    start = min(float(e["ts"]) for e in events)
+    steps = _steps(events)
+    wall = sum(b - a for a, b in steps)
+    by_stream: dict = defaultdict(dict)
+    for e in events:
+        if e.get("cat") not in DEVICE or launch(e) is None:
+            continue
+        a, b = _span(e)
+        one = by_stream[e["tid"]].setdefault(e["args"]["correlation"], [max(launch(e), start), b])
+        one[1] = max(one[1], b)
+    truth = {}
+    for tid, spans in by_stream.items():
+        inside = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in spans.values()
+                     for lo, hi in steps)
+        marks = sorted([(a, 1) for a, b in spans.values() if b > a]
+                       + [(b, -1) for a, b in spans.values() if b > a],
+                       key=lambda m: (m[0], m[1]))
+        count = most = 0
+        for t, d in marks:
+            count += d
+            if any(lo <= t < hi for lo, hi in steps):
+                most = max(most, count)
+        truth[f"stream {tid}"] = (inside / wall, most)
+    queue = _reporter(path)["breakdown"]["queue"]
+    assert set(queue) == set(truth)
+    for name, (mean, most) in truth.items():
+        assert queue[name]["mean"] == pytest.approx(mean, rel=1e-6), name
+        assert queue[name]["max"] == most, name
+        assert queue[name]["full_us"] == 0  # never 1,024 outstanding on 07
+    assert 700 < queue["stream 7"]["mean"] < queue["stream 7"]["max"] < 1024
+    heading = {"en": "**Launch queue**", "ru": "**Очередь запусков**", "zh": "**启动队列**"}
+    for lang in LANGUAGES:
+        res = cli("analyze", path, "--lang", lang, "--out", tmp_path)
+        assert res.code == 0, res.err
+        md = Path(res.out.strip().splitlines()[-1]).read_text()
+        assert heading[lang] in md, lang
+        fmt = Fmt(lang)
+        row = next(line for line in md.splitlines() if line.startswith("| ")
+                   and line.split("|")[1].strip().endswith(" 7")
+                   and fmt.int(int(queue["stream 7"]["max"])) in line)
+        assert fmt.num(queue["stream 7"]["mean"], 1) in row, (lang, row)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_right
+from itertools import accumulate
 from typing import Any, Iterable
 
 from ..model.profile import LATENCY_US, Breakdown
@@ -352,6 +353,69 @@ def launch_statistics(device: list[Any], launches: list[Interval] | None,
             "dry_share": dry / n}
 
 
+# CUDA's launch queue holds this many launches per stream; a launch beyond it blocks the
+# host until one ends (HTA's get_time_blocked_on_full_queue uses the same depth).
+FULL_QUEUE = 1024
+
+
+def queue_lengths(device: list[Any], launches: list[Interval] | None,
+                  windows: list[Interval], scale: float) -> dict[str, dict[str, float]]:
+    """Per stream, inside the steps: how many launches were outstanding (launched, their
+    work not yet ended), as a time-weighted mean and a maximum, and the time per step
+    the queue was full (``FULL_QUEUE`` or more). A launch is a correlation id: a CUDA
+    graph's kernels are one launch, counted until its last one ends; work launched
+    before the trace counts from the trace's start; work whose launch is unknown, not
+    at all. Empty without launches."""
+    if launches is None or len(launches) != len(device) or not windows:
+        return {}
+    spans: dict[Any, dict[Any, list[float]]] = {}  # stream -> launch -> [launch, end]
+    for e, (start, launch) in zip(device, launches):
+        if launch == float("inf"):
+            continue
+        corr = e.args.corr if e.args is not None else None
+        key = corr if corr is not None else id(e)
+        end = start + max(e.dur, 0)
+        one = spans.setdefault((e.pid, e.tid), {}).get(key)
+        if one is None:
+            spans[(e.pid, e.tid)][key] = [min(launch, start), end]
+        else:
+            one[0], one[1] = min(one[0], launch), max(one[1], end)
+    one_device = len({pid for pid, _ in spans}) == 1
+    order = sorted(spans, key=lambda k: (_number_first(k[0]), _number_first(k[1])))
+    wall = sum(hi - lo for lo, hi in windows)
+    out: dict[str, dict[str, float]] = {}
+    for key in order:
+        changes: dict[float, int] = {}
+        for a, b in spans[key].values():
+            if b > a:
+                changes[a] = changes.get(a, 0) + 1
+                changes[b] = changes.get(b, 0) - 1
+        times = sorted(changes)
+        after = list(accumulate(changes[t] for t in times))  # the count after each change
+        weighted = full = 0.0
+        most = 0
+        for lo, hi in sorted(windows):
+            i = bisect_right(times, lo)  # the changes at or before lo are in
+            count = after[i - 1] if i else 0
+            at = lo
+            while True:
+                nxt = times[i] if i < len(times) and times[i] < hi else hi
+                if nxt > at:
+                    weighted += count * (nxt - at)
+                    full += (nxt - at) if count >= FULL_QUEUE else 0.0
+                    most = max(most, count)
+                if nxt >= hi:
+                    break
+                count += changes[nxt]
+                at, i = nxt, i + 1
+        if most == 0 and weighted == 0:
+            continue
+        out[stream_name(key[0], key[1], one_device)] = {
+            "mean": weighted / wall if wall > 0 else 0.0, "max": float(most),
+            "full_us": full * scale / len(windows)}
+    return out
+
+
 def stream_name(pid: Any, tid: Any, one_device: bool) -> str:
     """How a stream is named: "stream 7", or "device 1 stream 7" beside other devices."""
     return f"stream {tid}" if one_device else f"device {pid} stream {tid}"
@@ -535,9 +599,10 @@ def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device:
               if device else {})
     copies = (copy_statistics(device, windows, scale, device_name, device_mem_b)
               if device else [])
+    queue = queue_lengths(device, launches, windows, scale) if device else {}
     return Breakdown(steps_us=steps_us, host_us=host, device_us=dev, device_notes_us=notes,
                      stream_us=stream_us, launch=launch, copies=copies,
-                     sync_outside=outside,
+                     sync_outside=outside, queue=queue,
                      module_forward_us=forward, module_backward_us=backward,
                      module_depth=depth, marked=marked,
                      phases_found=any(any(v) for p, v in host.items() if p != "other"))

@@ -107,6 +107,10 @@ class Breakdown:
     # whole trace), its calls wholly outside them]; what the profiler's own closing
     # synchronisation adds to the operator table (analyze.breakdown._outside_steps).
     sync_outside: dict[str, list[float]] = field(default_factory=dict)
+    # Per stream, inside the steps: launches outstanding (launched, not yet ended), as a
+    # time-weighted "mean" and a "max", and "full_us" per step at a full launch queue
+    # (analyze.breakdown.queue_lengths). Empty for runs stored before it.
+    queue: dict[str, dict[str, float]] = field(default_factory=dict)
     marked: bool = True
     phases_found: bool = True
 

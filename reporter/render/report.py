@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import WorkFailed
+from ..analyze.breakdown import FULL_QUEUE
 from ..model.profile import LATENCY_US
 from ..store import write_atomic
 from . import markup
@@ -87,7 +88,8 @@ def _environment(folder: Path, lang: str):
     # a sentence the view's values choose, a sentence said of each item (render/sentences.py)
     env.globals.update(say=say, each=each)
     # thresholds the prose names, from the analysis' own constants (terms.j2 too)
-    env.globals["limits"] = {"latency": Fmt(lang).whole_time(LATENCY_US)}
+    env.globals["limits"] = {"latency": Fmt(lang).whole_time(LATENCY_US),
+                             "full_queue": Fmt(lang).int(FULL_QUEUE)}
     return env
 
 

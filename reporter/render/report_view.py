@@ -240,6 +240,13 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
                "kernels_text": fmt.int(int(ls["kernels"])), "dry": int(ls["dry_steps"]),
                "dry_text": fmt.int(int(ls["dry_steps"])), "steps": int(ls["steps"]),
                "steps_text": fmt.int(int(ls["steps"]))} if ls else None)
+    queue = []
+    for key, q in b.queue.items():
+        said = re.match(r"(?:device (\S+) )?stream (\S+)$", key)
+        queue.append({"device": said.group(1) if said else None,
+                      "stream": said.group(2) if said else key,
+                      "mean": fmt.num(q["mean"], 1), "max": fmt.int(int(q["max"])),
+                      "full": fmt.time(q["full_us"]) if q["full_us"] > 0 else "0"})
     n = len(b.steps_us)
     copies = [{"direction": r["direction"], "kind": r["kind"], "copies": fmt.int(r["copies"]),
                "mean": fmt.bytes(r["bytes"] / r["copies"]) if r["copies"] else "—",
@@ -262,6 +269,7 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
     return {
         "breakdown": {
             "modules": module_rows, "streams": streams, "launch": launch, "copies": copies,
+            "queue": queue,
             "stragglers": stragglers, "critical": critical,
             "host": host, "device": device, "step": fmt.time(step), "steps": len(b.steps_us),
             "marked": b.marked, "phases_found": b.phases_found, "long_steps": long_steps,
