@@ -91,6 +91,26 @@ class Fmt:
         return self._minus(format_percent(_no_negative_zero(share, 3),
                                           format=_one_decimal(self.locale), locale=self.locale))
 
+    def fine_pct(self, share: float | None) -> str:
+        """pct, with as many more decimals as it takes (three at most) for a share that is
+        not zero not to print as 0.0%: a confidence interval of ±0.02%, not ±0.0%."""
+        if share is None or share == 0 or round(share * 100, 1) != 0:
+            return self.pct(share)
+        pattern = _one_decimal(self.locale)
+        for digits in (2, 3):
+            if round(share * 100, digits) != 0:
+                break
+        pattern = pattern.replace("0.0", "0." + "0" * digits, 1)
+        return self._minus(format_percent(share, format=pattern, locale=self.locale))
+
+    def times(self, ratio: float) -> str:
+        """A ratio "1.3" (as in 1.3× faster), with as many more decimals as it takes (three
+        at most) not to read 1.0 where it is not exactly 1: "1.03"."""
+        digits = 1
+        while digits < 3 and ratio != 1 and round(ratio, digits) == 1:
+            digits += 1
+        return self.num(ratio, digits)
+
     def whole_pct(self, share: float) -> str:
         """A threshold in whole percent, the locale's way: "3%", "3 %"."""
         return self._minus(format_percent(share, locale=self.locale))

@@ -410,7 +410,7 @@ def _efficiency_view(e: Any, fmt: Fmt) -> dict[str, Any]:
             "profiled_step": fmt.time(e.profiled_step_us),
             "sol": fmt.time(sol), "sol_share": fmt.pct(sol / e.profiled_step_us)
             if e.profiled_step_us else "—",
-            "sol_speedup": fmt.num(e.profiled_step_us / sol, 1) if sol > 0 else "—",
+            "sol_speedup": fmt.times(e.profiled_step_us / sol) if sol > 0 else "—",
             "coverage": fmt.pct(e.coverage), "tf32_inferred": e.tf32_inferred,
             "raised": [markup.text(k) for k in e.peaks_raised],
             "not_modelled": [{"name": markup.code(n), "time": fmt.time(us)}
@@ -615,7 +615,7 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         throughput=fmt.num(tt.median) if tt else None,
         throughput_min=spread[0], throughput_max=spread[1],
         ci_low=ci[0], ci_high=ci[1],
-        ci_pct=fmt.pct(interval.half_width(tt.median)) if tt and interval else None,
+        ci_pct=fmt.fine_pct(interval.half_width(tt.median)) if tt and interval else None,
         ci_confidence=fmt.pct(interval.confidence) if interval else None,
         outliers=len(tt.outliers) if tt else 0,
         windows=len(tt.used) if tt else 0,
