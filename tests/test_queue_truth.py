@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cli
+from test_traces import _union as union
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "traces"
 needs_corpus = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/corpus is absent")
@@ -179,15 +180,6 @@ def test_no_finding_on_trace_07_rests_on_idle_time_with_work_queued():
     assert not any("cudaDeviceSynchronize" in f["ops"] for f in p["findings"])
     # communication inside the steps, by this test's own unions
     steps = _steps(events)
-
-    def union(spans):
-        out: list[list[float]] = []
-        for a, b in sorted(spans):
-            if out and a <= out[-1][1]:
-                out[-1][1] = max(out[-1][1], b)
-            else:
-                out.append([a, b])
-        return out
 
     def inside(u):
         return [(max(a, lo), min(b, hi)) for lo, hi in steps for a, b in u if b > lo and a < hi]

@@ -54,6 +54,7 @@ from .breakdown import (
     Interval,
     _copy_kind,
     _length,
+    intersect,
     overlap,
     phase_of,
     union,
@@ -78,21 +79,6 @@ def _kind(cat: str, name: str) -> str:
     if cat in ("gpu_memset", "Memset"):
         return "memset"
     return "communication" if _COMM.search(name) else "compute"
-
-
-def _intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
-    """The intersection of two sorted, disjoint unions."""
-    out: list[Interval] = []
-    i = j = 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if hi > lo:
-            out.append((lo, hi))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
 
 
 def _within(u: list[Interval], lo: float, hi: float) -> list[Interval]:
@@ -231,7 +217,7 @@ def critical_path(threads: dict[Any, list[Any]], device: list[Any], scale: float
             part = _within(phases[p], lo, hi)
             host_all[p] += _length(part) - overlap(part, whole)
             whole = union(whole + part)
-            mine = _intersect(part, on_path)
+            mine = intersect(part, on_path)
             host_on[p] += _length(mine) - overlap(mine, covered)
             covered = union(covered + mine)
         host_all["other"] += (hi - lo) - _length(whole)
