@@ -223,7 +223,8 @@ def test_json_carries_the_breakdown_per_profile(tmp_path):
 def test_idle_time_with_the_next_work_already_launched_is_not_the_hosts(tmp_path):
     """A gap whose next kernel was launched before it began is the device waiting on
     something else (a dependency, an event, the launch itself), not the host: from the
-    launch on, a gap is queued work; before it, the host had not launched."""
+    launch on (its call's return), a gap is queued work; before it, the host had not
+    launched."""
     def launch(ts, corr):
         return _x("cudaLaunchKernel", ts, 2, cat="cuda_runtime", correlation=corr)
 
@@ -233,14 +234,14 @@ def test_idle_time_with_the_next_work_already_launched_is_not_the_hosts(tmp_path
         _x("ProfilerStep#1", 0, 100, cat="user_annotation"),
         _x("forward", 0, 100, cat="user_annotation"),
         launch(0, 1), kernel("void k1", 0, 20, 1),
-        launch(10, 2), kernel("void k2", 50, 20, 2),    # 20..50: launched at 10, queued
-        launch(80, 3), kernel("void k3", 90, 10, 3),    # 70..90: host until 80, then queued
+        launch(10, 2), kernel("void k2", 50, 20, 2),    # 20..50: launched by 12, queued
+        launch(80, 3), kernel("void k3", 90, 10, 3),    # 70..90: host until 82, then queued
     ])
     _, device = _step(b)
     assert device["compute"] == 50
     assert device["idle_queued"] == 30  # queued for 30 us: a dependency or an event
-    assert device["idle_latency"] == 10  # queued for 10 us (LATENCY_US): the launch's latency
-    assert device["idle_host"] == 10
+    assert device["idle_latency"] == 8  # queued 8 us (under LATENCY_US): the launch's latency
+    assert device["idle_host"] == 12  # 70..82: the host was still in its launch call
     assert sum(device.values()) == 100
 
 
@@ -257,30 +258,32 @@ def test_short_queued_gaps_are_launch_latency_and_streams_split_when_two_compute
         _x("ProfilerStep#1", 0, 200, cat="user_annotation"),
         _x("forward", 0, 200, cat="user_annotation"),
         launch(0, 1), kernel(0, 50, 1),
-        launch(1, 2), kernel(54, 40, 2),             # gap 50..54, queued since 1: latency 4
+        launch(1, 2), kernel(54, 40, 2),             # gap 50..54, queued since 2: latency 4
         launch(2, 3), kernel(120, 30, 3, tid=9),     # stream 9; device gap 94..120: queued 26
         launch(3, 4), kernel(125, 20, 4),            # stream 7: gap 94..125, queued 31
-        launch(170, 5), kernel(175, 25, 5),          # gap 150..175: host 20, then latency 5
+        launch(170, 5), kernel(175, 25, 5),          # gap 150..175: host 21, then latency 4
     ])
     _, device = _step(b)
     assert device["compute"] == 50 + 40 + 30 + 25
-    assert device["idle_latency"] == 4 + 5
+    assert device["idle_latency"] == 4 + 4
     assert device["idle_queued"] == 26
-    assert device["idle_host"] == 20
+    assert device["idle_host"] == 21
     streams = {k: {a: v[0] for a, v in split.items()} for k, split in b.stream_us.items()}
     assert list(streams) == ["stream 7", "stream 9"]
-    assert streams["stream 7"] == {"busy": 50 + 40 + 20 + 25, "idle_latency": 4 + 5,
-                                   "idle_queued": 31, "idle_host": 25}  # 145..170
-    # stream 9: 0..2 not launched, 2..120 queued (118), 150..200 nothing follows
-    assert streams["stream 9"] == {"busy": 30, "idle_latency": 0, "idle_queued": 118,
-                                   "idle_host": 2 + 50}
+    assert streams["stream 7"] == {"busy": 50 + 40 + 20 + 25, "idle_latency": 4 + 4,
+                                   "idle_queued": 31, "idle_host": 26}  # 145..171
+    # stream 9: 0..3 not launched (its call returns at 3), 3..120 queued (117), 150..200
+    # nothing follows
+    assert streams["stream 9"] == {"busy": 30, "idle_latency": 0, "idle_queued": 117,
+                                   "idle_host": 3 + 50}
     one = _read(tmp_path, [_x("ProfilerStep#1", 0, 100, cat="user_annotation"),
                            launch(0, 1), kernel(0, 50, 1), launch(1, 2), kernel(60, 10, 2)])
     assert one.stream_us == {}  # one computing stream: the device's split is its own
 
 
 def test_launch_statistics_by_hand(tmp_path):
-    """Delays from each launch to its kernel's start (median and p90 by nearest rank),
+    """Delays from each launch (its call's return) to its kernel's start (median and p90
+    by nearest rank),
     kernels launched per step, and the steps whose queue ran dry (idle over 10 us with
     nothing launched). Copies and kernels without a launch in the trace do not count."""
     def launch(ts, corr):
@@ -291,17 +294,17 @@ def test_launch_statistics_by_hand(tmp_path):
     b = _read(tmp_path, [
         _x("ProfilerStep#1", 0, 100, cat="user_annotation"),
         _x("ProfilerStep#2", 100, 100, cat="user_annotation"),
-        launch(0, 1), kernel(2, 40, 1),             # delay 2
-        launch(1, 2), kernel(42, 40, 2),            # delay 41
+        launch(0, 1), kernel(2, 40, 1),             # delay 1 (the call returns at 1)
+        launch(1, 2), kernel(42, 40, 2),            # delay 40
         launch(3, 3), kernel(82, 10, 3, cat="gpu_memcpy"),  # a copy: not a kernel launch
         kernel(92, 5, 4),                           # no launch in the trace
         launch(150, 5), kernel(160, 20, 5),         # step 2: idle 100..150 not launched
-        launch(151, 6), kernel(180, 20, 6),         # delay 29
+        launch(151, 6), kernel(180, 20, 6),         # delay 28
     ])
     stats = b.launch
-    assert stats["kernels"] == 4  # delays 2, 41, 10, 29
-    assert stats["delay_median_us"] == 10 and stats["delay_p90_us"] == 41
-    assert stats["delay_max_us"] == 41
+    assert stats["kernels"] == 4  # delays 1, 40, 9, 28
+    assert stats["delay_median_us"] == 9 and stats["delay_p90_us"] == 40
+    assert stats["delay_max_us"] == 40
     assert stats["launches_per_step"] == 2.0  # 4 kernels launched, 2 steps
     assert stats["steps"] == 2 and stats["dry_steps"] == 1 and stats["dry_share"] == 0.5
 

@@ -42,9 +42,10 @@ def _steps(events: list[dict]) -> list[tuple[float, float]]:
 
 
 def _launch_of(events: list[dict]):
-    """A device event's launch time: its runtime call's start, minus infinity before the
-    trace, None when unknown."""
-    calls = {e["args"]["correlation"]: float(e["ts"]) for e in events
+    """A device event's launch time: the end of its runtime call (the work is queued once
+    the call returns), minus infinity before the trace, None when unknown."""
+    calls = {e["args"]["correlation"]: float(e["ts"]) + max(float(e["dur"]), 0.0)
+             for e in events
              if e.get("cat") in ("cuda_runtime", "cuda_driver")
              and "correlation" in e.get("args", {})}
     first = min(c for c in calls if isinstance(c, int))
@@ -235,8 +236,11 @@ def test_the_launch_queue_per_stream_in_each_language(tmp_path):
         if e.get("cat") not in DEVICE or launch(e) is None:
             continue
         a, b = _span(e)
-        one = by_stream[e["tid"]].setdefault(e["args"]["correlation"], [max(launch(e), start), b])
-        one[1] = max(one[1], b)
+        # outstanding from its launch (the call's end), or from its start where it
+        # started before the call returned
+        since = min(max(launch(e), start), a)
+        one = by_stream[e["tid"]].setdefault(e["args"]["correlation"], [since, b])
+        one[0], one[1] = min(one[0], since), max(one[1], b)
     truth = {}
     for tid, spans in by_stream.items():
         inside = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in spans.values()

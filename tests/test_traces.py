@@ -489,8 +489,8 @@ def _launch_figures(path: Path) -> dict:
     events = [e for e in _raw_events(path) if e.get("ph") == "X"]
     steps = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events
                    if str(e["name"]).startswith("ProfilerStep#"))
-    calls = {e["args"]["correlation"]: float(e["ts"]) for e in events
-             if e.get("cat") in ("cuda_runtime", "cuda_driver")
+    calls = {e["args"]["correlation"]: float(e["ts"]) + max(float(e["dur"]), 0.0)
+             for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
              and "correlation" in e.get("args", {})}
 
     def inside(t):
@@ -509,7 +509,7 @@ def _launch_figures(path: Path) -> dict:
         if call is None or float(e["ts"]) != first[corr]:
             continue
         if inside(float(e["ts"])):
-            delays.append(float(e["ts"]) - call)
+            delays.append(max(float(e["ts"]) - call, 0.0))
         launched += inside(call)
     delays.sort()
 

@@ -118,7 +118,7 @@ def intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
 
 
 def queued_spans(starts: list[Interval]) -> list[Interval]:
-    """When some work was queued: launched (its runtime call started, or before the trace:
+    """When some work was queued: launched (its runtime call returned, or before the trace:
     a launch of minus infinity) and not yet started on the device; the union of each
     piece of work's (launch, start). ``starts``: (start on the device, launch on the
     host); work whose launch is unknown (an infinite launch) is left out."""
@@ -308,8 +308,9 @@ def launch_statistics(device: list[Any], launches: list[Interval] | None,
                       windows: list[Interval], nothing_queued: list[float], scale: float
                       ) -> dict[str, float]:
     """How the host feeds the device, inside the steps: the delay from each kernel's
-    launch (the start of its runtime call) to the kernel's start, as median, p90 (nearest
-    rank) and max; kernels launched per step (their launch inside a step); and the steps
+    launch (the end of its runtime call, as HTA measures it; a kernel that starts before
+    the call returns waited 0) to the kernel's start, as median, p90 (nearest rank) and
+    max; kernels launched per step (their launch inside a step); and the steps
     in which the queue ran dry: the device idled with nothing queued for more than
     LATENCY_US (``nothing_queued``, per step, us). Kernels only (not copies or sets), and only
     those whose launch the trace holds. A CUDA graph's kernels share its launch's
@@ -339,7 +340,7 @@ def launch_statistics(device: list[Any], launches: list[Interval] | None,
         if corr is not None and first_of.get(corr, start) != start:
             continue  # a later kernel of one launch (a CUDA graph's)
         if inside(start):
-            delays.append((start - launch) * scale)
+            delays.append(max(start - launch, 0.0) * scale)
         if inside(launch):
             launched += 1
     if not delays:

@@ -104,3 +104,31 @@ def first_touch(device: str = "cpu", preset: str = "default") -> Target:
 def first_touch_reused(device: str = "cpu", preset: str = "default") -> Target:
     """The same model with its buffer allocated once and zeroed in each call."""
     return _buffer(True, device)
+
+
+def _mlp_dtype(dtype: torch.dtype, device: str) -> Target:
+    """A wide MLP trained with Adam, its parameters and inputs in ``dtype``: float64 is
+    the mistake (a model built with torch.set_default_dtype(torch.float64), or a NumPy
+    array's float64 turned into a tensor), float32 the fix."""
+    torch.manual_seed(0)
+    width, batch = 512, 256
+    layers: list[nn.Module] = []
+    for _ in range(3):
+        layers += [nn.Linear(width, width), nn.GELU(), nn.LayerNorm(width)]
+    model = nn.Sequential(*layers, nn.Linear(width, 8)).to(device=device, dtype=dtype)
+    gen = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(batch, width, generator=gen, dtype=dtype),
+                torch.randint(0, 8, (batch,), generator=gen)) for _ in range(4)]
+    return Target(model=model, batches=batches, batch_size=batch,
+                  loss=lambda out, batch: nn.functional.cross_entropy(out, batch[1]),
+                  optimizer=torch.optim.Adam(model.parameters(), lr=1e-3))
+
+
+def float64_mlp(device: str = "cpu", preset: str = "default") -> Target:
+    """The MLP in float64."""
+    return _mlp_dtype(torch.float64, device)
+
+
+def float32_mlp(device: str = "cpu", preset: str = "default") -> Target:
+    """The same MLP in float32."""
+    return _mlp_dtype(torch.float32, device)
