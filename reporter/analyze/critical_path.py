@@ -222,15 +222,15 @@ def critical_path(threads: dict[Any, list[Any]], device: list[Any], scale: float
     first, last = windows[0][0], windows[-1][1]
     start = -1
     if dev is not None:
-        k = dev.last_launched(first, last)
-        if k >= 0 and dev.items[k][1] > last:
-            start = k
+        late = dev.last_launched(first, last)
+        if late >= 0 and dev.items[late][1] > last:
+            start = late
     host_path, device_path, gaps = _walk(first, last, windows[-1][2], syncs, dev, eps,
                                          latency, start)
     on_path = union(host_path)
     device_path = {k: union(v) for k, v in device_path.items()}
     gaps = {k: union(v) for k, v in gaps.items()}
-    for lo, hi, key in windows:
+    for lo, hi, _ in windows:
         total += hi - lo
         for k, u in device_path.items():
             dev_on[k] += _length(_within(u, lo, hi))

@@ -753,10 +753,11 @@ def _launches(device: list[_Event], correlation_rt: dict[Any, list]) -> list[tup
     call: until the call returns the host is still launching it; under the profiler a
     launch call takes about as long as the launch-to-start delay, 12 us on an H200, and
     T5's launch-bound step read 12.5% of its idle time as work queued behind a dependency
-    when counted from the call's start): which idle time had work queued. Work whose launch the trace does not hold but whose correlation id is
-    below every launch the trace holds was launched before the trace began (ids grow with
-    each call): minus infinity, queued from the trace's start. Other work without its
-    launch: infinity (not known to be queued)."""
+    when counted from the call's start): which idle time had work queued. Work whose
+    launch the trace does not hold but whose correlation id is below every launch the
+    trace holds was launched before the trace began (ids grow with each call): minus
+    infinity, queued from the trace's start. Other work without its launch: infinity (not
+    known to be queued)."""
     never, before = float("inf"), float("-inf")
     ids = [c for c in correlation_rt if type(c) is int]
     first = min(ids) if ids else None
