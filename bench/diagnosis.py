@@ -102,7 +102,8 @@ PAIRS = [(f"{n}", f"{n}-fixed", n, rules) for n, rules in (
 PAIRS += [(f"{PLANTED}:{a}", f"{PLANTED}:{b}", a, {rule}) for a, b, rule in
           (("per_sample_loop", "per_sample_batched", "per-sample-loop"),
            ("dropout_heavy", "dropout_fixed", "dropout-cost"),
-           ("first_touch", "first_touch_reused", "page-faults"))]
+           ("first_touch", "first_touch_reused", "page-faults"),
+           ("float64_mlp", "float32_mlp", "fp64-compute"))]
 # A library model's per-parameter optimizer (transformers' T5, Adam as constructed by
 # default) against the fused step its advice gives; needs transformers (the test extra)
 HF = PLANTED.parent / "hf.py"

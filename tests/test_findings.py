@@ -201,6 +201,15 @@ SYNTHETIC = {
         Op("aten::mul_", calls=600, self_cpu_us=3000, self_device_us=600),
         Op("void multi_kernel", calls=1200, self_device_us=1200, kind="kernel"),
         Op("ProfilerStep*", calls=3, self_cpu_us=100, cpu_total_us=20_000, kind="annotation")]),
+    # the FLOP model's rows: the recorded input types say float64
+    "fp64-compute": Profile(label="train", self_cpu_us=10_000, steps=2, ops=[
+        Op("aten::mm", calls=12, self_cpu_us=6_000, cpu_total_us=6_000),
+        Op("aten::add", calls=12, self_cpu_us=1_000, cpu_total_us=1_000)],
+        costs=[{"name": "aten::mm", "dtype": "fp64", "family": "matmul", "phase": "forward",
+                "calls": 12, "flops": 1e9, "bytes": 1e7, "time_us": 6_000.0},
+               {"name": "aten::add", "dtype": "fp64", "family": "elementwise",
+                "phase": "forward", "calls": 12, "flops": 1e6, "bytes": 1e7,
+                "time_us": 1_000.0}], shapes_recorded=True),
     # the runner's counts without the profiler (Section.profiler_cost, via host_faults)
     "page-faults": Profile(label="cpu", self_cpu_us=28_000, steps=1, ops=[
         Op("aten::mm", calls=40, self_cpu_us=20_000, cpu_total_us=20_000),

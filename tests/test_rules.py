@@ -448,3 +448,29 @@ def test_a_large_allocation_is_memory_pressure_only_where_the_peak_fills_the_gpu
                 op("elementwise_kernel", device=900, calls=2, kind="kernel"), device=True)
     p.peak_device_mem_b, p.device_mem_capacity_b = peak_gib << 30, 80 << 30
     assert ("memory-pressure" in rules_of(p)) is fires
+
+
+@pytest.mark.slow
+def test_fp64_compute_fires_on_a_float64_mlp_and_not_on_its_fix(tmp_path):
+    """Live: the share is the float64 rows' time over the CPU time, from the recorded
+    input types; the float32 twin has none."""
+    from reporter.analyze.analyzer import analyze_section
+    from reporter.collect.runner import RunOptions, profile_target
+    from reporter.collect.target import resolve
+
+    sections = {}
+    for name in ("float64_mlp", "float32_mlp"):
+        spec, builder = resolve(f"{PLANTED}:{name}")
+        run = profile_target(spec, builder, RunOptions(device="cpu", windows=3,
+                                                       time_budget_s=0.5, warmup_steps=1,
+                                                       threads=1), tmp_path / name)
+        sections[name] = run.sections[0]
+    found = {f.rule: f for f in analyze_section(sections["float64_mlp"], 256).findings}
+    assert "fp64-compute" in found
+    profile = sections["float64_mlp"].profile
+    fp64_us = sum(c["time_us"] for c in profile.costs if c["dtype"] == "fp64")
+    assert found["fp64-compute"].evidence["share"] == pytest.approx(
+        fp64_us / profile.self_cpu_us, rel=1e-9)
+    assert "aten::mm" in found["fp64-compute"].ops or "aten::addmm" in found["fp64-compute"].ops
+    assert "fp64-compute" not in {f.rule for f in
+                                  analyze_section(sections["float32_mlp"], 256).findings}

@@ -429,3 +429,45 @@ def test_a_step_that_saved_more_than_the_findings_operators_take_says_so(dropout
             "whole_step": True, "fix": "dropout-off"}})]
         for lang, text in words.items():
             assert (text in render_markdown(report_view(run, lang))) is said, (lang, share)
+
+
+def test_single_precision_runs_the_step_in_float32_and_puts_everything_back():
+    """fp64-compute's what-if: inside the block the model's parameters, the optimizer's
+    state, each batch and the default dtype are float32 and a step runs; after it the
+    same parameter objects hold their float64 values as before, the optimizer its float64
+    state, the default dtype float64 again, the batches as they were."""
+    from reporter.collect.runner import _Stepper
+    from reporter.collect.whatif import single_precision
+
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        batches = [(torch.randn(16, 8), torch.randint(0, 2, (16,)))]
+        target = Target(model=model, batches=batches, batch_size=16,
+                        loss=lambda out, b: F.cross_entropy(out, b[1]), optimizer=opt)
+        step = _Stepper(target, "train", "cpu")
+        step()  # the optimizer's state exists, in float64
+        params = list(model.parameters())
+        before = [p.detach().clone() for p in params]
+        state = {id(p): {k: v.clone() for k, v in opt.state[p].items()} for p in params}
+        seen: list[torch.dtype] = []
+        hook = model[0].register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+        with single_precision(step):
+            assert all(p.dtype == torch.float32 for p in model.parameters())
+            assert model[1].running_mean.dtype == torch.float32
+            assert torch.get_default_dtype() == torch.float32
+            step()
+        hook.remove()
+        assert seen == [torch.float32]
+        assert list(model.parameters()) == params  # the same objects, the optimizer's
+        assert all(p.dtype == torch.float64 and p.grad is None for p in params)
+        assert all(torch.equal(p, b) for p, b in zip(params, before))
+        assert all(torch.equal(opt.state[p][k], v) and opt.state[p][k].dtype == v.dtype
+                   for p in params for k, v in state[id(p)].items())
+        assert torch.get_default_dtype() == torch.float64
+        assert batches[0][0].dtype == torch.float64 and step.cast is None
+        step()  # and the model trains on in float64
+    finally:
+        torch.set_default_dtype(default)

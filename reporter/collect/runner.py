@@ -327,14 +327,19 @@ def measured_fault_us() -> tuple[float, float] | None:
     return spread, one
 
 
-def _to_device(batch: Any, device: str, non_blocking: bool) -> Any:
+def tensors_mapped(batch: Any, fn: Callable[[Any], Any]) -> Any:
+    """The batch with ``fn`` applied to each tensor in it (in lists, tuples and dicts)."""
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
+        return fn(batch)
     if isinstance(batch, (list, tuple)):
-        return type(batch)(_to_device(b, device, non_blocking) for b in batch)
+        return type(batch)(tensors_mapped(b, fn) for b in batch)
     if isinstance(batch, dict):
-        return {k: _to_device(v, device, non_blocking) for k, v in batch.items()}
+        return {k: tensors_mapped(v, fn) for k, v in batch.items()}
     return batch
+
+
+def _to_device(batch: Any, device: str, non_blocking: bool) -> Any:
+    return tensors_mapped(batch, lambda t: t.to(device, non_blocking=non_blocking))
 
 
 class _Stepper:
@@ -352,6 +357,8 @@ class _Stepper:
         if hasattr(target.model, "train"):
             target.model.train(mode == "train")
         self._copies = not device.startswith("cpu")  # inputs move to the device
+        # A what-if's change to each batch as it is loaded (whatif.single_precision)
+        self.cast: Callable[[Any], Any] | None = None
 
     def _next_batch(self) -> Any:
         try:
@@ -367,6 +374,8 @@ class _Stepper:
         """The next batch, on the device."""
         with record_function("data_loading"):
             batch = self._next_batch()
+            if self.cast is not None:
+                batch = self.cast(batch)
         if self._copies:
             with record_function("input_copy"):
                 batch = _to_device(batch, self._tensors, self.target.non_blocking)

@@ -1030,6 +1030,56 @@ def dropout_step(section: Any, device: str, step: Any, steps: int) -> dict[str, 
     return {**fixed_step(device, step, dropout_off, "dropout-off"), "calls": calls}
 
 
+@contextlib.contextmanager
+def single_precision(step: Any) -> Iterator[None]:
+    """The model in float32 inside the block, as a user who follows fp64-compute's advice
+    has it: its float64 parameters and buffers, the optimizer's float64 state, each batch's
+    float64 tensors as it is loaded (``_Stepper.cast``) and a float64 default dtype, all
+    put back after (the parameters' gradients are dropped: the next step makes them)."""
+    import torch
+
+    from .runner import tensors_mapped
+
+    f64 = torch.float64
+    model, optimizer = step.target.model, step.target.optimizer
+    params: list[tuple[Any, Any]] = []
+    for t in [*model.parameters(), *model.buffers()]:
+        if t.dtype == f64:
+            params.append((t, t.data))
+            t.data = t.data.float()
+    states: list[tuple[dict, Any, Any]] = []
+    for state in (optimizer.state.values() if optimizer is not None else ()):
+        for key, value in list(state.items()):
+            if torch.is_tensor(value) and value.dtype == f64:
+                states.append((state, key, value))
+                state[key] = value.float()
+    default = torch.get_default_dtype()
+    cast = getattr(step, "cast", None)
+    step.cast = lambda batch: tensors_mapped(
+        batch, lambda t: t.float() if t.dtype == f64 else t)
+    if default == f64:
+        torch.set_default_dtype(torch.float32)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(default)
+        step.cast = cast
+        for t, data in params:
+            t.data = data
+            if isinstance(t, torch.nn.Parameter):
+                t.grad = None
+        for state, key, value in states:
+            state[key] = value
+
+
+def single_step(device: str, step: Any) -> dict[str, Any] | None:
+    """The model's step in float32 (``single_precision``) and as it is, in turn
+    (``fixed_step``). None for a compiled model (its graphs were traced in float64)."""
+    if not _patchable(step):
+        return None
+    return fixed_step(device, step, lambda: single_precision(step), "float32")
+
+
 # What attention_switch switches, by the name the report gives it: a transformers model
 # running its eager attention (switched to attn_implementation="sdpa"), and
 # nn.MultiheadAttention asked for its weights (need_weights=True, its default: the
@@ -1259,9 +1309,15 @@ def _dropout(section: Any, device: str, optimizer: Any, steps: int,
 # each takes the section, the device, the target's optimizer, the profiled steps, the
 # trace's calls (Recorded) and the section's step (runner._Stepper: one step of the
 # model in the section's mode), which a recipe that applies the fix to the model runs.
+def _single(section: Any, device: str, optimizer: Any, steps: int,
+            recorded: Recorded | None = None, step: Any = None
+            ) -> dict[str, Any] | None:
+    return single_step(device, step) if step is not None else None
+
+
 RECIPES: dict[str, Recipe] = {"attention": _attention, "optimizer": _optimizer,
                               "gemm-precision": _gemm, "blowup-matmul": _blowup,
-                              "dropout-off": _dropout}
+                              "dropout-off": _dropout, "single-precision": _single}
 
 
 def timeable(findings: list[Finding]) -> list[str]:

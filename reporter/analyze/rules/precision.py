@@ -1,14 +1,15 @@
-"""Rules about precision: fp32 matrix work where tensor cores could do it."""
+"""Rules about precision: fp32 matrix work where tensor cores could do it; work in float64."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from ...model.choice import always, either, f, first, when
+from ...model.choice import OVER_STEPS, always, either, f, first, when
 from ...model.finding import Finding
 from ...model.profile import Profile
 from .. import savings
-from ..findings import MATMUL_OPS, WhatIf, rule
+from ..findings import MATMUL_OPS, WhatIf, basis, rule
 from ._common import severity
 
 
@@ -146,3 +147,42 @@ def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
                     # Volta (V100) and Turing (T4) tensor cores do fp16 only: no bf16, no TF32
                     "fp16_only": _fp16_only(profile, arch, top.name)},
                    ops=[o.name for o in gemms])
+
+
+def _fp64_timed(f: Finding, timed: dict[str, Any]) -> None:
+    """Whether the saving was timed with the model in float32 (whatif.single_step)."""
+    f.evidence["timed_fp32"] = timed.get("fix") == "float32"
+
+
+_SAYS_FP64_COMPUTE = {
+    "steps": OVER_STEPS,
+    "why": either("fp64_on_gpu", "fp64_on_cpu", lambda v: v["f"]["basis"] == "device"),
+    "timed": when("timed_in_fp32", f("timed_fp32")),
+}
+
+
+@rule("fp64-compute", says=_SAYS_FP64_COMPUTE, saving=savings.unquantified,
+      whatif=WhatIf("single-precision", notes=_fp64_timed), share=0.10, high=0.30)
+def fp64_compute(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """Operators computing in float64 take a share of the time: a model or its inputs
+    left in double precision (NumPy's default, ``torch.set_default_dtype(torch.float64)``,
+    ``.double()``). From the recorded input types (the FLOP model's rows); what float32
+    would save is timed on the model (no datasheet ratio: an H200 runs float64 matrix
+    products on tensor cores as fast as float32 without them)."""
+    b = basis(profile)
+    rows = [c for c in profile.costs if c.get("dtype") == "fp64"]
+    if not rows or b.total_us <= 0:
+        return None
+    time_us = sum(float(c["time_us"]) for c in rows)
+    s = min(time_us / b.total_us, 1.0)
+    if s <= limits["share"]:
+        return None
+    by_op: dict[str, float] = {}
+    for c in rows:
+        by_op[c["name"]] = by_op.get(c["name"], 0.0) + float(c["time_us"])
+    top = max(by_op, key=lambda n: by_op[n])
+    return Finding("fp64-compute", severity(s, limits["high"]),
+                   {"basis": b.name, "share": s, "threshold": limits["share"],
+                    "op": top, "op_time_us": time_us,
+                    "calls": sum(int(c["calls"]) for c in rows), "operators": len(by_op)},
+                   ops=sorted(by_op, key=lambda n: -by_op[n]))
