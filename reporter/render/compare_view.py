@@ -103,8 +103,8 @@ def _efficiency_side_by_side(analyses: list[Analysis], fmt: Fmt) -> dict[str, An
     if not any(found):
         return None
     return {"n": list(range(1, len(analyses) + 1)),
-            "mfu": [fmt.pct(e.mfu) if e else "—" for e in found],
-            "hfu": [fmt.pct(e.hfu) if e else "—" for e in found],
+            "mfu": [fmt.fine_pct(e.mfu) if e else "—" for e in found],
+            "hfu": [fmt.fine_pct(e.hfu) if e else "—" for e in found],
             "sol": [fmt.time(e.speed_of_light_us) if e else "—" for e in found],
             "sol_share": [fmt.pct(e.speed_of_light_us / e.profiled_step_us)
                           if e and e.profiled_step_us else "—" for e in found]}
@@ -131,7 +131,7 @@ def compare_view(comparison: Any, lang: str) -> CompareView:
             rows.append({
                 "n": i, "name": md_name(step.name),
                 "throughput": fmt.num(tt.median) if tt else "—",
-                "interval": ("±" + fmt.pct(tt.interval.half_width(tt.median))
+                "interval": ("±" + fmt.fine_pct(tt.interval.half_width(tt.median))
                              if tt and tt.interval else "—"),
                 "vs_previous": fmt.num(ratio, 2) if ratio else "—",
                 "self_cpu": fmt.time(s.profile.self_cpu_us),

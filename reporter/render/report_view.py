@@ -404,7 +404,7 @@ def _efficiency_view(e: Any, fmt: Fmt) -> dict[str, Any]:
                       sorted(e.peaks.flops.items(), key=lambda kv: kv[1])],
             "seconds": fmt.time(e.peaks.seconds * 1e6) if e.peaks.seconds else None,
             "threads": e.peaks.threads,
-            "mfu": fmt.pct(e.mfu), "hfu": fmt.pct(e.hfu), "training": e.training,
+            "mfu": fmt.fine_pct(e.mfu), "hfu": fmt.fine_pct(e.hfu), "training": e.training,
             "flops_per_step": fmt.si(e.model_flops_per_step, "FLOP"),
             "step": fmt.time(e.step_us), "step_timed": e.step_timed,
             "profiled_step": fmt.time(e.profiled_step_us),
