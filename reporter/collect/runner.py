@@ -38,7 +38,7 @@ from ..model.profile import Profile
 from ..model.run import Run, Section, Throughput
 from ..model.stats import median_interval
 from . import calibrate, machine
-from .whatif import Recorded
+from .whatif import Recorded, tensors_mapped
 from . import device as devices
 from .inductor import attach, compiled_model, kernel_sources
 from .isa import guard as guard_isa
@@ -325,17 +325,6 @@ def measured_fault_us() -> tuple[float, float] | None:
     if spread <= 0 or one <= 0:
         return None
     return spread, one
-
-
-def tensors_mapped(batch: Any, fn: Callable[[Any], Any]) -> Any:
-    """The batch with ``fn`` applied to each tensor in it (in lists, tuples and dicts)."""
-    if isinstance(batch, torch.Tensor):
-        return fn(batch)
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(tensors_mapped(b, fn) for b in batch)
-    if isinstance(batch, dict):
-        return {k: tensors_mapped(v, fn) for k, v in batch.items()}
-    return batch
 
 
 def _to_device(batch: Any, device: str, non_blocking: bool) -> Any:

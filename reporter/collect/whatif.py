@@ -1030,6 +1030,19 @@ def dropout_step(section: Any, device: str, step: Any, steps: int) -> dict[str, 
     return {**fixed_step(device, step, dropout_off, "dropout-off"), "calls": calls}
 
 
+def tensors_mapped(batch: Any, fn: Callable[[Any], Any]) -> Any:
+    """The batch with ``fn`` applied to each tensor in it (in lists, tuples and dicts)."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(tensors_mapped(b, fn) for b in batch)
+    if isinstance(batch, dict):
+        return {k: tensors_mapped(v, fn) for k, v in batch.items()}
+    return batch
+
+
 @contextlib.contextmanager
 def single_precision(step: Any) -> Iterator[None]:
     """The model in float32 inside the block, as a user who follows fp64-compute's advice
@@ -1037,8 +1050,6 @@ def single_precision(step: Any) -> Iterator[None]:
     float64 tensors as it is loaded (``_Stepper.cast``) and a float64 default dtype, all
     put back after (the parameters' gradients are dropped: the next step makes them)."""
     import torch
-
-    from .runner import tensors_mapped
 
     f64 = torch.float64
     model, optimizer = step.target.model, step.target.optimizer
