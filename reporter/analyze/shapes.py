@@ -49,6 +49,31 @@ def blowup_shapes(profile: Profile) -> list[list[int]]:
     return [list(k) for k in sorted(found, key=lambda k: found[k], reverse=True)]
 
 
+# An element-wise operator whose inputs broadcast to a result this many times the size of
+# the larger one builds a pairwise tensor (``a[:, None] * b[None, :]``).
+GROWTH = 4
+
+
+def broadcast_growth(profile: Profile, names: set[str] | frozenset[str]) -> bool:
+    """Whether any of the operators ``names`` (element-wise, two inputs or more) was
+    called on inputs that broadcast to a result ``GROWTH`` times the larger input or more,
+    of ``MIN_BLOWUP_NUMEL`` elements or more: a pairwise tensor. An activation computed
+    from one tensor (``x * torch.sigmoid(1.702 * x)``, CLIP's quick_gelu) never does."""
+    for o in profile.ops_by_shape:
+        if o.name not in names:
+            continue
+        d = [x for x in dims(o) if x]
+        if len(d) < 2:
+            continue
+        rank = max(len(x) for x in d)
+        padded = [[1] * (rank - len(x)) + x for x in d]
+        out = [max(col) for col in zip(*padded)]
+        numel = math.prod(out)
+        if numel >= MIN_BLOWUP_NUMEL and numel >= GROWTH * max(math.prod(x) for x in d):
+            return True
+    return False
+
+
 def dense_copies(profile: Profile, blown: list[list[int]], attr: str
                  ) -> tuple[float, list[str]]:
     """The inclusive time (``attr``) of the copies that make the blown-up operands dense:

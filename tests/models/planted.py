@@ -132,3 +132,25 @@ def float64_mlp(device: str = "cpu", preset: str = "default") -> Target:
 def float32_mlp(device: str = "cpu", preset: str = "default") -> Target:
     """The same MLP in float32."""
     return _mlp_dtype(torch.float32, device)
+
+
+class _QuickGELU(nn.Module):
+    """CLIP's activation: element-wise on one tensor, no pairwise product."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
+def quick_gelu_mlp(device: str = "cpu", preset: str = "default") -> Target:
+    """A healthy MLP whose wide hidden layers use quick_gelu: its element-wise time is
+    large and is no blow-up (no finding of elementwise-blowup)."""
+    torch.manual_seed(0)
+    width, hidden, batch = 64, 2048, 512
+    model = nn.Sequential(nn.Linear(width, hidden), _QuickGELU(), nn.Linear(hidden, width),
+                          _QuickGELU(), nn.Linear(width, 8)).to(device)
+    gen = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(batch, width, generator=gen),
+                torch.randint(0, 8, (batch,), generator=gen)) for _ in range(4)]
+    return Target(model=model, batches=batches, batch_size=batch,
+                  loss=lambda out, batch: nn.functional.cross_entropy(out, batch[1]),
+                  optimizer=torch.optim.SGD(model.parameters(), lr=1e-3))
