@@ -435,6 +435,9 @@ class SectionView:
 
     # Heading
     mode: str | None  # "train" or "inference", else None
+    # How the runner drove the step ("train" or "inference"): a live run's; None for
+    # imported profiles, which ran as their own code did
+    driven: str | None
     title: str | None  # a name taken from the input (the sentence above its table)
     # Summary
     tf32: dict[str, Any] | None
@@ -605,6 +608,8 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         small_kernels=(fmt.time(analysis.short_kernel_us)
                        if analysis.short_kernel_us is not None else None),
         mode=section.label if section.label in ("train", "inference") else None,
+        driven=(section.label if t is not None and section.label in ("train", "inference")
+                else None),
         # A name taken from the input (the sentence above its table), or None
         title=None if re.fullmatch(r"profile \d+", section.label) else section.label,
         timed=timed,

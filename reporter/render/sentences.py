@@ -87,6 +87,8 @@ REPORT: dict[str, Choice] = {
     "disturbed": when("disturbed_left_out", of("disturbed_windows")),
     # the summary's other lines
     "tf32_forced": when("forced_by_environment", of("tf32.override")),
+    "driven": either("driven_inference", "driven_train",
+                     lambda s: of("driven")(s) == "inference"),
     "of_capacity": when("of_capacity", of("device_memory")),
     "kernels_advice": either("run_larger_preset", "give_kernels_more_work",
                              of("larger_preset")),
