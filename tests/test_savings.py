@@ -529,3 +529,25 @@ def test_an_operator_that_allocates_large_outputs_writes_fresh_memory():
                                       "step_us": 50_000.0, "added_faults": 5000.0,
                                       "call_us": 2.0})
     assert first_touch_us(faulted) == pytest.approx(48_002)
+
+
+def test_an_unpriced_cost_ten_times_a_priced_saving_ranks_above_it():
+    """Main problems go by saving; one the profile cannot price goes by a tenth of the
+    time it accounts for, ahead of a priced one that saves no more (issue 66: a
+    quadratic loop's operator, 87% of the CPU time, ranked below a 5-8% page-fault
+    finding)."""
+    from reporter.analyze.savings import _rank_key
+    from reporter.model.finding import Finding, Saving
+
+    def fs(rule, accounts, saving):
+        return Finding(rule, "medium", {}), Saving(accounts, saving, saving, saving, 1000.0)
+    small = fs("page-faults", 60.0, 50.0)
+    large_unpriced = fs("dominant-operator", 870.0, None)
+    equal_unpriced = fs("launch-overhead", 500.0, None)
+    small_unpriced = fs("memory-pressure", 300.0, None)
+    priced_big = fs("fp32-gemm", 900.0, 400.0)
+    order = sorted([small, small_unpriced, equal_unpriced, large_unpriced, priced_big],
+                   key=_rank_key)
+    assert [f.rule for f, _ in order] == ["fp32-gemm", "dominant-operator",
+                                          "launch-overhead", "page-faults",
+                                          "memory-pressure"]
