@@ -285,7 +285,7 @@ def test_launch_statistics_by_hand(tmp_path):
     """Delays from each launch (its call's return) to its kernel's start (median and p90
     by nearest rank),
     kernels launched per step, and the steps whose queue ran dry (idle over 10 us with
-    nothing launched). Copies and kernels without a launch in the trace do not count."""
+    nothing queued). Copies and kernels without a launch in the trace do not count."""
     def launch(ts, corr):
         return _x("cudaLaunchKernel", ts, 1, cat="cuda_runtime", correlation=corr)
 
