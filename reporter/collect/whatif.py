@@ -1316,16 +1316,16 @@ def _dropout(section: Any, device: str, optimizer: Any, steps: int,
     return dropout_step(section, device, step, steps) if step is not None else None
 
 
-# The replacements by recipe name, as rules name them (reporter.analyze.findings.WhatIf):
-# each takes the section, the device, the target's optimizer, the profiled steps, the
-# trace's calls (Recorded) and the section's step (runner._Stepper: one step of the
-# model in the section's mode), which a recipe that applies the fix to the model runs.
 def _single(section: Any, device: str, optimizer: Any, steps: int,
             recorded: Recorded | None = None, step: Any = None
             ) -> dict[str, Any] | None:
     return single_step(device, step) if step is not None else None
 
 
+# The replacements by recipe name, as rules name them (reporter.analyze.findings.WhatIf):
+# each takes the section, the device, the target's optimizer, the profiled steps, the
+# trace's calls (Recorded) and the section's step (runner._Stepper: one step of the
+# model in the section's mode), which a recipe that applies the fix to the model runs.
 RECIPES: dict[str, Recipe] = {"attention": _attention, "optimizer": _optimizer,
                               "gemm-precision": _gemm, "blowup-matmul": _blowup,
                               "dropout-off": _dropout, "single-precision": _single}
