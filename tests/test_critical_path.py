@@ -15,6 +15,7 @@ from reporter.analyze.critical_path import BETWEEN, DEVICE_KINDS
 from reporter.ingest.traces import read_trace
 
 from test_breakdown import CORPUS, _x  # the traces' corpus and its event maker
+from test_traces import _union  # a sorted, disjoint union of spans
 
 
 def _launch(ts, corr, dur=10, name="cudaLaunchKernel", tid=1):
@@ -326,16 +327,6 @@ H200_TRAIN = (Path(__file__).parent / "fixtures" / "traces"
               / "h200-transformer-large-train.json.gz")
 
 
-def _union_raw(spans):
-    out = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return out
-
-
 def _inside(u, lo, hi):
     return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in u)
 
@@ -352,8 +343,8 @@ def test_a_gpu_bound_h200_step_is_on_the_gpu():
     work = [e for e in events if e["cat"] in _DEVICE]
     calls = {e["args"]["correlation"]: e["ts"] + e["dur"] for e in events
              if e["cat"] in _RUNTIME and "correlation" in e.get("args", {})}
-    busy = _union_raw((w["ts"], w["ts"] + w["dur"]) for w in work)
-    pending = _union_raw((min(calls.get(w["args"].get("correlation"), w["ts"]), w["ts"]),
+    busy = _union((w["ts"], w["ts"] + w["dur"]) for w in work)
+    pending = _union((min(calls.get(w["args"].get("correlation"), w["ts"]), w["ts"]),
                           w["ts"] + w["dur"]) for w in work)
     steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
              if e["name"].startswith("ProfilerStep#")]

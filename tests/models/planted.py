@@ -8,6 +8,18 @@ from torch import nn
 from reporter.collect.target import Target
 
 
+def _classifier(model: nn.Module, width: int, batch: int, optimizer: type = torch.optim.SGD,
+                dtype: torch.dtype = torch.float32) -> Target:
+    """A training target for a model that maps ``width`` features to 8 classes: four
+    seeded batches of ``batch`` rows in ``dtype``, cross-entropy, ``optimizer`` at 1e-3."""
+    gen = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(batch, width, generator=gen, dtype=dtype),
+                torch.randint(0, 8, (batch,), generator=gen)) for _ in range(4)]
+    return Target(model=model, batches=batches, batch_size=batch,
+                  loss=lambda out, batch: nn.functional.cross_entropy(out, batch[1]),
+                  optimizer=optimizer(model.parameters(), lr=1e-3))
+
+
 def _mlp_train(p: float, device: str) -> Target:
     """An MLP training step whose wide activations each go through dropout with rate
     ``p`` (0: no dropout, the fix)."""
@@ -19,13 +31,7 @@ def _mlp_train(p: float, device: str) -> Target:
     layers: list[nn.Module] = []
     for _ in range(3):
         layers += [nn.Linear(width, width), nn.GELU(), nn.Dropout(p) if p else nn.Identity()]
-    model = nn.Sequential(*layers, nn.Linear(width, 8)).to(device)
-    gen = torch.Generator().manual_seed(0)
-    batches = [(torch.randn(batch, width, generator=gen),
-                torch.randint(0, 8, (batch,), generator=gen)) for _ in range(4)]
-    return Target(model=model, batches=batches, batch_size=batch,
-                  loss=lambda out, batch: nn.functional.cross_entropy(out, batch[1]),
-                  optimizer=torch.optim.SGD(model.parameters(), lr=1e-3))
+    return _classifier(nn.Sequential(*layers, nn.Linear(width, 8)).to(device), width, batch)
 
 
 def dropout_heavy(device: str = "cpu", preset: str = "default") -> Target:
@@ -116,12 +122,7 @@ def _mlp_dtype(dtype: torch.dtype, device: str) -> Target:
     for _ in range(3):
         layers += [nn.Linear(width, width), nn.GELU(), nn.LayerNorm(width)]
     model = nn.Sequential(*layers, nn.Linear(width, 8)).to(device=device, dtype=dtype)
-    gen = torch.Generator().manual_seed(0)
-    batches = [(torch.randn(batch, width, generator=gen, dtype=dtype),
-                torch.randint(0, 8, (batch,), generator=gen)) for _ in range(4)]
-    return Target(model=model, batches=batches, batch_size=batch,
-                  loss=lambda out, batch: nn.functional.cross_entropy(out, batch[1]),
-                  optimizer=torch.optim.Adam(model.parameters(), lr=1e-3))
+    return _classifier(model, width, batch, torch.optim.Adam, dtype)
 
 
 def float64_mlp(device: str = "cpu", preset: str = "default") -> Target:
@@ -148,9 +149,4 @@ def quick_gelu_mlp(device: str = "cpu", preset: str = "default") -> Target:
     width, hidden, batch = 64, 2048, 512
     model = nn.Sequential(nn.Linear(width, hidden), _QuickGELU(), nn.Linear(hidden, width),
                           _QuickGELU(), nn.Linear(width, 8)).to(device)
-    gen = torch.Generator().manual_seed(0)
-    batches = [(torch.randn(batch, width, generator=gen),
-                torch.randint(0, 8, (batch,), generator=gen)) for _ in range(4)]
-    return Target(model=model, batches=batches, batch_size=batch,
-                  loss=lambda out, batch: nn.functional.cross_entropy(out, batch[1]),
-                  optimizer=torch.optim.SGD(model.parameters(), lr=1e-3))
+    return _classifier(model, width, batch)
