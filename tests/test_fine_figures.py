@@ -47,3 +47,33 @@ def test_a_tiny_mfu_is_not_printed_as_zero(lang, shown):
                                step_us=2300.0, peak_flops=67e12)
     view = _efficiency_view(tiny, Fmt(lang))["efficiency"]
     assert view["mfu"] == view["hfu"] == shown
+
+
+@pytest.mark.parametrize("lang,estimated,none", [
+    ("en", "Its saving above is an estimate from the profile.",
+     "Without that timing the report gives it no saving."),
+    ("ru", "Экономия по этому замечанию выше — оценка по профилю.",
+     "Без такого замера отчёт не оценивает выигрыш по этому замечанию."),
+    ("zh", "上面对应的节省是根据分析数据估算的。", "没有这次实测，报告不给出该问题的节省估计。")])
+def test_a_replacement_not_timed_says_whether_its_finding_kept_an_estimate(
+        lang, estimated, none):
+    """A finding priced from the profile keeps that estimate when its replacement could
+    not be timed; one only a timing prices (fp64-compute) has none, and the report does
+    not call "not quantifiable" an estimate (a float64 model whose float32 step raised,
+    2026-12-04)."""
+    from conftest import FIXTURES
+
+    from reporter.pipeline import report_view
+    from reporter.render.report import render_markdown
+    from reporter.store import load
+
+    from reporter.analyze.analyzer import analyze_run
+
+    run = load(FIXTURES / "runs" / "cpu-transformer")
+    section = run.sections[0]
+    priced = next(f.rule for f, s in analyze_run(run)[0].main if s.saving_us is not None)
+    section.whatif_failed = {priced: {"error": "RuntimeError: x"},
+                             "fp64-compute": {"error": "RuntimeError: y"}}
+    text = render_markdown(report_view(run, lang))
+    assert text.count(estimated) == 1 and text.count(none) == 1
+    assert text.index(estimated) < text.index(none)

@@ -659,18 +659,22 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         chart_basis="device" if device else "cpu",
         logs_cut=False,  # set when the logs were shortened to fit --max-chars
         whatif_failed=section.whatif_note if not section.whatif_failed else None,
-        whatifs_failed=_whatifs_failed_view(section, fmt),
+        whatifs_failed=_whatifs_failed_view(
+            section, fmt, {f.rule for f, sv in [*main, *minor] if sv.saving_us is not None}),
     )
 
 
-def _whatifs_failed_view(section: Section, fmt: Fmt) -> list[dict[str, str | None]]:
+def _whatifs_failed_view(section: Section, fmt: Fmt, estimated: set[str]
+                         ) -> list[dict[str, Any]]:
     """The what-ifs not timed (Section.whatif_failed), each with why: its operands over
-    the cap, the target's sys.exit, or the error it raised."""
-    out: list[dict[str, str | None]] = []
+    the cap, the target's sys.exit, or the error it raised; and whether its finding has
+    a saving estimated from the profile (``estimated``: those rules) or none at all
+    (fp64-compute, which only a timing prices)."""
+    out: list[dict[str, Any]] = []
     for rule, why in section.whatif_failed.items():
         need, cap = why.get("need_b"), why.get("cap_b")
-        row: dict[str, str | None] = {"rule": rule, "need": None, "cap": None, "exit": None,
-                                      "error": None}
+        row: dict[str, Any] = {"rule": rule, "need": None, "cap": None, "exit": None,
+                               "error": None, "estimated": rule in estimated}
         if isinstance(need, int) and isinstance(cap, int):
             row.update(need=fmt.bytes(need), cap=fmt.bytes(cap))
         elif "exit" in why:

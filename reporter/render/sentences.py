@@ -71,6 +71,7 @@ REPORT: dict[str, Choice] = {
     "busy_whatif": when("replacements_disturbed", of("whatif")),
     "busy_peaks": when("peaks_disturbed", of("peaks")),
     # a what-if not timed (w: its row): why
+    "whatif_estimate": either("estimate_from_profile", "no_estimate", of("estimated")),
     "whatif_why": first(("operands_over_cap", of("need")),
                         ("called_sys_exit", lambda w: of("exit")(w) is not None),
                         ("raised_error", always)),
