@@ -624,6 +624,8 @@ def _estimate(f: Finding, profile: Profile, eff: Efficiency | str | None, others
         # twin 4.6 ms)
         faults_ms = faults_us(profile, owned_fault_share(profile, [f])) / 1e3 \
             if not profile.has_device and not recorded else 0.0
+        if faults_ms * 1e3 < FAULTS_NOTED * step:
+            faults_ms = 0.0
         saving = (before_ms + faults_ms - measured["after_ms"]) * 1e3
         timed = {"before_ms": before_ms, "after_ms": measured["after_ms"]}
         if faults_ms > 0:
@@ -705,7 +707,7 @@ def _step_measured(accounted: float | None, measured: dict[str, Any], profiled: 
 
 
 # The page faults a fix takes away with it, under this share of the step, are left out of
-# its saving and its words.
+# its saving and its words (a timed replacement's and a whole step's alike).
 FAULTS_NOTED = 0.001
 
 # Two timings of one replacement whose savings differ by more than this share of the
