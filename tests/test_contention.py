@@ -205,8 +205,50 @@ def test_analyze_json_of_a_busy_run_says_which_figures_were_disturbed():
     data = json.loads(cli("analyze", BUSY_RUN, "--json").out)
     for p in data["profiles"]:
         assert p["disturbance"]["busy"] and not p["disturbance"]["throughput_reliable"]
-        assert p["efficiency"] == {"note": "busy"}
+        assert p["efficiency"]["note"] == "busy"
         assert all(f["established"] is False for f in p["findings"])
+
+
+RATES = {"mfu", "hfu", "peak_flops", "step_us", "speed_of_light_us", "roofline_us", "peaks"}
+OP_RATES = {"time_us", "achieved_flops", "achieved_bandwidth", "roofline_share", "bound",
+            "roofline_us"}
+
+
+def test_a_busy_run_still_states_its_flops_and_bytes_and_withholds_only_the_rates(stored):
+    """FLOPs and bytes are counts from the recorded shapes, which other work on the machine
+    does not change: a busy run prints them (report and --json); only what rests on a
+    disturbed time or peak is withheld. Checked against the sum of the stored costs."""
+    from reporter.render.view import Fmt
+
+    run = load(BUSY_RUN)
+    data = json.loads(cli("analyze", BUSY_RUN, "--json").out)
+    expected = []
+    for section, p in zip(run.sections, data["profiles"], strict=True):
+        e = p["efficiency"]
+        assert not RATES & set(e) and e["ops"]
+        assert all(not OP_RATES & set(o) for o in e["ops"])
+        costs = section.profile.costs
+        steps = e["steps"]
+        assert e["flops_per_step"] == pytest.approx(sum(c["flops"] for c in costs) / steps)
+        forward = sum(c["flops"] for c in costs if c["phase"] == "forward")
+        assert e["model_flops_per_step"] == pytest.approx((3 if e["training"] else 1)
+                                                          * forward / steps)
+        mm = sum(c["bytes"] for c in costs if c["name"] == e["ops"][0]["name"]) / steps
+        assert e["ops"][0]["bytes"] == pytest.approx(mm)
+        assert [o["flops"] for o in e["ops"]] == sorted((o["flops"] for o in e["ops"]),
+                                                        reverse=True)
+        expected.append(e)
+    assert expected[0]["model_flops_per_step"] > 0
+    root, _ = stored("cpu-transformer-busy")
+    for lang in ("en", "ru", "zh"):
+        assert cli("render", "latest", "--runs", root, "--lang", lang).code == 0
+        report = next(root.glob(f"*/report.{lang}.md")).read_text(encoding="utf-8")
+        fmt = Fmt(lang)
+        for e in expected:
+            top = e["ops"][0]
+            assert fmt.si(e["model_flops_per_step"], "FLOP") in report
+            assert f"| `{top['name']}` | fp32 | " in report
+            assert fmt.si(top["flops"], "FLOP") in report
 
 
 # -- a real run beside real CPU hogs ---------------------------------------------------

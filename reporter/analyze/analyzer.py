@@ -121,6 +121,10 @@ class Analysis:
     # Per-rank profiles side by side (reporter.analyze.stragglers): the ranks' steps, the
     # slowest and its extra time by cause; empty for one process.
     stragglers: dict[str, Any] = field(default_factory=dict)
+    # What the step computes where the efficiency is withheld because the machine was
+    # busy: FLOPs and bytes are counts from the recorded shapes, which the load does not
+    # change (only the rates built on a disturbed time or peak are withheld).
+    counts: Efficiency | None = None
 
 
 # Page faults under the profiler this many times those without it, and this many more per
@@ -271,7 +275,8 @@ def analyze_section(section: Section, batch_size: int | None = None,
     return Analysis(eff, findings, main, minor, established=not section.busy,
                     reading=read_step(section.profile.breakdown),
                     short_kernel_us=short_kernels_us(section.profile),
-                    compiled=compiled(section.profile), stragglers=ranks)
+                    compiled=compiled(section.profile), stragglers=ranks,
+                    counts=floor if isinstance(floor, Efficiency) else None)
 
 
 def analyze_run(run: Run) -> list[Analysis]:
@@ -325,7 +330,7 @@ def profiles_json(profiles: list[Profile], analyses: list[Analysis],
                "breakdown": asdict(p.breakdown) if p.breakdown else None,
                # per-rank traces: the ranks' steps, the slowest and its extra time by cause
                "stragglers": analysis.stragglers or None,
-               "efficiency": to_json(eff), "ops": ops,
+               "efficiency": to_json(eff, analysis.counts), "ops": ops,
                # By estimated saving; "minor": worth under 3% of the step.
                "findings": [{**f.to_dict(), **s.to_json(), "minor": is_minor,
                              "established": analysis.established}

@@ -285,10 +285,12 @@ def of_section(section: Section, batch_size: int | None = None,
     return result
 
 
-def to_json(result: Efficiency | str) -> dict[str, Any]:
-    """The ``--json`` form: rates in FLOP/s and bytes/s, times in microseconds, per step."""
+def to_json(result: Efficiency | str, counts: Efficiency | None = None) -> dict[str, Any]:
+    """The ``--json`` form: rates in FLOP/s and bytes/s, times in microseconds, per step.
+    Where no efficiency is given (``result`` says why), ``counts`` (the machine was busy):
+    the FLOPs and bytes per step, which do not depend on the load."""
     if isinstance(result, str):
-        return {"note": result}
+        return {"note": result, **(counts_json(counts) if counts is not None else {})}
     e = result
     return {
         "peaks": e.peaks.to_dict(), "basis": e.basis, "steps": e.steps, "training": e.training,
@@ -304,4 +306,19 @@ def to_json(result: Efficiency | str) -> dict[str, Any]:
                  "achieved_flops": o.achieved_flops, "achieved_bandwidth": o.achieved_bandwidth,
                  "intensity": o.intensity, "bound": o.bound,
                  "roofline_share": o.roofline_share} for o in e.ops],
+    }
+
+
+def by_flops(e: Efficiency) -> list[OpEfficiency]:
+    """The modelled operators by FLOPs per step, then bytes: an order that no load changes."""
+    return sorted(e.ops, key=lambda o: (-o.flops, -o.bytes, o.name))
+
+
+def counts_json(e: Efficiency) -> dict[str, Any]:
+    """The counts of ``e`` alone (no time, rate or roof): what a busy machine leaves true."""
+    return {
+        "steps": e.steps, "training": e.training, "flops_per_step": e.flops_per_step,
+        "model_flops_per_step": e.model_flops_per_step,
+        "ops": [{"name": o.name, "dtypes": o.dtypes, "calls": o.calls, "flops": o.flops,
+                 "bytes": o.bytes, "intensity": o.intensity} for o in by_flops(e)],
     }

@@ -378,20 +378,53 @@ def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, 
 EFFICIENCY_ROWS = 10  # operators in the efficiency table
 
 
-def _efficiency_view(e: Any, fmt: Fmt) -> dict[str, Any]:
+def _intensity(value: float | None, fmt: Fmt) -> str:
+    """FLOP per byte: an operator without FLOPs (a copy) has none, not "0.000"."""
+    return "—" if value is None else "0" if value == 0 else fmt.num(value)
+
+
+def _per_step(calls: int, steps: int, fmt: Fmt) -> str:
+    """Calls per step: whole where every step made as many."""
+    if not steps:
+        return "—"
+    return fmt.int(calls // steps) if calls % steps == 0 else fmt.num(calls / steps)
+
+
+def _counts_view(e: Any, fmt: Fmt) -> dict[str, Any]:
+    """What the step computes, where no rate is given (the machine was busy): the FLOPs
+    per step and each modelled operator's FLOPs and bytes, the most FLOPs first."""
+    from ..analyze.efficiency import by_flops
+
+    ops = by_flops(e)
+    return {
+        "flops_per_step": fmt.si(e.model_flops_per_step, "FLOP"),
+        "all_flops": fmt.si(e.flops_per_step, "FLOP"), "training": e.training,
+        "rows": [{"name": markup.code(o.name), "dtype": markup.text(", ".join(o.dtypes)),
+                  "calls": _per_step(o.calls, e.steps, fmt),
+                  "flops": fmt.si(o.flops, "FLOP") if o.flops else "0",
+                  "bytes": fmt.bytes(o.bytes),
+                  "intensity": _intensity(o.intensity, fmt)}
+                 for o in ops[:EFFICIENCY_ROWS]],
+        "more": max(0, len(ops) - EFFICIENCY_ROWS),
+    }
+
+
+def _efficiency_view(e: Any, fmt: Fmt, counts: Any = None) -> dict[str, Any]:
     """MFU, speed of light and the efficiency table (reporter.analyze.efficiency); or why there
     are none (``efficiency_note``: efficiency.NO_SHAPES, NO_PEAKS, NOTHING_MODELLED,
-    NOT_RECORDED)."""
+    NOT_RECORDED, BUSY), with what the step computes where the machine was busy
+    (``efficiency_counts``: counts, which the load does not change)."""
     if isinstance(e, str):
-        return {"efficiency": None, "efficiency_note": e, "roofline_points": None}
+        return {"efficiency": None, "efficiency_note": e, "roofline_points": None,
+                "efficiency_counts": _counts_view(counts, fmt) if counts is not None
+                else None}
     # Names and dtypes may come from a crafted run.json: text, never Markdown.
     rows = [{"name": markup.code(o.name), "dtype": markup.text(", ".join(o.dtypes)),
              "time": fmt.time(o.time_us), "flops": fmt.si(o.flops, "FLOP") if o.flops else "0",
              "bytes": fmt.bytes(o.bytes),
              "achieved": fmt.si(o.achieved_flops, "FLOP/s") if o.flops else "—",
              "bandwidth": fmt.si(o.achieved_bandwidth, "B/s"),
-             "intensity": fmt.num(o.intensity) if o.intensity is not None else "—",
-             "bound": o.bound, "roofline": fmt.pct(o.roofline_share)}
+             "intensity": _intensity(o.intensity, fmt), "bound": o.bound, "roofline": fmt.pct(o.roofline_share)}
             for o in e.ops[:EFFICIENCY_ROWS]]
     sol = e.speed_of_light_us
     return {
@@ -419,7 +452,7 @@ def _efficiency_view(e: Any, fmt: Fmt) -> dict[str, Any]:
             # Faster than the memory roof: operands that stayed in the caches.
             "over_roof": any(o.roofline_share > 1 for o in e.ops[:EFFICIENCY_ROWS]),
         },
-        "efficiency_note": None,
+        "efficiency_note": None, "efficiency_counts": None,
         "roofline_points": e,  # for the chart
     }
 
@@ -480,6 +513,7 @@ class SectionView:
     # Efficiency (or efficiency_note: why there is none)
     efficiency: dict[str, Any] | None
     efficiency_note: str | None
+    efficiency_counts: dict[str, Any] | None  # the machine was busy: counts, no rates
     roofline_points: Any  # analyze.efficiency.Efficiency, for the chart
     # Findings and tables
     has_device: bool
@@ -638,7 +672,7 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         **_tensor_memory_view(section, fmt),
         **_breakdown_view(section, analysis.reading, fmt, analysis.stragglers),
         **_compiled_view(section, analysis.compiled, fmt),
-        **_efficiency_view(eff, fmt),
+        **_efficiency_view(eff, fmt, analysis.counts),
         has_device=device,
         time_column="Self CUDA" if device else "Self CPU",  # the profiler's own words
         findings=[_finding_view(f, fmt, s) for f, s in main],

@@ -146,6 +146,7 @@ REPORT: dict[str, Choice] = {
     "not_modelled": when("no_formula_for", of("not_modelled")),
     "over_roof": when("above_the_roof", of("over_roof")),
     "no_peak": when("no_peak_for", of("no_peak")),
+    "counts_more": when("ops_not_shown", of("more")),
     # the findings (s: the section; f: a finding's view)
     "problems_heading": either("main_problems", "what_bounds_the_step",
                                lambda s: any(not _statement(f["rule"])
