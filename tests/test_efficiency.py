@@ -302,3 +302,24 @@ def test_the_near_roofline_lever_is_one_autocast_or_tf32_can_pull():
     assert tf32["saving_us"] == pytest.approx(1000.0 * (1 - 494.5 / 989.5))
     fp32 = _lever(replace(e, peaks=h100, peak_dtype="fp32"), ["fp32"], 1000.0)
     assert fp32["peak_fps"] == h100.flops["fp32"] and fp32["faster_dtype"] in ("bf16", "fp16")
+
+
+def test_near_roofline_only_where_the_gpu_holds_the_step():
+    """Issue 65: "bound by its matrix work" is said only where the GPU's kernels fill half
+    the step at least; the same products in a step the host holds get no such statement."""
+    from dataclasses import replace
+
+    from conftest import FIXTURES
+
+    from reporter.analyze.analyzer import analyze
+    from reporter.store import load
+
+    run = load(FIXTURES / "runs" / "cuda-h200-transformer-fixed")
+    section = next(s for s in run.sections if s.label == "inference")
+    e = of_section(section, run.target["batch_size"])
+    # the run's own: 16.8 ms of kernels per step in the 18.6 ms timed without the profiler
+    assert e.basis == "device" and e.step_timed and 0.85 < e.total_us / e.step_us < 0.95
+    assert "near-roofline" in {f.rule for f in analyze(section.profile, None, e)}
+    host_bound = replace(e, step_us=e.total_us / 0.3)  # the same kernels, 30% of the step
+    rules = {f.rule for f in analyze(section.profile, None, host_bound)}
+    assert "near-roofline" not in rules and "dominant-operator" in rules

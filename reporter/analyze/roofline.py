@@ -16,6 +16,11 @@ from .findings import RULES, Rule, statement
 NEAR_ROOFLINE = 0.5
 # Matrix products holding this share of the operators' time together bound the step.
 MATRIX_BOUND = 0.5
+# On a GPU, the products bound the step only where the GPU works this share of it at
+# least (its kernels' time over the step, timed without the profiler where it was): else
+# the host holds the step, whatever the products' roofline (a trace of a host-bound
+# step, 9% of it on the GPU, is not "bound by its matrix work").
+DEVICE_BOUND = 0.5
 # The dtypes a lever may name: what torch.autocast (bf16, fp16) and the TF32 switch reach.
 # fp8 products need Transformer Engine or torch._scaled_mm, not a switch: never a lever.
 LEVER_DTYPES = ("tf32", "bf16", "fp16")
@@ -37,6 +42,8 @@ def near_roofline(found: list[Finding], efficiency: Any, limits: dict[str, float
                   ) -> list[Finding]:
     """Each dominant operator near its roofline becomes this statement; without any
     finding about the products, a step bound by products near their roofline gets it."""
+    if not _work_bound(efficiency):
+        return found
     kept = [_near_roofline(f, efficiency, limits) if _rule(f).catch_all else f for f in found]
     out = [f for f in kept if f is not None]
     # with a finding that speaks of the matrix products already, no statement for several
@@ -45,6 +52,14 @@ def near_roofline(found: list[Finding], efficiency: Any, limits: dict[str, float
         if bound is not None:
             out.append(bound)
     return out
+
+
+def _work_bound(efficiency: Any) -> bool:
+    """Whether the step is bound by the operators' work: always on the CPU (they are the
+    step); on a GPU, where its kernels fill DEVICE_BOUND of the step at least."""
+    if efficiency.basis != "device":
+        return True
+    return efficiency.step_us > 0 and efficiency.total_us / efficiency.step_us >= DEVICE_BOUND
 
 
 def _rule(f: Finding) -> Rule:
