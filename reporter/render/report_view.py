@@ -20,6 +20,7 @@ from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 from ..analyze.compiled import KERNEL_ROWS, Compiled
 from ..analyze.reading import RankRow, RanksReading, StepReading
 from ..analyze.critical_path import BETWEEN, DEVICE_KINDS
+from ..analyze.efficiency import Efficiency
 from ..model.contention import mean_share
 from ..model import device as devices
 from ..model.finding import MINOR_SHARE, Finding, Saving
@@ -182,7 +183,7 @@ MODULE_ROWS = 8  # modules shown in the step breakdown
 
 
 def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
-                    st: dict[str, Any]) -> dict[str, Any]:
+                    st: dict[str, Any], timed_us: float | None = None) -> dict[str, Any]:
     """The step breakdown's tables (mean per step and share), its one-line reading, and
     the long steps, the ranks side by side (``st``: Analysis.stragglers); or why there is
     none (``breakdown_note``: "table", "not-recorded")."""
@@ -256,6 +257,8 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
                "peak_share": fmt.pct(r["peak_share"]) if r.get("peak_share") is not None
                else "—"} for r in b.copies]
     critical = _critical_view(b.critical, fmt)
+    if critical is not None and r.idle_us is not None:
+        critical["unprofiled"] = _unprofiled_path(b.critical, step - r.idle_us, timed_us, fmt)
     stragglers = ({"rows": [{"rank": str(r["rank"]).replace("rank ", ""),
                              "step": fmt.time(r["step_us"]),
                              **{k: fmt.time(r[k]) for k in ("compute", "communication", "host",
@@ -307,6 +310,28 @@ def _critical_view(c: dict[str, Any], fmt: Fmt) -> dict[str, Any] | None:
     return {"rows": rows, "step": fmt.time(step), "steps": int(c.get("steps", 0)),
             "steps_text": fmt.int(int(c.get("steps", 0))),
             **{f"{g}_share": fmt.pct(v) for g, v in parts.items()}}
+
+
+# The profiled step this much longer than the timed one, with the host holding most of
+# its path: the report says what the step was without the profiler.
+PROFILER_LENGTHENED = 1.25
+
+
+def _unprofiled_path(c: dict[str, Any], busy_us: float, timed_us: float | None, fmt: Fmt
+                     ) -> dict[str, str] | None:
+    """Where the host holds most of the profiled step's path and the profiler made the
+    step much longer: the step timed without it, the GPU's busy time per step and its
+    share of that step, and what the profiler added per step (a host-bound profiled step
+    can be a GPU-bound real one: the H200 transformer-fixed's inference, 95.8% host on
+    the path of 33.8 ms, 18.6 ms timed, 16.8 ms of GPU work)."""
+    step = c.get("step_us") or 0.0
+    if not timed_us or step <= 0 or step < PROFILER_LENGTHENED * timed_us:
+        return None
+    if sum(c.get("host_us", {}).values()) / step <= 0.5:
+        return None
+    return {"timed": fmt.time(timed_us), "gpu": fmt.time(busy_us),
+            "gpu_share": fmt.pct(min(1.0, busy_us / timed_us)),
+            "added": fmt.time(step - timed_us)}
 
 
 SOURCE_LINES = 3  # lines of model code shown per generated kernel
@@ -670,7 +695,9 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         host_held=fmt.bytes(m["host_held_b"]) if m.get("host_held_b") else None,
         host_net_peak=fmt.bytes(m.get("host_net_peak_b")),
         **_tensor_memory_view(section, fmt),
-        **_breakdown_view(section, analysis.reading, fmt, analysis.stragglers),
+        **_breakdown_view(section, analysis.reading, fmt, analysis.stragglers,
+                          eff.step_us if isinstance(eff, Efficiency) and eff.step_timed
+                          else None),
         **_compiled_view(section, analysis.compiled, fmt),
         **_efficiency_view(eff, fmt, analysis.counts),
         has_device=device,

@@ -147,10 +147,13 @@ REPORT: dict[str, Choice] = {
     "over_roof": when("above_the_roof", of("over_roof")),
     "no_peak": when("no_peak_for", of("no_peak")),
     "counts_more": when("ops_not_shown", of("more")),
+    # the critical path (b.critical)
+    "unprofiled_path": when("profiler_on_the_path", of("unprofiled")),
     # the findings (s: the section; f: a finding's view)
+    # "what bounds the step" only over a statement that says so, never over no finding
     "problems_heading": either("main_problems", "what_bounds_the_step",
-                               lambda s: any(not _statement(f["rule"])
-                                             for f in of("findings")(s))),
+                               lambda s: not of("findings")(s) or any(
+                                   not _statement(f["rule"]) for f in of("findings")(s))),
     "measured": first(("measured_step_in_turn", of("worth.step_less")),
                       ("measured_past_the_step", of("worth.recorded")),
                       ("measured_with_faults", of("worth.faults")),
