@@ -1,0 +1,169 @@
+"""One fact, one figure (issue 65 item 4): a report that states a fact twice states the same
+value both times, and a ratio never rounds to "1.0×" or "±0.0%" where it is not exactly
+that. Read from the rendered reports themselves, in every language: the goldens (every
+built-in workload's report, CPU and GPU) and, where ../shared/corpus is present, the
+corpus traces' reports (slow).
+
+The facts checked, in each profiled mode (a "## " part of a report, or the whole report):
+- the profiled step: the step breakdown's mean step, the critical path's, the summary's
+  speed-of-light line and the efficiency paragraph name one value, over one step count;
+- MFU: the summary's and the efficiency paragraph's;
+- the speed of light and its share of the step: the summary's and the efficiency's;
+- the GPU's busy and idle shares: they add up to the step, and the idle rows of the GPU
+  activity table add up to the idle share (within their rounding).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+GOLD = Path(__file__).resolve().parent / "gold"
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "traces"
+LANGS = ("en", "ru", "zh")
+
+_TIME = r"\d[\d.,\u00a0\u202f]*?\u00a0(?:ms|μs|s|мс|мкс|с)"
+_PCT = r"\d[\d.,]*\u00a0?%"
+_N = r"\d[\d,\u00a0]*"
+
+# Per language: the sentences that state the profiled step (and, with it, how many steps
+# it is the mean of), MFU, and the speed of light with its share.
+STEP = {
+    "en": [rf"\((?:{_TIME}) of (?P<step>{_TIME}) on average over (?P<n>{_N}) profiled",
+           rf"mean over (?P<n>{_N}) steps? of (?P<step>{_TIME})\)",
+           rf"of the profiled step \((?P<step>{_TIME})\)",
+           rf"\*\* instead of (?P<step>{_TIME}):"],
+    "ru": [rf"\((?:{_TIME}) из (?P<step>{_TIME}), в среднем за (?P<n>{_N}) шаг",
+           rf"в среднем за (?P<n>{_N}) шаг\w*, шаг длится (?P<step>{_TIME})\)",
+           rf"шага под профайлером \((?P<step>{_TIME})\)",
+           rf"\*\* вместо (?P<step>{_TIME})"],
+    "zh": [rf"（单步 (?P<step>{_TIME}) 中的 (?:{_TIME})，取 profiler 记录的 (?P<n>{_N}) 个",
+           rf"取 (?P<n>{_N}) 个单步的平均值，单步耗时 (?P<step>{_TIME})）",
+           rf"开启 profiler 时单步耗时（(?P<step>{_TIME})）",
+           rf"（目前为 (?P<step>{_TIME})"],
+}
+MFU = rf"MFU[:：]?\s*\**\s*(?P<v>{_PCT})"
+SOL = {
+    "en": (rf"speed of light (?P<sol>{_TIME}), (?P<share>{_PCT}) of the profiled step",
+           rf"would take \*\*(?P<sol>{_TIME})\*\* instead of (?:{_TIME}): (?P<share>{_PCT})"),
+    "ru": (rf"\(speed of light\) — (?P<sol>{_TIME}), или (?P<share>{_PCT}) шага",
+           rf"занял бы \*\*(?P<sol>{_TIME})\*\* вместо (?:{_TIME}) \((?P<share>{_PCT})\)"),
+    "zh": (rf"（speed of light）为 (?P<sol>{_TIME})，是开启 profiler 时单步耗时（(?:{_TIME})）的 "
+           rf"(?P<share>{_PCT})",
+           rf"只需 \*\*(?P<sol>{_TIME})\*\*（目前为 (?:{_TIME})，即缩短到 (?P<share>{_PCT})）"),
+}
+BUSY = {
+    "en": rf"The GPU is busy (?P<busy>{_PCT}) of the step and idle (?P<idle>{_PCT})",
+    "ru": rf"GPU занят (?P<busy>{_PCT}) шага и простаивает (?P<idle>{_PCT})",
+    "zh": rf"GPU 忙碌时间占 (?P<busy>{_PCT})，空闲 (?P<idle>{_PCT})",
+}
+IDLE_ROW = {"en": "| idle: ", "ru": "| простой: ", "zh": "| 空闲："}
+# A ratio or an interval that rounds to nothing where the value is not exactly that.
+ROUNDED_AWAY = re.compile(r"(?<![\d.,])1[.,]0\u00a0?[×x](?!\d)|±\u00a0?0[.,]0\u00a0?%")
+
+
+def _num(text: str) -> float:
+    """A formatted figure's value: "1,234.5 ms" (en), "1 234,5 мс" (ru), "29,5 %"."""
+    digits = re.sub(r"[^\d.,]", "", text.replace("\u00a0", "").replace("\u202f", ""))
+    if "," in digits and "." not in digits and re.search(r",\d{1,2}$|,\d{1,3}$", digits) \
+            and not re.fullmatch(r"\d{1,3}(,\d{3})+", digits):
+        digits = digits.replace(",", ".")  # a decimal comma
+    return float(digits.replace(",", ""))
+
+
+def _parts(report: str) -> list[str]:
+    """A report's profiled modes: its "## " parts, or the whole report."""
+    parts = re.split(r"(?m)^## ", report)
+    return parts[1:] if len(parts) > 1 else parts
+
+
+def contradictions(report: str, lang: str) -> list[str]:
+    """Each fact the report states with two values, or a ratio rounded to nothing."""
+    found = [f"rounded to nothing: {m.group(0)!r}" for m in ROUNDED_AWAY.finditer(report)]
+    for part in _parts(report):
+        title = part.splitlines()[0][:40] if part else ""
+        steps = {m.group("step") for p in STEP[lang] for m in re.finditer(p, part)}
+        if len(steps) > 1:
+            found.append(f"{title}: the profiled step is {sorted(steps)}")
+        counts = {m.group("n") for p in STEP[lang] for m in re.finditer(p, part)
+                  if "n" in m.groupdict() and m.group("n")}
+        if len(counts) > 1:
+            found.append(f"{title}: the profiled step is a mean over {sorted(counts)} steps")
+        mfu = {m.group("v") for m in re.finditer(MFU, part)}
+        if len(mfu) > 1:
+            found.append(f"{title}: MFU is {sorted(mfu)}")
+        said = [re.search(p, part) for p in SOL[lang]]
+        if all(said):
+            a, b = said
+            if (a["sol"], a["share"]) != (b["sol"], b["share"]):
+                found.append(f"{title}: speed of light {a['sol']} ({a['share']}) and "
+                             f"{b['sol']} ({b['share']})")
+        busy = re.search(BUSY[lang], part)
+        if busy:
+            shares = _num(busy["busy"]), _num(busy["idle"])
+            if abs(sum(shares) - 100) > 0.11:
+                found.append(f"{title}: busy {busy['busy']} and idle {busy['idle']}")
+            rows = [line for line in part.splitlines() if line.startswith(IDLE_ROW[lang])]
+            idle = sum(_num(line.rsplit("|", 2)[-2]) for line in rows)
+            if rows and abs(idle - shares[1]) > 0.05 * len(rows) + 0.051:
+                found.append(f"{title}: the idle rows add up to {idle:.1f}%, the reading "
+                             f"says {busy['idle']}")
+    return found
+
+
+GOLDENS = sorted(p for p in GOLD.glob("*.md") if p.name[-5:-3] in LANGS)
+
+
+@pytest.mark.parametrize("path", GOLDENS, ids=lambda p: p.name)
+def test_every_golden_states_each_fact_once(path):
+    report = path.read_text(encoding="utf-8")
+    assert contradictions(report, path.name[-5:-3]) == []
+
+
+def test_the_checker_finds_two_values_for_one_fact():
+    """The checker itself: a profiled step, an MFU and an idle share changed in one place
+    of a real report are each caught, in every language."""
+    for lang in LANGS:
+        report = (GOLD / f"cuda-h200-transformer-fixed.{lang}.md").read_text(encoding="utf-8")
+        assert contradictions(report, lang) == []
+        step = re.search(STEP[lang][1], report)["step"]
+        once = report.replace(step, step.replace("8", "9", 1), 1)
+        assert any("profiled step is" in c for c in contradictions(once, lang)), lang
+        mfu = re.search(MFU, report)["v"]
+        assert any("MFU" in c for c in contradictions(
+            report.replace(mfu, "1" + mfu, 1), lang)), lang
+        busy = re.search(BUSY[lang], report)
+        assert any("idle" in c for c in contradictions(
+            report.replace(busy["idle"], "99" + busy["idle"][-3:], 1), lang)), lang
+        assert contradictions(report + "\n1.0× faster\n", lang)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_each_checked_sentence_is_found_in_the_goldens(lang):
+    """A template change that rewords a checked sentence makes this fail, instead of the
+    checker silently checking nothing."""
+    reports = "\n".join(p.read_text(encoding="utf-8") for p in GOLDENS
+                        if p.name[-5:-3] == lang)
+    for pattern in [*STEP[lang], MFU, *SOL[lang], BUSY[lang]]:
+        assert re.search(pattern, reports), pattern
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is absent")
+@pytest.mark.parametrize("name", ["07_hta-a100-80gb-rank0.json.gz", "10_hta-nccl-a100.json.gz",
+                                  "11_hta-v100-nccl-rank1.json.gz",
+                                  "12_hta-a100-rank3-control.json.gz",
+                                  "13_hta-v100-rank1-test.json.gz", "14_hta-two-ranks"])
+def test_every_corpus_trace_report_states_each_fact_once(name, tmp_path):
+    from conftest import cli
+
+    for lang in LANGS:
+        out = tmp_path / lang
+        result = cli("analyze", CORPUS / name, "--out", out, "--lang", lang)
+        assert result.code == 0, result.err
+        reports = sorted(out.rglob(f"*.{lang}.md")) or sorted(out.rglob("*.md"))
+        assert reports
+        for report in reports:
+            assert contradictions(report.read_text(encoding="utf-8"), lang) == [], report
