@@ -96,6 +96,10 @@ REPORT: dict[str, Choice] = {
     "held": when("held_before_this_mode", of("host_held")),
     "mode_held": either("before_the_mode", "before_this_stage", of("mode")),
     "on_the_gpu": when("on_the_gpu", of("on_gpu")),
+    # a peak of which the memory profile categorised nothing is not "uncategorised 4 MB"
+    "tensor_split": either("none_categorised", "categories_listed",
+                           lambda s: [c["name"] for c in of("tensor_categories")(s)]
+                           == ["unknown"]),
     # the ranks (r: a rank's row)
     "rank_error": when("with_error", of("error")),
     # the step breakdown (b), its streams, the critical path and the ranks (r: a row)
