@@ -631,3 +631,26 @@ def test_every_finding_and_its_worth_are_paragraphs_of_their_own(rule_id):
         lines = text.splitlines()
         at = next(i for i, line in enumerate(lines) if line.startswith(WORTH[lang]))
         assert lines[at - 1] == "" and lines[at - 2].strip(), (lang, lines[at - 3:at + 1])
+
+
+@pytest.mark.parametrize("queued, words", [
+    (True, {"en": "waits on a dependency or an event", "ru": "ждёт зависимость или событие",
+            "zh": "等待依赖或事件"}),
+    (False, {"en": "waits for the CPU", "ru": "ждёт CPU", "zh": "等 CPU"})])
+def test_an_idle_gpu_is_said_to_wait_for_what_its_idle_time_waited_for(queued, words):
+    """Issue 65: trace 14's GPU idles mostly with work queued behind a dependency, and
+    low-device-utilization said "the rest of the time it waits for the CPU". Its sentence
+    and advice follow the breakdown's largest idle cause."""
+    from reporter.model.profile import Breakdown
+
+    p = _gpu([Op("void k", calls=10, self_device_us=4000, kind="kernel")])
+    big, small = ("idle_queued", "idle_host") if queued else ("idle_host", "idle_queued")
+    p.breakdown = Breakdown(steps_us=[10_000.0] * 2, host_us={},
+                            device_us={"compute": [2000.0] * 2, big: [6000.0] * 2,
+                                       small: [2000.0] * 2})
+    (f,) = [f for f in analyze(p) if f.rule == "low-device-utilization"]
+    assert f.evidence["queued_most"] is queued
+    for lang, said in words.items():
+        text = render_finding(f, lang)
+        assert said in text
+        assert ("queued" in text or "очеред" in text or "队列" in text) == queued, text

@@ -155,7 +155,14 @@ IDLE_BUSY = 0.50  # low-device-utilization's threshold, of the profiled step and
 
 
 
-_SAYS_LOW_DEVICE_UTILIZATION = {"steps": OVER_STEPS_OR_ALL}
+# Where the device's idle time goes mostly to work already queued that waits on a
+# dependency or an event, the host is not what it waits for (trace 14: "waits for the
+# CPU" where the breakdown said "mostly waiting on a dependency, work queued").
+_SAYS_LOW_DEVICE_UTILIZATION = {
+    "steps": OVER_STEPS_OR_ALL,
+    "rest": either("waits_on_dependency", "waits_for_cpu", f("queued_most")),
+    "advice": either("find_the_dependency", "feed_the_gpu", f("queued_most")),
+}
 
 
 @rule("low-device-utilization", says=_SAYS_LOW_DEVICE_UTILIZATION,
@@ -172,14 +179,18 @@ def low_device_utilization(profile: Profile, limits: dict[str, float]) -> Findin
     b = profile.breakdown
     if b is not None and b.steps_us and b.device_us:
         wall = float(sum(b.steps_us))
-        idle = float(sum(sum(v) for k, v in b.device_us.items() if k.startswith("idle")))
+        by_kind = {k: float(sum(v)) for k, v in b.device_us.items() if k.startswith("idle")}
+        idle = sum(by_kind.values())
+        queued_most = bool(by_kind) and max(by_kind, key=lambda k: by_kind[k]) == "idle_queued"
         busy_us = max(0.0, wall - idle)
         busy = busy_us / wall if wall > 0 else 0.0
     else:
         busy_us = profile.self_device_us
         busy, wall = step_share(profile, busy_us)
+        queued_most = False  # a table: nothing says what the idle time waited for
     if wall <= 0 or busy >= limits["busy"]:
         return None
     return Finding("low-device-utilization", "high" if busy < limits["busy"] / 2 else "medium",
                    {"basis": "step", "share": busy, "threshold": limits["busy"],
-                    "op_time_us": busy_us, "step_us": wall, "calls": 0})
+                    "op_time_us": busy_us, "step_us": wall, "calls": 0,
+                    "queued_most": queued_most})
