@@ -1,17 +1,27 @@
-"""The GitHub Action's work (``action.yml`` at the repository root calls it):
-``python -m reporter.action``.
+"""The GitHub Action's work (``action.yml`` at the repository root calls it, through
+``scripts/action.py``), in two steps, so that the code it profiles never has the token:
 
-It reads the action's inputs from ``INPUT_*`` variables (action.yml maps them) and the
-job's facts from ``GITHUB_*``; profiles the base and the pull request with ``reporter run``
-(or takes stored runs), compares each target's pair with ``reporter compare --github``
-(which appends the comparison to the job summary), writes the pull-request comment's body
-and creates it, or updates the one it made before: the comment starts with the hidden
-marker ``<!-- reporter:action:KEY -->``, found through ``gh api --paginate`` among all the
-pull request's comments. The comment stays within GitHub's 65,536 characters (``cut``,
-``comment_body``). A token that may not comment (empty, or a fork's read-only one) is a
-warning, never the step's failure; after a failure, the comment made before says so.
-Each ``reporter`` is a child process, as a user would run it; its messages go to the job's
-log as they are.
+- ``main()``, the profiling step, which has no token: it reads the action's inputs from
+  ``INPUT_*`` variables (action.yml maps them) and the job's facts from ``GITHUB_*``;
+  profiles the base and the pull request with ``reporter run`` (or takes stored runs),
+  compares each target's pair with ``reporter compare --github`` (which appends the
+  comparison to the job summary), and writes the pull-request comment's body
+  (``comment.md`` in the output folder). Its exit code is the verdict.
+- ``main(["comment"])``, a later step with the token (``$GH_TOKEN``): it creates the
+  comment, or updates the one it made before: the comment starts with the hidden marker
+  ``<!-- reporter:action:KEY -->``, found through ``gh api --paginate`` among all the pull
+  request's comments, and only a comment by the token's own author counts (anyone can
+  write the marker). After a failure of the first step, the comment made before says so.
+  A token that may not comment (empty, or a fork's read-only one) is a warning, never the
+  step's failure.
+
+The comment stays within GitHub's 65,536 characters (``cut``, ``comment_body``). Each
+``reporter`` is a child process, as a user would run it, in an environment without the
+job's tokens and the action's inputs (``child_env``); what it prints goes to the job's log
+line by line, none of them a workflow command (``markup.log_line``): a stored run's data
+(a label, a folder's name) cannot set an output or stop the runner reading commands.
+``pull_request_target`` is refused unless the workflow opts in: there the token can write,
+and the pull request's code would run as the same user as the step that comments.
 
 Exit codes: those of ``reporter compare --fail-if-slower``, kept: 3 a regression, 4 could not
 measure (0 instead, with a warning, when ``on-busy`` is ``warn``), 1 a failure while working,
@@ -27,17 +37,34 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .errors import BadInput, ReporterError, WorkFailed
+from .render.markup import log, log_line
 
 ON_BUSY = ("fail", "warn")
 DEVICES = ("auto", "cuda", "cpu")
 FORMATS = ("md", "pdf")
 # What each outcome is called in the step's `result` output, by exit code.
 RESULTS = {0: "pass", 3: "regression", 4: "busy"}
+# What reporter's children (and so the profiled code) never get in their environment: the
+# tokens a job can hold (GitHub's CLI reads GH_TOKEN and GITHUB_TOKEN; the runner sets the
+# OIDC and runtime ones), and the runner's command files, through which a child could set
+# the environment or PATH of the later step that comments with the token. INPUT_* too.
+SECRET_ENV = ("GH_TOKEN", "GITHUB_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN",
+              "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_URL",
+              "ACTIONS_RUNTIME_TOKEN", "ACTIONS_RUNTIME_URL", "ACTIONS_CACHE_URL",
+              "ACTIONS_RESULTS_URL")
+RUNNER_FILES = ("GITHUB_ENV", "GITHUB_PATH", "GITHUB_OUTPUT", "GITHUB_STATE")
+# The tokens that, when the workflow puts them in the job's environment, the profiled code
+# can still read from its parent processes: warned about.
+JOB_TOKENS = ("GH_TOKEN", "GITHUB_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN",
+              "ACTIONS_ID_TOKEN_REQUEST_TOKEN")
+ACTIONS_BOT = "github-actions[bot]"  # who GITHUB_TOKEN's comments are by
+_PLAIN = re.compile(r"[^\w.-]")
 
 
 @dataclass
@@ -75,6 +102,15 @@ def read_inputs() -> Inputs:
     """The action's inputs, checked: a bad one is BadInput before any work."""
     from .render.languages import codes
 
+    if (os.environ.get("GITHUB_EVENT_NAME") == "pull_request_target"
+            and not _bool("allow-pull-request-target", "false")):
+        raise BadInput("this workflow runs on pull_request_target, whose token can write to "
+                       "the repository: the pull request's code, checked out and profiled "
+                       "here, would run with it, as the same user that then posts the "
+                       "comment; run the action on pull_request (docs/ci.md shows how a "
+                       "second workflow comments on a fork's pull request), or set "
+                       "allow-pull-request-target: true if this job checks out only "
+                       "trusted code", error_id="action")
     targets = _env("targets").replace(",", " ").split()
     runs = _env("runs")
     if not targets and not runs:
@@ -106,10 +142,7 @@ def read_inputs() -> Inputs:
     on_busy = _env("on-busy", "fail")
     if on_busy not in ON_BUSY:
         raise BadInput(f"input on-busy: {on_busy!r}; fail or warn", error_id="action")
-    number = _env("pull-request") or _event_pull_request()
-    if number and not number.isdigit():
-        raise BadInput(f"input pull-request: {number!r} is not a pull request's number",
-                       error_id="action")
+    number = _pull_request()
     try:
         run_args = shlex.split(_env("run-args"))
     except ValueError as exc:
@@ -118,10 +151,30 @@ def read_inputs() -> Inputs:
         targets=targets, lang=lang, formats=formats, device=device, preset=_env("preset"),
         run_args=run_args, fail_if_slower=fail_if_slower, on_busy=on_busy,
         baseline=_env("baseline", "base"), runs=runs, comment=_bool("comment", "true"),
-        comment_key=_env("comment-key"), pull_request=int(number) if number else None,
+        comment_key=_env("comment-key"), pull_request=number,
         out_dir=Path(_env("out-dir") or Path(os.environ.get("RUNNER_TEMP", ".")) / "reporter"),
         working_directory=Path(_env("working-directory", ".")),
         artifact_name=_env("artifact-name"))
+
+
+def _pull_request() -> int | None:
+    number = _env("pull-request") or _event_pull_request()
+    if number and not number.isdigit():
+        raise BadInput(f"input pull-request: {number!r} is not a pull request's number",
+                       error_id="action")
+    return int(number) if number else None
+
+
+def read_comment_inputs() -> Inputs:
+    """The inputs of the step that comments (those it is given: the comment's, the
+    language), checked."""
+    from .render.languages import codes
+
+    lang = _env("lang", "en")
+    if lang not in codes():
+        raise BadInput(f"input lang: unknown language {lang!r}", error_id="action")
+    return Inputs(targets=[], lang=lang, comment=_bool("comment", "true"),
+                  comment_key=_env("comment-key"), pull_request=_pull_request())
 
 
 def _event() -> dict[str, Any]:
@@ -176,6 +229,15 @@ _LAUNCH = ("import runpy, sys\n"
            "runpy.run_module('reporter', run_name='__main__', alter_sys=True)\n")
 
 
+def child_env(summary: bool = True) -> dict[str, str]:
+    """The environment of reporter's children: the step's, without the tokens, the
+    runner's command files and the action's inputs (``SECRET_ENV``, ``RUNNER_FILES``,
+    ``INPUT_*``); without the job summary's file either unless ``summary``."""
+    drop = {*SECRET_ENV, *RUNNER_FILES, *(() if summary else ("GITHUB_STEP_SUMMARY",))}
+    return {k: v for k, v in os.environ.items()
+            if k not in drop and not k.startswith("INPUT_")}
+
+
 def reporter(args: Sequence[str], cwd: Path | None = None) -> int:
     """``reporter ARGS`` in a child process with this interpreter; its exit code."""
     return _reporter(args, cwd)[0]
@@ -184,12 +246,49 @@ def reporter(args: Sequence[str], cwd: Path | None = None) -> int:
 def _reporter(args: Sequence[str], cwd: Path | None = None, keep_errors: bool = False
               ) -> tuple[int, str]:
     """``reporter ARGS``: its exit code and, with ``keep_errors``, its stderr (held back
-    from the log: the caller decides)."""
+    from the log: the caller decides). What it prints reaches the log line by line, each
+    made unable to be a workflow command (``markup.log_line``): it can hold a stored run's
+    data, and ``reporter run`` whatever the profiled code prints."""
     cmd = [sys.executable, "-c", _LAUNCH, *args]
-    print("reporter-action: " + shlex.join(["reporter", *args]), file=sys.stderr, flush=True)
-    res = subprocess.run(cmd, cwd=cwd, stderr=subprocess.PIPE if keep_errors else None,
-                         text=True)
-    return res.returncode, res.stderr or ""
+    say_line("reporter-action: " + log(shlex.join(["reporter", *args]), width=None),
+             sys.stderr)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=child_env(summary=args[0] != "run"),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, encoding="utf-8",
+                            errors="replace")
+    kept: list[str] = []
+    pumps = [threading.Thread(target=_pump, args=(proc.stdout, sys.stdout, None)),
+             threading.Thread(target=_pump, args=(proc.stderr, sys.stderr,
+                                                  kept if keep_errors else None))]
+    for t in pumps:
+        t.start()
+    for t in pumps:
+        t.join()
+    return proc.wait(), "".join(kept)
+
+
+def _pump(stream: Any, to: Any, keep: list[str] | None) -> None:
+    """Each line of a child's ``stream`` to ``to`` (or into ``keep``), defused."""
+    for line in stream:
+        if keep is not None:
+            keep.append(log_line(line.rstrip("\n")) + "\n")
+        else:
+            say_line(log_line(line.rstrip("\n")), to)
+    stream.close()
+
+
+def say_line(line: str, to: Any = None) -> None:
+    """One line to the log (stderr unless ``to``), written whole."""
+    stream = to or sys.stderr
+    stream.write(line + "\n")
+    stream.flush()
+
+
+def annotate(kind: str, message: str) -> None:
+    """A workflow command of the action's own (``::warning``, ``::error``) on stdout: its
+    message one line, escaped as GitHub's toolkit escapes a command's data."""
+    data = log(message, width=None).replace("%", "%25")
+    say_line(f"::{kind} title=reporter::{data}", sys.stdout)
 
 
 def _checked(code: int, what: str) -> None:
@@ -261,7 +360,8 @@ def stored_runs(path: Path) -> list[tuple[Path, str]]:
         raise BadInput(f"{path}: no such folder of stored runs", error_id="action")
     rows = [(folder, info) for folder, info in list_runs(path)
             if only is None or folder.name == only]
-    bad = [f"{folder.name} ({info['error']})" for folder, info in rows if "error" in info]
+    bad = [f"{log(folder.name)} ({log(info['error'])})" for folder, info in rows
+           if "error" in info]
     if bad:
         raise BadInput(f"unreadable stored runs: {'; '.join(bad)}", error_id="action")
     if not rows:
@@ -278,7 +378,8 @@ def pairs(base: list[tuple[Path, str]], new: list[tuple[Path, str]]) -> list[tup
     by_target = {target: folder for folder, target in base}  # oldest first: the latest wins
     missing = [target for _, target in new if target not in by_target]
     if missing:
-        raise BadInput(f"the baseline has no run of {', '.join(missing)}", error_id="action")
+        raise BadInput(f"the baseline has no run of {', '.join(map(log, missing))}",
+                       error_id="action")
     return [(by_target[target], folder) for folder, target in new]
 
 
@@ -324,20 +425,44 @@ def _json_values(text: str) -> list[Any]:
     return values
 
 
+def token_author() -> str:
+    """Whose comments the token writes: the login of a user's token (``gh api user``), or
+    GitHub Actions' bot for GITHUB_TOKEN, which may not read /user (HTTP 403)."""
+    try:
+        me = _one(gh("api", "user"))
+    except WorkFailed as exc:
+        if "HTTP 403" in str(exc) or "not accessible by integration" in str(exc):
+            return ACTIONS_BOT
+        raise
+    login = me.get("login")
+    if not isinstance(login, str) or not login:
+        raise WorkFailed("gh api user: GitHub's answer names no login", error_id="action")
+    return login
+
+
+def _by(comment: dict[str, Any], login: str) -> bool:
+    user = comment.get("user")
+    return (isinstance(user, dict) and user.get("login") == login
+            and (login != ACTIONS_BOT or user.get("type") == "Bot"))
+
+
 def find_comment(repo: str, number: int, head: str) -> dict[str, Any] | None:
-    """The pull request's comment that starts with ``head``, among all its comments (every
-    page of them: a long discussion has more than one)."""
+    """The pull request's comment that starts with ``head`` and that the token's own
+    author wrote, among all its comments (every page of them: a long discussion has more
+    than one). The marker is public: anyone can start a comment with it, and such a
+    comment is someone else's, never updated."""
     listing = gh("api", f"repos/{repo}/issues/{number}/comments?per_page=100", "--paginate")
     try:
         pages = _json_values(listing)
     except ValueError:
         raise WorkFailed("gh api: the pull request's comments are not JSON",
                          error_id="action") from None
-    for page in pages:
-        for c in page if isinstance(page, list) else []:
-            if isinstance(c, dict) and str(c.get("body", "")).lstrip().startswith(head):
-                return c
-    return None
+    marked = [c for page in pages for c in (page if isinstance(page, list) else [])
+              if isinstance(c, dict) and str(c.get("body", "")).lstrip().startswith(head)]
+    if not marked:
+        return None
+    author = token_author()  # asked only when a comment carries the marker
+    return next((c for c in marked if _by(c, author)), None)
 
 
 def post_comment(repo: str, number: int, head: str, body: str,
@@ -375,19 +500,21 @@ def set_outputs(**values: Any) -> None:
 
 
 def run(inputs: Inputs, say: Callable[[str], None]) -> int:
+    """The profiling step: profile, compare, write the comment's body; the verdict."""
+    held = [name for name in JOB_TOKENS if os.environ.get(name)]
+    if held:  # the action gives them to no child, but a child can read its parents' env
+        annotate("warning", f"{', '.join(held)} in this step's environment (the workflow's "
+                 "or the job's env, or permissions: id-token: write): reporter keeps them "
+                 "from the profiled code's own environment, but that code runs as the same "
+                 "user and can read its parent processes'; give a token only to the steps "
+                 "that need it")
     out = inputs.out_dir.resolve()
     if out.exists() and any(out.iterdir()):
-        raise BadInput(f"out-dir {out} is not empty: give the action a folder of its own",
-                       error_id="action")
+        raise BadInput(f"out-dir {log(out)} is not empty: give the action a folder of its "
+                       "own", error_id="action")
     out.mkdir(parents=True, exist_ok=True)
     set_outputs(**{"out-dir": out})
-    head = marker(comment_key(inputs))
-    try:
-        return _work(inputs, out, head, say)
-    except (ReporterError, _Exit) as exc:
-        code = exc.exit_code if isinstance(exc, ReporterError) else exc.code
-        _comment_failed(inputs, head, code, say)
-        raise
+    return _work(inputs, out, marker(comment_key(inputs)), say)
 
 
 def _work(inputs: Inputs, out: Path, head: str, say: Callable[[str], None]) -> int:
@@ -410,7 +537,8 @@ def _work(inputs: Inputs, out: Path, head: str, say: Callable[[str], None]) -> i
     if compare:
         base = stored_runs(out / "base" if inputs.baseline == "base" else Path(inputs.baseline))
         for i, (b, nw) in enumerate(pairs(base, new), 1):
-            dest = out / "compare" / f"{i}-{nw.name}"
+            # The folder's name is a stored run's (data): only its plain characters.
+            dest = out / "compare" / f"{i}-{_PLAIN.sub('_', nw.name)[:80]}"
             args = ["compare", str(b), str(nw), "--github", "--lang", inputs.lang, "--format",
                     inputs.formats, "--out", str(dest), "--max-chars", str(share(len(new)))]
             if inputs.fail_if_slower is not None:
@@ -428,20 +556,19 @@ def _work(inputs: Inputs, out: Path, head: str, say: Callable[[str], None]) -> i
     code = verdict(codes)
     body = comment_body(head, [p.read_text(encoding="utf-8") for p in reports],
                         cut_note(inputs.lang, inputs.artifact_name))
-    (out / "comment.md").write_text(body, encoding="utf-8")
+    (out / "comment.md").write_text(body, encoding="utf-8")  # the next step posts it
     set_outputs(result=RESULTS.get(code, "error"), **{"exit-code": code,
                                                      "comment-body": out / "comment.md"})
-    _comment(inputs, head, body, say)
     if code == 4:
         why = ("could not measure: other work on the runner disturbed the runs; "
                "the comparison is inconclusive, not a pass (re-run the job)")
         if inputs.on_busy == "warn":
-            print(f"::warning title=reporter::{why}", flush=True)
+            annotate("warning", why)
             return 0
-        print(f"::error title=reporter::{why}", flush=True)
+        annotate("error", why)
     elif code == 3:
-        print(f"::error title=reporter::throughput dropped more than "
-              f"{inputs.fail_if_slower:g}% beyond the measurement's noise", flush=True)
+        annotate("error", f"throughput dropped more than {inputs.fail_if_slower:g}% beyond "
+                 "the measurement's noise")
     return code
 
 
@@ -453,12 +580,12 @@ def render_for_comment(folder: Path, lang: str, limit: int, say: Callable[[str],
     args = ["render", str(folder), "--github", "--lang", lang, "--max-chars"]
     code, errors = _reporter([*args, str(limit)], keep_errors=True)
     if code != 0 and "[too-long]" in errors:
-        say(f"{folder.name}: its report is longer than its share of the comment ({limit:,} "
-            "characters) even without its logs: the comment holds it cut, the job summary "
-            "whole")
+        say(f"{log(folder.name)}: its report is longer than its share of the comment "
+            f"({limit:,} characters) even without its logs: the comment holds it cut, the "
+            "job summary whole")
         code, errors = _reporter([*args, "0"])
     else:
-        sys.stderr.write(errors)
+        sys.stderr.write(errors)  # its lines, defused by _reporter
     _checked(code, "reporter render")
 
 
@@ -526,6 +653,49 @@ def comment_body(head: str, reports: list[str], note: str) -> str:
     return head + "\n" + "\n\n".join(fitted)
 
 
+def comment_step(say: Callable[[str], None]) -> int:
+    """The step that comments, with the token, after the profiling step (action.yml runs
+    it whenever that step made its output folder, ``$REPORTER_OUT_DIR``): it posts the
+    body that step wrote, or, when that step failed (``$REPORTER_EXIT_CODE``, its exit
+    code), says so in the comment made before. A comment GitHub refuses is a warning,
+    never the job's failure: the profiling step's exit code is the verdict."""
+    inputs = read_comment_inputs()
+    if not inputs.comment:
+        return 0
+    head = marker(comment_key(inputs))
+    code = os.environ.get("REPORTER_EXIT_CODE", "").strip()
+    if code in ("0", "3", "4"):
+        body = _written_body(Path(os.environ.get("REPORTER_OUT_DIR", "")) / "comment.md", head)
+        if body is not None:
+            _comment(inputs, head, body, say)
+    elif code.isdigit():
+        _comment_failed(inputs, head, int(code), say)
+    else:
+        annotate("warning", "no comment: the profiling step ended without an exit code "
+                 "(cancelled or killed); an earlier comment still shows an earlier commit's "
+                 "report")
+    return 0
+
+
+def _written_body(path: Path, head: str) -> str | None:
+    """The comment's body the profiling step wrote, or None (and a warning) when it is
+    not one: a file that is not there, or not regular, too long, or without the marker."""
+    from .render.report import GITHUB_COMMENT_LIMIT
+
+    body = None
+    if path.is_file():
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                body = f.read(GITHUB_COMMENT_LIMIT + 1)
+        except OSError:
+            body = None
+    if body is None or len(body) > GITHUB_COMMENT_LIMIT or not body.startswith(head + "\n"):
+        annotate("warning", f"no comment: {path} is not the comment's body the profiling "
+                 "step writes; the report is in the job summary")
+        return None
+    return body
+
+
 def _comment(inputs: Inputs, head: str, body: str, say: Callable[[str], None]) -> None:
     if not inputs.comment:
         return
@@ -538,9 +708,8 @@ def _comment(inputs: Inputs, head: str, body: str, say: Callable[[str], None]) -
     # Not commenting is a warning, never the step's failure: the gate still decides it,
     # and the job summary and the artifact hold the report.
     if not os.environ.get("GH_TOKEN"):
-        print("::warning title=reporter::no comment: the input token is empty (a "
-              "workflow's secrets are empty on a pull request from a fork); the report is "
-              "in the job summary", flush=True)
+        annotate("warning", "no comment: the input token is empty (a workflow's secrets are "
+                 "empty on a pull request from a fork); the report is in the job summary")
         return
     try:
         made = post_comment(repo, inputs.pull_request, head, body)
@@ -550,11 +719,10 @@ def _comment(inputs: Inputs, head: str, body: str, say: Callable[[str], None]) -
             why = ("the token may not write to this pull request (a pull request from a "
                    "fork gets a read-only token; docs/ci.md shows how a second workflow "
                    f"comments for it): {why}")
-        print(f"::warning title=reporter::no comment: {why}; the report is in the job "
-              "summary", flush=True)
+        annotate("warning", f"no comment: {why}; the report is in the job summary")
         return
     set_outputs(**{"comment-id": made.get("id", ""), "comment-url": made.get("html_url", "")})
-    say(f"comment {made.get('id')}: {made.get('html_url', '')}")
+    say(f"comment {made.get('id')}: {log(made.get('html_url', ''))}")
 
 
 def _head_sha() -> str:
@@ -567,7 +735,7 @@ def _head_sha() -> str:
 def _comment_failed(inputs: Inputs, head: str, code: int, say: Callable[[str], None]) -> None:
     """After a failure, the action's comment, when there is one, says so instead of
     showing an earlier commit's figures as if they were this one's. It creates none, and
-    never fails: the failure itself is the step's."""
+    never fails: the failure itself is the profiling step's."""
     repo = os.environ.get("GITHUB_REPOSITORY", "")
     if (not inputs.comment or inputs.pull_request is None or not os.environ.get("GH_TOKEN")
             or not re.fullmatch(r"[\w.-]+/[\w.-]+", repo)):
@@ -584,40 +752,43 @@ def _comment_failed(inputs: Inputs, head: str, code: int, say: Callable[[str], N
         made = post_comment(repo, inputs.pull_request, head, head + "\n" + text + "\n",
                             create=False)
     except (ReporterError, OSError) as exc:
-        print(f"::warning title=reporter::the comment still shows an earlier commit's "
-              f"report: {exc}", flush=True)
+        annotate("warning", f"the comment still shows an earlier commit's report: {exc}")
         return
     if made:
         set_outputs(**{"comment-id": made.get("id", ""),
                        "comment-url": made.get("html_url", "")})
-        say(f"comment {made.get('id')} says that this run failed: {made.get('html_url', '')}")
+        say(f"comment {made.get('id')} says that this run failed: "
+            f"{log(made.get('html_url', ''))}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if argv if argv is not None else sys.argv[1:]:
-        print("usage: python -m reporter.action (its inputs come from INPUT_* variables; "
-              "see action.yml)", file=sys.stderr)
+    """The profiling step (no arguments) or the step that comments (``comment``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args not in ([], ["comment"]):
+        print("usage: python -m reporter.action [comment] (its inputs come from INPUT_* "
+              "variables; see action.yml)", file=sys.stderr)
         return 2
 
     def say(message: str) -> None:
-        print(f"reporter-action: {message}", file=sys.stderr, flush=True)
+        say_line(f"reporter-action: {message}")
 
     try:
-        return run(read_inputs(), say)
+        return comment_step(say) if args else run(read_inputs(), say)
     except ReporterError as exc:
-        print(exc.one_line(), file=sys.stderr)
+        say_line(log_line(exc.one_line()))
         code = exc.exit_code
     except _Exit as exc:
         say(str(exc))
         code = exc.code
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"reporter: error [io]: {exc.strerror or exc}{where}", file=sys.stderr)
+        say_line(log(f"reporter: error [io]: {exc.strerror or exc}{where}", width=None))
         code = 1
-    try:
-        set_outputs(result="error", **{"exit-code": code})
-    except OSError:
-        pass
+    if not args:  # the profiling step's outputs say what happened
+        try:
+            set_outputs(result="error", **{"exit-code": code})
+        except OSError:
+            pass
     return code
 
 

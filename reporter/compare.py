@@ -226,37 +226,45 @@ def compare(steps: list[Step]) -> Comparison:
 
 def busy(comparison: Comparison) -> list[str]:
     """The runs (by name and mode) whose measurements other work on the machine
-    disturbed, among the first and last of each mode: the gate cannot judge them."""
+    disturbed, among the first and last of each mode: the gate cannot judge them. For a
+    message: each name one line, with no workflow command in it (``markup.log``)."""
+    from .render.markup import log
+
     out = []
     for m in comparison.modes:
         for step, section in ((comparison.steps[0], m.overall.before),
                               (comparison.steps[-1], m.overall.after)):
             if section.busy:
-                name = f"{step.name} ({m.mode})"
+                name = f"{log(step.name)} ({log(m.mode)})"
                 if name not in out:
                     out.append(name)
     return out
 
 
 def regression(comparison: Comparison, max_slowdown_pct: float) -> tuple[bool, list[str]]:
-    """Is the last step more than ``max_slowdown_pct`` % slower than the first, beyond noise?"""
+    """Is the last step more than ``max_slowdown_pct`` % slower than the first, beyond noise?
+    Each reason is one line for the gate's message: a section's label comes from the run,
+    so it is printed as ``markup.log`` makes it (no line break, no workflow command)."""
+    from .render.markup import log
+
     failed, why = False, []
     for m in comparison.modes:
         p = m.overall
+        mode = log(m.mode)
         if p.speedup is None:
-            why.append(f"{m.mode}: no throughput to compare")
+            why.append(f"{mode}: no throughput to compare")
             continue
         drop = (1.0 - p.speedup) * 100.0
         limit = 1.0 - max_slowdown_pct / 100.0
         if p.ratio is not None:  # slower than the limit even at the interval's best end
             if p.ratio.high < limit:
                 failed = True
-                why.append(f"{m.mode}: {drop:.1f}% slower than the base (limit "
+                why.append(f"{mode}: {drop:.1f}% slower than the base (limit "
                            f"{max_slowdown_pct:g}%; the speed-up lies in {p.ratio.low:.3f}-"
                            f"{p.ratio.high:.3f} with {p.ratio.confidence:.0%} confidence)")
         elif drop > max_slowdown_pct and not p.within_noise:
             failed = True
-            why.append(f"{m.mode}: {drop:.1f}% slower than the base (limit {max_slowdown_pct:g}%, "
+            why.append(f"{mode}: {drop:.1f}% slower than the base (limit {max_slowdown_pct:g}%, "
                        f"noise ±{(p.noise or 0) * 100:.1f}%)")
     return failed, why
 

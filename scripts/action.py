@@ -1,4 +1,6 @@
-"""The GitHub Action's step: ``reporter.action`` run from the user's checkout.
+"""The GitHub Action's steps: ``reporter.action`` run from the user's checkout, without
+arguments for the profiling step, with ``comment`` for the step that comments (the only
+one given the token).
 
 ``python -m reporter.action`` would put the working directory (the user's repository)
 first on ``sys.path``, so a ``reporter/`` folder of theirs would be imported in place of

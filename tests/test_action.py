@@ -32,7 +32,9 @@ FAKE_GH = '''#!{python}
 It pages as GitHub does (per_page, 30 unless the URL says, at most 100) and prints every
 page only with --paginate, the pages one after the other with nothing between them, as gh
 api --paginate prints them. With $FAKE_GH_READONLY, writing is refused as GitHub refuses a
-fork's pull request's read-only token."""
+fork's pull request's read-only token. `gh api user` answers as GitHub does: the login of a
+user's token ($FAKE_GH_LOGIN), or HTTP 403 for GITHUB_TOKEN (an installation's token),
+whose comments are github-actions[bot]'s."""
 import json, os, sys
 from urllib.parse import parse_qs, urlsplit
 state_path = os.environ["FAKE_GH_STATE"]
@@ -48,7 +50,15 @@ with open(os.environ["FAKE_GH_LOG"], "a") as log:
                            "token": os.environ.get("GH_TOKEN")}}) + "\\n")
 repo, pr = os.environ["FAKE_GH_REPO"], os.environ["FAKE_GH_PR"]
 comments = state["comments"]
-if args[:1] == ["api"] and "-X" not in args and \\
+login = os.environ.get("FAKE_GH_LOGIN")
+me = {{"login": login, "type": "User"}} if login else {{"login": "github-actions[bot]",
+                                                       "type": "Bot"}}
+if args == ["api", "user"]:
+    if not login:
+        print("gh: Resource not accessible by integration (HTTP 403)", file=sys.stderr)
+        sys.exit(1)
+    print(json.dumps({{"id": 1, **me}}))
+elif args[:1] == ["api"] and "-X" not in args and \\
         urlsplit(args[1]).path == f"repos/{{repo}}/issues/{{pr}}/comments":
     per_page = min(100, int(parse_qs(urlsplit(args[1]).query).get("per_page", ["30"])[0]))
     pages = [comments[i:i + per_page] for i in range(0, len(comments), per_page)] or [[]]
@@ -64,7 +74,7 @@ elif args[:3] == ["api", "-X", "POST"] or args[:3] == ["api", "-X", "PATCH"]:
         sys.exit(1)
     if args[3] == f"repos/{{repo}}/issues/{{pr}}/comments" and args[2] == "POST":
         cid = 4200 + len(comments)
-        made = {{"id": cid, "body": payload["body"],
+        made = {{"id": cid, "user": me, "body": payload["body"],
                  "html_url": f"https://github.com/{{repo}}/pull/{{pr}}#issuecomment-{{cid}}"}}
         comments.append(made)
         print(json.dumps(made))
@@ -111,6 +121,10 @@ class Result:
     err: str
     outputs: dict[str, dict[str, str]]  # step id -> its outputs
     uses: list[dict[str, Any]]  # the `uses:` steps that ran, with their evaluated `with:`
+    action: dict[str, str]  # the action's outputs, as action.yml maps them
+
+
+BOT = {"login": "github-actions[bot]", "type": "Bot"}  # who GITHUB_TOKEN's comments are by
 
 
 OTHER = [  # comments already on the pull request, which the action must leave alone
@@ -233,7 +247,8 @@ def run_action(job: Job, **given: str) -> Result:
                                          output.read_text().splitlines() if "=" in line)
         if res.returncode != 0:
             ctx.failed, code = True, res.returncode
-    return Result(code, out, err, ctx.steps, uses)
+    outputs = {name: ctx.sub(spec["value"]) for name, spec in action["outputs"].items()}
+    return Result(code, out, err, ctx.steps, uses, outputs)
 
 
 def _stored(**given: str) -> dict[str, str]:
@@ -248,7 +263,7 @@ def test_a_regression_comments_once_then_updates_the_same_comment(job):
                                       out_dir=str(job.root / "out1")))
     assert first.code == 3, first.err  # the gate's exit code is the step's
     assert "slower than the base" in first.err and "::error title=reporter::" in first.out
-    outputs = first.outputs["reporter"]
+    outputs = first.action
     assert outputs["result"] == "regression" and outputs["exit-code"] == "3"
     calls = job.gh_calls()
     assert [c["args"][:3] for c in calls] == [
@@ -277,11 +292,12 @@ def test_a_regression_comments_once_then_updates_the_same_comment(job):
     calls = job.gh_calls()[2:]
     assert [c["args"] for c in calls] == [
         ["api", f"repos/{REPO}/issues/{PR}/comments?per_page=100", "--paginate"],
+        ["api", "user"],  # a comment has the marker: is it the token's author's?
         ["api", "-X", "PATCH", f"repos/{REPO}/issues/comments/{made['id']}"]]
     comments = job.comments()
     assert len(comments) == 3 and comments[:2] == OTHER  # one comment, the others untouched
     assert comments[2]["id"] == made["id"] and "# Сравнение:" in comments[2]["body"]
-    assert second.outputs["reporter"]["comment-url"] == made["html_url"]
+    assert second.action["comment-url"] == made["html_url"]
 
 
 def test_no_regression_passes(job):
@@ -289,7 +305,7 @@ def test_no_regression_passes(job):
                                     runs=str(RUNS / "cpu-transformer-bloat-fixed"),
                                     comment="false", artifact_name=""))
     assert res.code == 0, res.err
-    assert res.outputs["reporter"]["result"] == "pass"
+    assert res.action["result"] == "pass"
     assert job.gh_calls() == []  # comment: false
     assert res.uses == []  # artifact-name: '' uploads nothing
     assert "faster" in job.summary
@@ -307,7 +323,7 @@ def test_a_reporter_package_in_the_users_repository_is_not_imported(job):
                                     comment="false", artifact_name=""))
     assert "the user repository reporter" not in res.err + res.out
     assert res.code == 0, res.err
-    assert res.outputs["reporter"]["result"] == "pass"
+    assert res.action["result"] == "pass"
 
 
 def test_several_targets_are_paired_by_name_in_one_comment(job):
@@ -354,7 +370,7 @@ def test_a_busy_runner_is_said_and_never_passes_silently(job, on_busy, code):
                                     runs=str(RUNS / "cpu-transformer-busy"), on_busy=on_busy,
                                     lang="zh"))
     assert res.code == code, res.err
-    assert res.outputs["reporter"]["result"] == "busy"
+    assert res.action["result"] == "busy"
     annotation = "::error" if on_busy == "fail" else "::warning"
     assert f"{annotation} title=reporter::could not measure" in res.out
     # The comment and the summary say it in the report's language.
@@ -366,7 +382,8 @@ def test_a_busy_runner_is_said_and_never_passes_silently(job, on_busy, code):
 def test_the_comment_is_found_beyond_the_first_page(job):
     """A long discussion: 150 comments, the action's own the 131st, on the second page of
     100 (the fake gh prints one page unless asked --paginate, as gh does)."""
-    mine = {"id": 9131, "body": "<!-- reporter:action:profile/cpu -->\nan older report",
+    mine = {"id": 9131, "user": BOT,
+            "body": "<!-- reporter:action:profile/cpu -->\nan older report",
             "html_url": "https://github.com/someone/model/pull/7#issuecomment-9131"}
     others = [{"id": 9000 + i, "body": f"comment {i}", "html_url": "x"} for i in range(150)]
     others[131] = mine
@@ -377,11 +394,12 @@ def test_the_comment_is_found_beyond_the_first_page(job):
     calls = job.gh_calls()
     assert [c["args"][:3] for c in calls] == [
         ["api", f"repos/{REPO}/issues/{PR}/comments?per_page=100", "--paginate"],
+        ["api", "user"],  # whose comment is ours: GITHUB_TOKEN's, the Actions bot's
         ["api", "-X", "PATCH"]]
-    assert calls[1]["args"][3] == f"repos/{REPO}/issues/comments/9131"
+    assert calls[2]["args"][3] == f"repos/{REPO}/issues/comments/9131"
     comments = job.comments()
     assert len(comments) == 150 and "an older report" not in comments[131]["body"]
-    assert res.outputs["reporter"]["comment-url"] == mine["html_url"]
+    assert res.action["comment-url"] == mine["html_url"]
 
 
 @pytest.mark.slow
@@ -432,7 +450,7 @@ def test_a_forks_read_only_token_is_a_warning_and_the_gate_decides(job, runs, co
     warning = [line for line in res.out.splitlines() if line.startswith("::warning")]
     assert len(warning) == 1 and "no comment: the token may not write" in warning[0]
     assert "fork" in warning[0] and "HTTP 403" in warning[0]
-    assert job.comments() == OTHER and "comment-url" not in res.outputs["reporter"]
+    assert job.comments() == OTHER and res.action["comment-url"] == ""
     assert "<!-- reporter:compare:" in job.summary  # the report is still there
 
 
@@ -442,6 +460,224 @@ def test_an_empty_token_is_a_warning_without_calling_gh(job):
     assert res.code == 3, res.err  # the gate, as without a comment
     assert "::warning title=reporter::no comment: the input token is empty" in res.out
     assert job.gh_calls() == [] and job.comments() == OTHER
+
+
+# --- what the pull request's code and its runs can reach -----------------------------
+
+ENV_TARGET = '''import json, os
+
+
+def _environ(pid):
+    with open(f"/proc/{{pid}}/environ", "rb") as f:
+        pairs = f.read().decode("utf-8", "replace").split("\\0")
+    return dict(p.split("=", 1) for p in pairs if "=" in p)
+
+
+parent = os.getppid()
+with open(f"/proc/{{parent}}/cmdline", "rb") as f:
+    parent_cmd = f.read().decode("utf-8", "replace")
+with open({dump!r}, "w") as f:
+    json.dump({{"env": dict(os.environ), "parent": _environ(parent), "parent_cmd": parent_cmd}},
+              f)
+
+
+def build(device="cpu", preset="default"):
+    raise RuntimeError("the environment is written down: nothing to profile")
+'''
+
+# What a job can hold besides the token input: GITHUB_TOKEN in a workflow's env, the
+# runner's tokens for OIDC (permissions: id-token: write) and for its own services.
+JOB_SECRETS = {"GITHUB_TOKEN": "job-env-token", "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "oidc-token",
+               "ACTIONS_ID_TOKEN_REQUEST_URL": "https://oidc.example/token",
+               "ACTIONS_RUNTIME_TOKEN": "runtime-token"}
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+def test_the_profiled_code_never_sees_the_token(job):
+    """The pull request's own target, a file that writes down its environment and its
+    parent's (read through /proc, as any code of the same user can), run by the action:
+    neither holds the token, the job's other tokens or the action's inputs. The comment
+    step, which runs after it, still has the token: here it says that the run failed."""
+    ws = Path(job.env["GITHUB_WORKSPACE"])
+    seen_at = job.root / "seen.json"
+    (ws / "evil_target.py").write_text(ENV_TARGET.format(dump=str(seen_at)))
+    job.env.update(JOB_SECRETS)
+    earlier = {"id": 77, "user": BOT, "html_url": "u77",
+               "body": "<!-- reporter:action:key-4711 -->\nan earlier commit's figures"}
+    Path(job.env["FAKE_GH_STATE"]).write_text(json.dumps({"comments": [earlier]}))
+    res = run_action(job, python=sys.executable, targets="evil_target.py:build",
+                     baseline="none", formats="md", device="cpu", comment_key="key-4711")
+    assert res.code == 1, res.err  # the target raised once it had written: run failed
+    seen = json.loads(seen_at.read_text())
+    env = seen["env"]
+    assert not {"GH_TOKEN", *JOB_SECRETS} & set(env), sorted(env)
+    assert [k for k in env if k.startswith("INPUT_")] == []
+    for value in ("fake-token", *JOB_SECRETS.values(), "key-4711"):  # an input's value too
+        assert all(value not in v for v in env.values()), value
+    # Its parent is the action's own process: the token is not in its environment either.
+    assert "action.py" in seen["parent_cmd"], seen["parent_cmd"]
+    assert "GH_TOKEN" not in seen["parent"]
+    assert all("fake-token" not in v for v in seen["parent"].values())
+    # The tokens a workflow put in the job's environment are named in a warning.
+    [warning] = [line for line in res.out.splitlines() if line.startswith("::warning")]
+    assert "GITHUB_TOKEN" in warning and "ACTIONS_ID_TOKEN_REQUEST_TOKEN" in warning
+    # The comment step had the token: the earlier comment says that this run failed.
+    [patch] = [c for c in job.gh_calls() if "-X" in c["args"]]
+    assert patch["token"] == "fake-token"
+    assert patch["args"][3] == f"repos/{REPO}/issues/comments/77"
+    assert "could not finish on commit `111111111111`" in job.comments()[0]["body"]
+    assert res.action["result"] == "error" and res.action["exit-code"] == "1"
+    assert res.action["comment-url"] == "u77"
+
+
+@pytest.mark.parametrize("opt_in", [None, "false", "true"])
+def test_pull_request_target_is_refused_unless_opted_in(job, opt_in):
+    """On pull_request_target the job's token can write, and a workflow that checks out
+    the pull request runs its code with it: refused, in one line that says why, unless
+    the workflow says it knows (allow-pull-request-target)."""
+    job.env["GITHUB_EVENT_NAME"] = "pull_request_target"
+    given = _stored(baseline=str(RUNS / "cpu-transformer-bloat"),
+                    runs=str(RUNS / "cpu-transformer-bloat-fixed"))
+    if opt_in is not None:
+        given["allow_pull_request_target"] = opt_in
+    res = run_action(job, **given)
+    if opt_in == "true":
+        assert res.code == 0, res.err
+        assert res.action["result"] == "pass" and res.action["comment-url"]
+        return
+    assert res.code == 2, (res.out, res.err)
+    lines = [line for line in res.err.splitlines() if not line.startswith("reporter-action:")]
+    assert len(lines) == 1 and "Traceback" not in res.err, res.err
+    assert "pull_request_target" in lines[0] and "allow-pull-request-target" in lines[0]
+    assert "write" in lines[0] and "same user" in lines[0]
+    assert job.gh_calls() == [] and res.action["out-dir"] == ""  # nothing ran
+
+
+@pytest.mark.parametrize("login", ["", "alice"])  # GITHUB_TOKEN (a bot's), a user's token
+def test_a_marker_comment_by_someone_else_is_never_taken_over(job, login):
+    """Anyone can post a comment that starts with the action's marker (it is public): the
+    action updates only a comment of its own token's author, and makes one if there is
+    none. With a user's token, the Actions bot's comment is someone else's too."""
+    head = "<!-- reporter:action:profile/cpu -->"
+    mallory = {"id": 500, "user": {"login": "mallory", "type": "User"}, "html_url": "m",
+               "body": f"\n\n{head}\nfake figures"}
+    others = [*OTHER, mallory]
+    if login:
+        job.env["FAKE_GH_LOGIN"] = login
+        others.append({"id": 501, "user": BOT, "html_url": "b", "body": f"{head}\nthe bot's"})
+    Path(job.env["FAKE_GH_STATE"]).write_text(json.dumps({"comments": others}))
+    given = _stored(baseline=str(RUNS / "cpu-transformer-bloat"),
+                    runs=str(RUNS / "cpu-transformer-bloat-fixed"))
+    for push in range(2):
+        res = run_action(job, **given, out_dir=str(job.root / f"out{push}"))
+        assert res.code == 0, res.err
+        comments = job.comments()
+        assert comments[:len(others)] == others  # mallory's (and the bot's) untouched
+        [mine] = comments[len(others):]  # made by the first push, updated by the second
+        assert mine["user"]["login"] == (login or "github-actions[bot]")
+        assert mine["body"].startswith(head + "\n<!-- reporter:compare:")
+        assert res.action["comment-url"] == mine["html_url"]
+    writes = [c["args"][:4] for c in job.gh_calls() if "-X" in c["args"]]
+    assert writes == [["api", "-X", "POST", f"repos/{REPO}/issues/{PR}/comments"],
+                      ["api", "-X", "PATCH", f"repos/{REPO}/issues/comments/{mine['id']}"]]
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="needs jq")
+def test_the_manual_workflow_finds_only_its_own_comment():
+    """docs/ci.md's manual workflow selects its comment with gh's --jq: run that filter (jq
+    reads the same language) on comments where a stranger's starts with the marker too."""
+    doc = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+    [jq] = re.findall(r"--jq '([^']*reporter:compare[^']*)'", doc)
+    comments = [
+        {"id": 1, "user": {"login": "mallory", "type": "User"},
+         "body": "<!-- reporter:compare:a,b -->\nfake"},
+        {"id": 2, "user": BOT, "body": "<!-- reporter:compare:a,b -->\nreal"},
+        {"id": 3, "user": BOT, "body": "something else"},
+    ]
+    res = subprocess.run(["jq", "-r", jq], input=json.dumps(comments), capture_output=True,
+                         text=True, check=True)
+    assert res.stdout.split() == ["2"]
+
+
+PWN = ("x\n::warning title=pwned::injected\n::set-output name=result::pass\n"
+       "::stop-commands::tok\n  ::error::indented\n##[error]legacy\ny")
+
+
+def _commands(text: str) -> list[str]:
+    """The lines GitHub's runner would read as workflow commands: `::` after any leading
+    blanks, or the legacy `##[` anywhere in a line."""
+    return [line for line in text.splitlines() if line.lstrip().startswith("::")
+            or "##[" in line]
+
+
+def _hostile_pair(dest: Path, folder: str = "{side}") -> tuple[Path, Path]:
+    """A base and a new run (a regression) whose every section label and target name
+    holds workflow commands, in folders named by ``folder``."""
+    made = []
+    for side, fixture in (("base", "cpu-transformer-bloat-fixed"),
+                          ("new", "cpu-transformer-bloat")):
+        run = dest / side / folder.format(side=side)
+        shutil.copytree(RUNS / fixture, run)
+        doc = json.loads((run / "run.json").read_text())
+        for section in doc["run"]["sections"]:
+            section["label"] = PWN
+        doc["run"]["target"]["name"] = "bloat" + PWN
+        (run / "run.json").write_text(json.dumps(doc))
+        made.append(run)
+    return made[0], made[1]
+
+
+def test_a_gate_message_from_run_data_is_one_line_without_commands(tmp_path):
+    from conftest import cli
+
+    base, new = _hostile_pair(tmp_path)
+    res = cli("compare", base, new, "--fail-if-slower", "5", "--format", "md",
+              "--out", tmp_path / "cmp")
+    assert res.code == 3, res.err
+    assert len(res.err.splitlines()) == 1 and "slower than the base" in res.err, res.err
+    assert _commands(res.out + res.err) == [], res.err
+    assert "injected" in res.err  # the label is shown, escaped, not dropped
+
+
+def test_run_data_writes_no_workflow_command_into_the_log(job):
+    """Stored runs from an artifact (a fork's, in docs/ci.md's comment workflow): their
+    labels, target names and folder names hold workflow commands. Nothing the action or
+    its reporter children print is one, but the action's own annotations."""
+    base, new = _hostile_pair(job.root / "runs", folder="run" + PWN + "{side}")
+    res = run_action(job, **_stored(baseline=str(base.parent), runs=str(new.parent)))
+    assert res.code == 3, res.err
+    log = res.out + "\n" + res.err
+    commands = _commands(log)
+    assert commands and all(re.match(r"::(error|warning) title=reporter::", c)
+                            for c in commands), commands
+    assert not re.search("pwned|set-output|stop-commands", "\n".join(commands)), commands
+    assert res.action["result"] == "regression"
+    assert "injected" in log  # the data is in the log, escaped
+
+
+def test_mentions_and_links_from_a_run_stay_text(job, stored):
+    """A run's device name, torch version and peaks' device go into the comment (with
+    baseline none, its H1): an @mention or a bare URL there must neither ping anyone nor
+    become a link. Each still reads as it was (but for a zero-width joiner)."""
+    _, folder = stored("cpu-transformer-bloat")
+    doc = json.loads((folder / "run.json").read_text())
+    env = doc["run"]["env"]
+    env["device_name"] = "@org/team see https://evil.example"
+    env["torch"] = "2.5 mail me@evil.example, HTTP://EVIL.EXAMPLE/x"
+    for section in doc["run"]["sections"]:
+        section["peaks"]["device"] = "@octocat www.evil.example"
+    (folder / "run.json").write_text(json.dumps(doc))
+    res = run_action(job, **_stored(baseline="none", runs=str(folder)))
+    assert res.code == 0, res.err
+    body = job.comments()[-1]["body"]
+    title = next(line for line in body.splitlines() if line.startswith("# "))
+    assert title.replace("\u200d", "").endswith("on @org/team see https://evil.example")
+    prose = re.sub(r"```.*?```|`[^`\n]*`|<!--.*?-->", " ", body, flags=re.S)
+    assert not re.findall(r"(?i)(?:^|[^\w`])@[a-z0-9]", prose)  # GitHub's mention pattern
+    assert not re.findall(r"(?i)https?://|www\.|\w@\w", prose)  # autolinks, e-mail too
+    for shown in ("@octocat www.evil.example", "me@evil.example, HTTP://EVIL.EXAMPLE/x"):
+        assert shown in body.replace("\u200d", "")
+    assert job.summary.count("\u200d") >= 6  # the job summary gets the same report
 
 
 def test_cut_keeps_whole_lines_and_closes_what_it_leaves_open():
@@ -506,8 +742,8 @@ def test_a_failed_run_says_so_in_the_comment_it_made_before(job, tmp_path):
     assert body.startswith("<!-- reporter:action:profile/cpu -->\n")
     assert "не смог завершить работу на коммите `111111111111`" in body
     assert "код выхода 2" in body and "Сравнение" not in body  # the old figures are gone
-    assert res.outputs["reporter"]["result"] == "error"
-    assert res.outputs["reporter"]["comment-url"] == made["html_url"]
+    assert res.action["result"] == "error"
+    assert res.action["comment-url"] == made["html_url"]
 
 
 @pytest.mark.parametrize("given,words", [
@@ -530,8 +766,8 @@ def test_bad_input_is_one_line_and_exit_2(job, given, words):
     assert [c for c in job.gh_calls() if "-X" in c["args"]] == []
     assert job.comments() == OTHER
     if "python" not in given:  # the action's own step ran: its outputs say what happened
-        assert res.outputs["reporter"]["result"] == "error"
-        assert res.outputs["reporter"]["exit-code"] == "2"
+        assert res.action["result"] == "error"
+        assert res.action["exit-code"] == "2"
 
 
 def test_baseline_base_needs_the_repository(job):
@@ -582,7 +818,7 @@ def test_the_base_commit_is_profiled_in_the_same_job(job):
                      device="cpu", formats="md", fail_if_slower="",
                      run_args="--time-budget 0.3 --threads 1")
     assert res.code == 0, res.err
-    out = Path(res.outputs["reporter"]["out-dir"])
+    out = Path(res.action["out-dir"])
     assert out.parent == Path(job.env["RUNNER_TEMP"])  # the default out-dir
     batches = {}
     for side in ("base", "new"):

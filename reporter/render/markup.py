@@ -10,7 +10,8 @@ functions here, each for one context:
 - ``fence``: a fenced block (raw logs, Mermaid);
 - ``comment``: inside ``<!-- ... -->``;
 - ``url``: a relative link target (a chart file beside the report);
-- ``mermaid_label``: a quoted label inside a Mermaid chart.
+- ``mermaid_label``: a quoted label inside a Mermaid chart;
+- ``log``: inside a line of a CI job's log (no workflow command; plain text, not Md).
 
 Each returns ``Md``, a ``str`` that is already safe Markdown. The report
 templates' Jinja environment passes every printed value through ``finalize``:
@@ -22,6 +23,11 @@ Unicode line breaks (``\\r``, ``\\v``, ``\\f``, ``\\x1c``-``\\x1e``, ``\\x85``,
 U+2028, U+2029) and invisible format characters (bidirectional overrides,
 zero-width spaces) become U+FFFD, tabs become spaces. Names are shortened for
 display (``shorten``); ``--json`` keeps them whole.
+
+Prose (``text``) is also kept from pinging or linking anything on GitHub: an @mention
+(a user, ``@org/team``), an e-mail address and a bare URL (``http://``, ``https://``,
+``www.``) each get a zero-width joiner (``JOINER``) after their ``@``, ``:`` or
+``www``, so that they read the same but GitHub neither notifies anyone nor makes a link.
 """
 
 from __future__ import annotations
@@ -68,6 +74,18 @@ _TEXT_ESCAPES.update({"<": "&lt;", ">": "&gt;", "&": "&amp;", "|": "&#124;", "$"
                       "~": "&#126;"})
 _TEXT_TABLE = str.maketrans(_TEXT_ESCAPES)
 
+# U+200D: invisible, and neither a word character nor a blank, so that GitHub's mention
+# pattern (``@`` then a letter or digit) and its autolinks (``www.``, a scheme then
+# ``//``, ``name@domain``) no longer match. Input never holds one (``clean``).
+JOINER = "\u200d"
+_WWW = re.compile(r"(?i)(www)\.")
+
+
+def inert(value: str) -> str:
+    """``value`` with each @mention, e-mail address and bare URL broken by ``JOINER``."""
+    out = value.replace("@", "@" + JOINER).replace("://", ":" + JOINER + "//")
+    return _WWW.sub(lambda m: m.group(1) + JOINER + ".", out)
+
 
 _LEADING_SPACES = re.compile(r"^ {2,}")
 _BULLET = re.compile(r"[-+](?= |-|\+|$)")
@@ -77,12 +95,13 @@ _ORDERED = re.compile(r"(\d{1,9})([.)])(?= |$)")
 def text(value: Any, width: int | None = TEXT_WIDTH) -> Md:
     """Plain text in Markdown prose: shows as the same characters, never as markup.
 
-    Leading spaces become one (at the start of a line, four would make a code block).
+    Leading spaces become one (at the start of a line, four would make a code block);
+    mentions and bare URLs are made inert (``inert``).
     """
     out = _LEADING_SPACES.sub(" ", clean(value))
     if width:
         out = shorten(out, width)
-    out = out.translate(_TEXT_TABLE)
+    out = inert(out).translate(_TEXT_TABLE)
     # What would start a list or a rule when the text begins a line (after the one
     # leading space a line may keep).
     lead = " " if out.startswith(" ") else ""
@@ -147,6 +166,26 @@ def mermaid_label(value: Any, width: int = 40) -> str:
     out = shorten(clean(value), width)
     return (out.replace('"', "'").replace("<", "‹").replace(">", "›").replace("#", "＃")
             .replace("`", "'"))
+
+
+def log_line(line: str) -> str:
+    """A line for a CI job's log that GitHub's runner does not read as a workflow
+    command: ``::`` after leading blanks (``::set-output``, ``::stop-commands``) gets a
+    ``JOINER`` between its colons, and so does the legacy ``##[`` anywhere in the line.
+    ``line`` must be one line already (``log`` makes it one)."""
+    out = line.replace("##[", "#" + JOINER + "#[")
+    rest = out.lstrip()
+    if rest.startswith("::"):
+        out = out[:len(out) - len(rest)] + ":" + JOINER + rest[1:]
+    return out
+
+
+def log(value: Any, width: int | None = TEXT_WIDTH) -> str:
+    """Text from the input inside a message that can reach a CI job's log (a label, a
+    target's or a folder's name): one line (``clean``), shortened, no workflow command
+    (``log_line``)."""
+    out = clean(value)
+    return log_line(shorten(out, width) if width else out)
 
 
 def join(items: Iterable[Any], separator: str = "") -> Md:
