@@ -291,3 +291,19 @@ def test_list_marks_a_busy_run(stored):
     root, _ = stored("cpu-transformer-busy")
     result = cli("list", "--runs", root)
     assert result.code == 0 and "~34.5 (busy)" in result.out
+
+
+def test_the_counts_hold_every_dtype_whether_this_machine_has_its_peak_or_not():
+    """A float64 model's products have no peak on the CPU: the efficiency leaves them out,
+    and the counts of a busy run left them out too (its table began at layer norm); the
+    counts are the recorded shapes' alone."""
+    from reporter.analyze.efficiency import count
+
+    profile = load(BUSY_RUN).sections[0].profile
+    costs = [dict(c, dtype="fp64") if c["name"] == "aten::mm" else c for c in profile.costs]
+    c = count(replace(profile, costs=costs))
+    mm = next(o for o in c.ops if o.name == "aten::mm")
+    assert mm.dtypes == ["fp64"] and c.ops[0] is mm
+    assert mm.flops == pytest.approx(sum(x["flops"] for x in costs
+                                         if x["name"] == "aten::mm") / c.steps)
+    assert c.flops_per_step == pytest.approx(sum(x["flops"] for x in costs) / c.steps)

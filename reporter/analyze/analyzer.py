@@ -27,7 +27,7 @@ from ..model.profile import Profile
 from ..model.run import Run, Section
 from . import rules  # noqa: F401  (the registry is whole: see the package)
 from .compiled import Compiled, compiled
-from .efficiency import Efficiency
+from .efficiency import Counts, Efficiency
 from .savings import PAGE_B, WRITERS, writers
 from .findings import (
     MATMUL_OPS,
@@ -124,7 +124,7 @@ class Analysis:
     # What the step computes where the efficiency is withheld because the machine was
     # busy: FLOPs and bytes are counts from the recorded shapes, which the load does not
     # change (only the rates built on a disturbed time or peak are withheld).
-    counts: Efficiency | None = None
+    counts: Counts | None = None
 
 
 # Page faults under the profiler this many times those without it, and this many more per
@@ -243,7 +243,7 @@ def analyze_section(section: Section, batch_size: int | None = None,
     timed without the profiler. The one place a profile is analyzed. ``stragglers``: the
     ranks side by side (stragglers.of_run), else those the profile was read with (a
     folder of per-rank traces)."""
-    from .efficiency import BUSY, of_section
+    from .efficiency import BUSY, count, of_section
     from .savings import ranked
 
     eff = of_section(section, batch_size)
@@ -281,7 +281,7 @@ def analyze_section(section: Section, batch_size: int | None = None,
                     reading=read_step(section.profile.breakdown),
                     short_kernel_us=short_kernels_us(section.profile),
                     compiled=compiled(section.profile), stragglers=ranks,
-                    counts=floor if isinstance(floor, Efficiency) else None)
+                    counts=count(section.profile) if eff == BUSY else None)
 
 
 def analyze_run(run: Run) -> list[Analysis]:

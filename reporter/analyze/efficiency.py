@@ -285,7 +285,7 @@ def of_section(section: Section, batch_size: int | None = None,
     return result
 
 
-def to_json(result: Efficiency | str, counts: Efficiency | None = None) -> dict[str, Any]:
+def to_json(result: Efficiency | str, counts: Counts | None = None) -> dict[str, Any]:
     """The ``--json`` form: rates in FLOP/s and bytes/s, times in microseconds, per step.
     Where no efficiency is given (``result`` says why), ``counts`` (the machine was busy):
     the FLOPs and bytes per step, which do not depend on the load."""
@@ -309,16 +309,62 @@ def to_json(result: Efficiency | str, counts: Efficiency | None = None) -> dict[
     }
 
 
-def by_flops(e: Efficiency) -> list[OpEfficiency]:
-    """The modelled operators by FLOPs per step, then bytes: an order that no load changes."""
-    return sorted(e.ops, key=lambda o: (-o.flops, -o.bytes, o.name))
+@dataclass
+class OpCount:
+    name: str
+    dtypes: list[str]
+    calls: int  # over all steps
+    flops: float  # per step
+    bytes: float  # per step
+
+    @property
+    def intensity(self) -> float | None:
+        return self.flops / self.bytes if self.bytes > 0 else None
 
 
-def counts_json(e: Efficiency) -> dict[str, Any]:
-    """The counts of ``e`` alone (no time, rate or roof): what a busy machine leaves true."""
+@dataclass
+class Counts:
+    """What the step computes, from the recorded shapes alone: no time, rate or peak, so
+    nothing other work on the machine changes (what a busy run still states)."""
+    steps: int
+    training: bool
+    flops_per_step: float  # every modelled FLOP
+    model_flops_per_step: float  # the forward's, x 3 for a training step (as MFU's)
+    ops: list[OpCount]  # the most FLOPs first, then bytes
+
+
+def count(profile: Profile) -> Counts | None:
+    """The FLOPs and bytes of every modelled operator per step, whatever its dtype (a
+    dtype with no peak on this machine is counted too); None without recorded shapes."""
+    if not profile.shapes_recorded or not profile.costs:
+        return None
+    b = profile.breakdown
+    steps = len(b.steps_us) if b is not None and b.steps_us else max(profile.steps, 1)
+    forward_phase = ("forward" if any(c["phase"] == "forward" for c in profile.costs)
+                     else "unmarked")
+    rows: dict[str, OpCount] = {}
+    forward = total = 0.0
+    for c in profile.costs:
+        r = rows.setdefault(c["name"], OpCount(c["name"], [], 0, 0.0, 0.0))
+        if c["dtype"] not in r.dtypes:
+            r.dtypes.append(c["dtype"])
+        r.calls += c["calls"]
+        r.flops += c["flops"] / steps
+        r.bytes += c["bytes"] / steps
+        total += c["flops"]
+        if c["phase"] == forward_phase:
+            forward += c["flops"]
+    training = any(c["phase"] == "backward" for c in profile.costs)
+    return Counts(steps=steps, training=training, flops_per_step=total / steps,
+                  model_flops_per_step=(3 if training else 1) * forward / steps,
+                  ops=sorted(rows.values(), key=lambda o: (-o.flops, -o.bytes, o.name)))
+
+
+def counts_json(c: Counts) -> dict[str, Any]:
+    """The ``--json`` form of ``c``: per step, FLOPs and bytes."""
     return {
-        "steps": e.steps, "training": e.training, "flops_per_step": e.flops_per_step,
-        "model_flops_per_step": e.model_flops_per_step,
+        "steps": c.steps, "training": c.training, "flops_per_step": c.flops_per_step,
+        "model_flops_per_step": c.model_flops_per_step,
         "ops": [{"name": o.name, "dtypes": o.dtypes, "calls": o.calls, "flops": o.flops,
-                 "bytes": o.bytes, "intensity": o.intensity} for o in by_flops(e)],
+                 "bytes": o.bytes, "intensity": o.intensity} for o in c.ops],
     }

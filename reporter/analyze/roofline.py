@@ -59,7 +59,8 @@ def _work_bound(efficiency: Any) -> bool:
     step); on a GPU, where its kernels fill DEVICE_BOUND of the step at least."""
     if efficiency.basis != "device":
         return True
-    return efficiency.step_us > 0 and efficiency.total_us / efficiency.step_us >= DEVICE_BOUND
+    step, busy = float(efficiency.step_us), float(efficiency.total_us)
+    return step > 0 and busy / step >= DEVICE_BOUND
 
 
 def _rule(f: Finding) -> Rule:

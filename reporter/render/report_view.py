@@ -418,9 +418,7 @@ def _per_step(calls: int, steps: int, fmt: Fmt) -> str:
 def _counts_view(e: Any, fmt: Fmt) -> dict[str, Any]:
     """What the step computes, where no rate is given (the machine was busy): the FLOPs
     per step and each modelled operator's FLOPs and bytes, the most FLOPs first."""
-    from ..analyze.efficiency import by_flops
-
-    ops = by_flops(e)
+    ops = e.ops
     return {
         "flops_per_step": fmt.si(e.model_flops_per_step, "FLOP"),
         "all_flops": fmt.si(e.flops_per_step, "FLOP"), "training": e.training,
@@ -449,7 +447,8 @@ def _efficiency_view(e: Any, fmt: Fmt, counts: Any = None) -> dict[str, Any]:
              "bytes": fmt.bytes(o.bytes),
              "achieved": fmt.si(o.achieved_flops, "FLOP/s") if o.flops else "—",
              "bandwidth": fmt.si(o.achieved_bandwidth, "B/s"),
-             "intensity": _intensity(o.intensity, fmt), "bound": o.bound, "roofline": fmt.pct(o.roofline_share)}
+             "intensity": _intensity(o.intensity, fmt), "bound": o.bound,
+             "roofline": fmt.pct(o.roofline_share)}
             for o in e.ops[:EFFICIENCY_ROWS]]
     sol = e.speed_of_light_us
     return {
