@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import __version__
-from .errors import BadInput, ReporterError, Terminated, WorkFailed, install_signal_handlers
+from .errors import (BadInput, ReporterError, Terminated, WorkFailed, install_signal_handlers,
+                     interrupted_line)
 
 if TYPE_CHECKING:
     from .pipeline import Output
@@ -283,11 +284,15 @@ def cmd_targets(args) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; ``argv`` None: this process's own (the ``reporter`` command), where
+    an interrupt before the command has made anything ends the process at once
+    (errors.install_signal_handlers)."""
+    own_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     restore_signals: Callable[[], None] = lambda: None
     try:
-        restore_signals = install_signal_handlers()
+        restore_signals = install_signal_handlers(exit_at_once=own_process)
         parser = build_parser()
         args = parser.parse_args(argv)
         args.argv = argv
@@ -304,8 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, Terminated)
-        print(f"reporter: {'terminated' if terminated else 'interrupted'}; nothing "
-              "half-written was kept", file=sys.stderr)
+        print(interrupted_line(terminated), file=sys.stderr)
         return 143 if terminated else 130
     except BrokenPipeError:
         return 0

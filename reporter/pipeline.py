@@ -9,13 +9,15 @@ line (``reporter.cli``) parses arguments and calls one of them.
 
 from __future__ import annotations
 
+import contextlib
+import re
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .errors import BadInput, ReporterError, WorkFailed
+from .errors import BadInput, ReporterError, WorkFailed, work_begins
 from .model.profile import Profile
 from .model.run import Run, Section
 # Not the renderers (Jinja, Babel, WeasyPrint): they load in the functions that render, so
@@ -113,6 +115,9 @@ def run_targets(request: RunRequest, root: Path, output: Output,
                       time_budget_s=request.time_budget_s, threads=request.threads)
     if world is None:
         return _run_targets(request, builders, opts, root, output, progress, warn)
+    # A rank's session makes sockets, a store and the other ranks' scratch folders (this
+    # rank stages no run): from here an interrupt raises, and they are cleaned up.
+    work_begins()
     with distributed.session(world, opts.device, request.rank_timeout_s) as (device, peers):
         opts = replace(opts, device=device)
         if world.rank != 0:  # profile each target, post it to rank 0, write nothing
@@ -133,7 +138,7 @@ def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output
     and its peers), analyzed, reported and stored."""
     from .collect import distributed
     from .collect.runner import device_broken, profile_target
-    from .store import commit, staging
+    from .store import commit, pack_traces, reserve, staging
 
     world = ranks[0] if ranks is not None else None
     remove_stale(root, warn)
@@ -152,6 +157,8 @@ def _run_targets(request: RunRequest, builders, opts, root: Path, output: Output
                 else:
                     run = distributed.profile_on_ranks(profile_target, ranks[0], ranks[1], i,
                                                        spec, builder, opts, stage, step)
+                reserve(run, stage, root)  # its id, the folder's name, is its own now
+                pack_traces(run, stage)  # the report names the trace as it is stored
                 try:
                     view = report_view(run, output.lang)
                     reports = [p.name for p in output.write(view, stage, publish=False)]
@@ -297,26 +304,39 @@ def compare_inputs(inputs: list[str], runs: Path):
 
 
 def write_comparison(comparison, runs: Path, out: Path | None, output: Output) -> list[Path]:
-    """The comparison's reports, in ``out`` or a new runs/compare-<time>/ folder."""
-    from .render.view import compare_view
+    """The comparison's reports, in ``out`` or a new runs/compare-<time>/ folder.
 
-    out = out or _new_folder(runs, f"compare-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}")
-    return output.write(compare_view(comparison, output.lang), out,
-                        stem="compare")
+    A new folder appears whole or not at all, as a run's does: the reports are written
+    into a staging folder under ``runs`` (removed if anything fails or interrupts it; one
+    that SIGKILL left, by the next ``run`` or ``list``), which is then renamed onto a
+    compare-<time> folder made for it."""
+    from .render.view import compare_view
+    from .store import OWNER_FILE, move_into, staging
+
+    view = compare_view(comparison, output.lang)
+    if out is not None:
+        return output.write(view, out, stem="compare")
+    with staging(runs) as stage:
+        names = [p.name for p in output.write(view, stage, stem="compare", publish=False)]
+        (stage / OWNER_FILE).unlink()
+        folder = _new_folder(runs, f"compare-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}")
+        try:
+            move_into(stage, folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # ours, and empty unless another process wrote into it
+            raise
+    paths = [folder / name for name in names]
+    for path in paths:
+        output.published(path)
+    return paths
 
 
 def _new_folder(root: Path, name: str) -> Path:
     """A folder created here and now, never one another command made: name, name-2, ..."""
-    root.mkdir(parents=True, exist_ok=True)
-    for n in range(1, 1000):
-        path = root / (name if n == 1 else f"{name}-{n}")
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
-    raise WorkFailed(f"{root}: 999 folders named {name}*: clean up old comparisons",
-                     error_id="io")
+    from .store import new_folder
+
+    return new_folder(root, name)
 
 
 def target_summaries(lang: str) -> list[tuple[str, str, str]]:
@@ -377,6 +397,7 @@ def launch_ranks(argv: list[str], nproc: int, device: str) -> int:
         raise BadInput("--nproc inside a distributed run: drop it, torchrun started the ranks",
                        error_id="usage")
     distributed.check_devices(nproc, device)
+    work_begins()  # from here an interrupt raises, so that the launcher stops its ranks
     return distributed.launch(_without_nproc(argv), nproc)
 
 
@@ -414,14 +435,33 @@ def list_runs(runs: Path, lang: str, warn: Say = _stderr) -> list[RunRow]:
     remove_stale(runs, warn)
     rows = []
     for folder, info in stored(runs):
+        # A run is named by its folder, what render, compare and analyze find it by: the
+        # id inside a copied run.json could pose as another run (T1).
+        name = printable(well_formed(folder.name))
         if "error" in info:
-            rows.append(RunRow(well_formed(folder.name), error=well_formed(info["error"])))
+            rows.append(RunRow(name, error=printable(well_formed(info["error"]))))
             continue
         speed = fmt.num(info["samples_per_s"])
-        rows.append(RunRow(info["id"], info["target"], info["device"],
+        rows.append(RunRow(name, printable(info["target"]), printable(info["device"]),
                            f"~{speed} (busy)" if info["busy"] else speed,
-                           tuple(info["reports"])))
+                           tuple(printable(well_formed(r)) for r in info["reports"])))
     return rows
+
+
+# C0 and C1 controls, and format characters that are invisible or reorder text (as
+# reporter.render.markup's, tab included)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f"
+                      "\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]")
+
+
+def printable(value: Any) -> str:
+    """A run's value as a terminal may print it: "-" for none, and each control or
+    invisible format character (an escape sequence that sets the title or clears the
+    screen, a carriage return, a bidirectional override) written out as ``\\x1b``."""
+    if value is None:
+        return "-"
+    return _CONTROL.sub(lambda m: (f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100
+                                   else f"\\u{ord(m[0]):04x}"), str(value))
 
 
 def comparison_json(comparison) -> dict[str, Any]:

@@ -7,6 +7,8 @@ Files written later (reports rendered again) go through ``write_atomic``.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import glob
 import gzip
 import json
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from . import __version__, validate
-from .errors import BadInput, read_error
+from .errors import BadInput, WorkFailed, read_error, signals_deferred, work_begins
 from .model.run import Run
 
 # Format history of run.json (meta.format):
@@ -66,6 +68,7 @@ _UNREAD = {"tables"}  # fields of old runs that nothing reads: not walked
 def write_atomic(path: Path, data: bytes | str) -> Path:
     """Write a file so that it is either whole or absent: temp file, then rename."""
     path = Path(path)
+    work_begins()
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     # The temp file's name is chosen before it exists, so that an interrupt at any point,
@@ -119,6 +122,7 @@ def staging(root: Path) -> Iterator[Path]:
     """A hidden folder to assemble a run in, with an owner file (OWNER_FILE) that tells
     which process on which machine assembles it; removed if the block fails."""
     root = Path(root)
+    work_begins()
     root.mkdir(parents=True, exist_ok=True)
     path = Path(tempfile.mkdtemp(prefix=f".{os.getpid()}-", suffix=STAGING_SUFFIX, dir=root))
     try:
@@ -127,6 +131,10 @@ def staging(root: Path) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+        reserved = _reserved.pop(path, None)
+        if reserved is not None:  # the run's folder, still empty unless it was committed
+            with contextlib.suppress(OSError):
+                os.rmdir(reserved)
 
 
 # A staging folder's owner: the host, its boot, the pid namespace and the process (with
@@ -225,6 +233,7 @@ def remove_stale(root: Path) -> int:
     for path in root.glob(f".*{STAGING_SUFFIX}"):
         if not path.is_dir() or path.is_symlink() or not _owner_gone(path):
             continue
+        work_begins()
         shutil.rmtree(path, ignore_errors=True)
         removed += not path.exists()
     return removed
@@ -240,25 +249,88 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def commit(run: Run, stage: Path, root: Path) -> Path:
-    """Gzip the traces, write run.json, and move the folder into place."""
+# The run folders reserved for staging folders (reserve), by staging folder.
+_reserved: dict[Path, Path] = {}
+MAX_SAME_NAME = 1000
+
+
+def new_folder(root: Path, name: str) -> Path:
+    """An empty folder made here and now under ``root`` (made if missing), never one that
+    another process made: ``name``, else ``name-2``, ``name-3``, ... (mkdir fails on any
+    folder that exists, whoever made it, in the same instant too)."""
+    root = Path(root)
+    work_begins()
+    root.mkdir(parents=True, exist_ok=True)
+    for n in range(1, MAX_SAME_NAME):
+        path = root / (name if n == 1 else f"{name}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise WorkFailed(f"{root}: {MAX_SAME_NAME - 1} folders named {name}*: clean some up",
+                     error_id="io")
+
+
+def reserve(run: Run, stage: Path, root: Path) -> Path:
+    """The folder the run in ``stage`` will be committed to, made now (empty) so that no
+    other run takes its id: a run of the same target in the same second whose id's random
+    part is the same (1 in 65,536) gets ``<id>-2``; ``run.id`` is the folder's name. The
+    folder is removed with the staging folder unless the run was committed into it."""
+    stage = Path(stage)
+    if stage in _reserved:
+        return _reserved[stage]
+    with signals_deferred():  # the folder is known to staging()'s cleanup once made
+        final = new_folder(root, run.id)
+        _reserved[stage] = final
+    run.id = final.name
+    return final
+
+
+def pack_traces(run: Run, stage: Path) -> None:
+    """Gzip each section's trace in ``stage`` (trace-train.json -> trace-train.json.gz)
+    and name the file that is there in the run, so that a report written before the
+    commit names it too; a trace that is missing is named by none. Done once: a trace
+    already gzipped stays as it is."""
     for section in run.sections:
-        if section.trace:
-            raw = stage / section.trace
-            if raw.exists():
-                with open(raw, "rb") as src, gzip.open(stage / f"{section.trace}.gz", "wb",
-                                                       compresslevel=6) as dst:
-                    shutil.copyfileobj(src, dst, length=1 << 20)
-                raw.unlink()
-                section.trace = f"{section.trace}.gz"
-            else:
-                section.trace = None
+        if not section.trace:
+            continue
+        raw = stage / section.trace
+        if section.trace.endswith(".gz") and raw.is_file():
+            continue
+        if raw.exists():
+            with open(raw, "rb") as src, gzip.open(stage / f"{section.trace}.gz", "wb",
+                                                   compresslevel=6) as dst:
+                shutil.copyfileobj(src, dst, length=1 << 20)
+            raw.unlink()
+            section.trace = f"{section.trace}.gz"
+        else:
+            section.trace = None
+
+
+def commit(run: Run, stage: Path, root: Path) -> Path:
+    """Gzip the traces, write run.json, and move the folder into place: into the folder
+    ``reserve`` made (reserved here if it was not), never onto or into another run."""
+    final = reserve(run, stage, root)
+    pack_traces(run, stage)
     (stage / RUN_FILE).write_text(run_to_json(run), encoding="utf-8")
     with _ignore_missing():
         (stage / OWNER_FILE).unlink()  # a stored run has no owner file
-    final = Path(root) / run.id
-    os.rename(stage, final)  # staging()'s cleanup then finds nothing to remove
+    move_into(stage, final)  # staging()'s cleanup then finds nothing to remove
     return final
+
+
+def move_into(stage: Path, final: Path) -> None:
+    """Rename a finished staging folder onto the empty folder reserved for it (rename(2)
+    replaces an empty folder, and fails on one that holds anything: never a merge)."""
+    try:
+        os.rename(stage, final)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise WorkFailed(f"{final} is no longer the empty folder reserved for this "
+                             "output: another process wrote into it; nothing was stored",
+                             error_id="io") from exc
+        raise
 
 
 def find(ref: str | Path, root: Path) -> Path:
@@ -349,12 +421,19 @@ def _check_budget(data: Any) -> None:
             if not node.isascii() and entry[2] is not None:  # lone surrogates: U+FFFD
                 entry[2][0][entry[3]] = validate.well_formed(node)
             continue
+        if not isinstance(node, (list, dict)):  # no run, or the run itself a number
+            raise ValueError(f"{_path(entry)}: expected an object, got {_describe(node)}")
         if len(node) > limit:
             raise ValueError(f"{_path(entry)} holds {len(node):,} items, over the limit of "
                              f"{limit:,}")
         if isinstance(node, list):  # a list's items start again from the default
-            stack.extend((item, MAX_ITEMS, entry, i) for i, item in enumerate(node)
-                         if isinstance(item, (str, list, dict)))
+            for i, item in enumerate(node):
+                if isinstance(item, (str, list, dict)):
+                    stack.append((item, MAX_ITEMS, entry, i))
+                elif type(item) is not float and type(item) is not int:
+                    continue
+                elif not _in_range(item):
+                    raise ValueError(_out_of_range((item, limit, entry, i)))
             continue
         for key in [k for k in node if not k.isascii() and validate.well_formed(k) != k]:
             node[validate.well_formed(key)] = node.pop(key)
@@ -362,9 +441,29 @@ def _check_budget(data: Any) -> None:
             if len(key) > MAX_STRING:
                 raise ValueError(f"{_path(entry)} has a key of {len(key):,} characters, over "
                                  f"the limit of {MAX_STRING:,}")
-            if key not in _UNREAD and isinstance(item, (str, list, dict)):
+            if key in _UNREAD:
+                continue
+            if isinstance(item, (str, list, dict)):
                 # The lists in a limited object keep its limit (host_us.forward).
                 stack.append((item, LIMITS.get(key, limit), entry, key))
+            elif (type(item) is float or type(item) is int) and not _in_range(item):
+                raise ValueError(_out_of_range((item, limit, entry, key)))
+
+
+def _in_range(number: int | float) -> bool:
+    """A JSON number a run can hold: finite (1e400 reads as inf) and at most MAX_NUMBER
+    (10**400 reads as an int no float holds: every sum or share of it would fail)."""
+    return -validate.MAX_NUMBER <= number <= validate.MAX_NUMBER
+
+
+def _out_of_range(entry: Any) -> str:
+    return (f"{_path(entry)}: expected a finite number of at most {validate.MAX_NUMBER:g}, "
+            f"got {_describe(entry[0])}")
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _path(entry: Any) -> str:
@@ -383,9 +482,14 @@ def _no_constant(name: str) -> None:
 def _check_run(run: Run) -> None:
     """Every field of a loaded run has its type; the free-form ones the fields we read."""
     validate.check(run, "run")
-    validate.check_fields(run.target, {"name": str, "spec": str, "preset": str | None,
+    validate.check_fields(run.target, {"name": str, "spec": str, "preset": str,
                                        "batch_size": int | None, "seed": str | None,
                                        "builtin": bool}, "run.target")
+    missing = [key for key in ("name", "preset") if key not in run.target]
+    if missing:  # what the report and `list` call the run, and the size it ran at
+        raise ValueError(f"run.target: no {' and no '.join(missing)}")
+    if not run.id.strip():  # a report without it reads as one of an imported profile
+        raise ValueError("run.id: empty")
     validate.check_fields(run.env, {k: str | None for k in (
         "torch", "cuda", "driver", "device_name", "cpu", "python")}
         | {"device_memory_b": int | None, "cpu_count": int | None, "threads": int | None},
@@ -438,6 +542,10 @@ def _check_consistent(section: Any, where: str) -> None:
         validate.check_fields(section.precision["tf32"], _TF32_FIELDS, f"{where}.precision.tf32")
     b = section.profile.breakdown
     if b is not None:
+        _check_breakdown(b, f"{where}.profile.breakdown")
+    if section.profile.stragglers:
+        _check_stragglers(section.profile.stragglers, f"{where}.profile.stragglers")
+    if b is not None:
         for name in ("host_us", "device_us", "device_notes_us"):
             for key, values in getattr(b, name).items():
                 if len(values) != len(b.steps_us):
@@ -451,8 +559,73 @@ def _check_consistent(section: Any, where: str) -> None:
                                  f"values for {len(tm.timeline_ms)} points")
 
 
+# The free-form parts of a step breakdown and of the ranks' stragglers, as the analysis
+# writes them (analyze.breakdown, analyze.critical_path, analyze.stragglers) and the
+# report's view reads them: each field of its type, the keys it indexes present, the
+# names it looks up in the templates' own tables among theirs.
+_COPY_FIELDS = {"direction": str, "kind": str, "name": str, "copies": int, "bytes": float,
+                "time_us": float, "gbps": float, "peak_gbps": float | None,
+                "link": str | None, "peak_share": float | None}
+_COPY_NEEDED = ("direction", "kind", "copies", "bytes", "time_us", "gbps")
+_COPY_CHOICES = {"direction": ("h2d", "d2h", "d2d"),
+                 "kind": ("pageable", "pinned", "device", "peer")}
+_CRITICAL_FIELDS = {"steps": int, "step_us": float, "device": bool,
+                    **{k: dict[str, float] for k in ("host_us", "device_us", "between_us",
+                                                     "host_total_us", "device_total_us")}}
+_LAUNCH_NEEDED = ("kernels", "delay_median_us", "delay_p90_us", "delay_max_us",
+                  "launches_per_step", "steps", "dry_steps")
+_QUEUE_NEEDED = ("mean", "max", "full_us")
+_CAUSES = ("compute", "communication", "host", "waiting")  # analyze.stragglers.CAUSES
+_STRAGGLER_FIELDS = {"ranks": list[dict[str, Any]], "device": bool, "slowest": str | int,
+                     "slowest_step_us": float, "reference_step_us": float, "extra_us": float,
+                     "extra_share": float, "extra_by_cause_us": dict[str, float], "cause": str}
+_RANK_FIELDS = {"rank": str | int, "steps": int, "step_us": float,
+                **{cause: float for cause in _CAUSES}}
+
+
+def _check_row(row: Any, fields: dict[str, Any], needed: tuple[str, ...], where: str,
+               choices: dict[str, tuple[str, ...]] | None = None) -> None:
+    """A free-form object: each known field of its type, the ``needed`` ones present, and
+    the ``choices`` among theirs."""
+    validate.check_fields(row, fields, where)
+    missing = [key for key in needed if key not in row]
+    if missing:
+        raise ValueError(f"{where}: no {', '.join(missing)}")
+    for key, allowed in (choices or {}).items():
+        if key in row and row[key] not in allowed:
+            raise ValueError(f"{where}.{key}: {str(row[key])[:40]!r} is none of "
+                             f"{', '.join(allowed)}")
+
+
+def _check_breakdown(b: Any, where: str) -> None:
+    for k, row in enumerate(b.copies):
+        _check_row(row, _COPY_FIELDS, _COPY_NEEDED, f"{where}.copies[{k}]", _COPY_CHOICES)
+    if b.critical:
+        _check_row(b.critical, _CRITICAL_FIELDS, ("step_us", "device"), f"{where}.critical")
+    if b.launch:
+        _check_row(b.launch, {}, _LAUNCH_NEEDED, f"{where}.launch")
+    for key, q in b.queue.items():
+        _check_row(q, {}, _QUEUE_NEEDED, f"{where}.queue.{key[:40]}")
+    for key, pair in b.sync_outside.items():  # [time outside the steps, calls]
+        if len(pair) != 2:
+            raise ValueError(f"{where}.sync_outside.{key[:40]}: {len(pair)} values, not 2")
+
+
+def _check_stragglers(s: Any, where: str) -> None:
+    _check_row(s, _STRAGGLER_FIELDS, tuple(_STRAGGLER_FIELDS), where, {"cause": _CAUSES})
+    for k, row in enumerate(s["ranks"]):
+        _check_row(row, _RANK_FIELDS, tuple(_RANK_FIELDS), f"{where}.ranks[{k}]")
+    odd = set(s["extra_by_cause_us"]) ^ set(_CAUSES)
+    if odd:
+        raise ValueError(f"{where}.extra_by_cause_us: not one time per cause "
+                         f"({', '.join(_CAUSES)})")
+
+
 def _check_efficiency(section: Any, where: str) -> None:
     """The free-form rows reporter.analyze.efficiency reads: every field there, of its type."""
+    if section.profile.cost_basis not in (None, "device", "cpu"):  # a word the report looks up
+        raise ValueError(f"{where}.profile.cost_basis: "
+                         f"{str(section.profile.cost_basis)[:40]!r} is neither device nor cpu")
     for k, row in enumerate(section.profile.costs):
         validate.check_fields(row, _COST_FIELDS, f"{where}.profile.costs[{k}]")
         if set(_COST_FIELDS) - set(row):

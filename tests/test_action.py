@@ -945,3 +945,12 @@ def test_the_workflows_in_the_docs_parse_and_name_only_real_inputs():
                     assert given <= declared, (doc.name, given - declared)
     assert uses >= 5
 
+
+
+def test_an_error_line_holds_no_legacy_workflow_command():
+    """A path or label in an error reaches a CI job's log: '##[' from the input gets a
+    joiner (the runner reads '##[command]' anywhere in a line)."""
+    from reporter.errors import BadInput
+
+    line = BadInput("runs/##[set-output name=x;]y: no such run").one_line()
+    assert "##[" not in line and line.startswith("reporter: error [bad-input]: ")

@@ -8,13 +8,18 @@ built.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+import os
+import re
+import secrets
+import shutil
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, is_dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
+from urllib.parse import unquote
 
-from ..errors import WorkFailed
+from ..errors import WorkFailed, signals_deferred, work_begins
 from ..analyze.breakdown import FULL_QUEUE
 from ..model.profile import LATENCY_US
 from ..store import write_atomic
@@ -33,35 +38,45 @@ def template_cache() -> Any:
 
     Compiling a report's templates is most of what Jinja costs a fresh process (0.13 s
     of a cold PDF render on the development machine); reading them compiled takes a few
-    milliseconds. Jinja checks each one against its source's checksum and the Python
+    milliseconds. Each entry is checked against its source's checksum and the Python
     version, so an edited template or another interpreter compiles afresh. The folder
     is ``reporter.render.cache.folder("templates")``: where there is none, no cache, not
-    an error, and so for a file in it that cannot be read or written."""
+    an error, and so for an entry that cannot be trusted or read (reporter.render.cache
+    checks the folder's path and the entry at each open: what it holds is code)."""
+    import marshal
+    import pickle
+    import types
+
     import jinja2
+    from jinja2.bccache import bc_magic
 
-    from .cache import folder
+    from . import cache
 
-    where = folder("templates")
-    if where is None:
+    if cache.folder("templates") is None:
         return None
 
-    class Quiet(jinja2.FileSystemBytecodeCache):
-        """A cache never stops a render: a damaged entry compiles afresh, a full disk
-        keeps nothing."""
+    class Checked(jinja2.BytecodeCache):
+        """Entries read and written through reporter.render.cache; the checksum compared
+        as bytes (Jinja's own reading unpickles it first). A cache never stops a render: a
+        damaged entry compiles afresh, a full disk keeps nothing."""
 
         def load_bytecode(self, bucket: Any) -> None:
+            data = cache.read("templates", f"__jinja2_{bucket.key}.cache")
+            head = bc_magic + pickle.dumps(bucket.checksum, 2)
+            if data is None or not data.startswith(head):
+                return  # not kept, not to be trusted, or stale: compile afresh
             try:
-                super().load_bytecode(bucket)
-            except Exception:  # a damaged entry (its checksum is a pickle): compile afresh
-                bucket.reset()
+                code = marshal.loads(data[len(head):])
+            except (EOFError, ValueError, TypeError):  # a damaged entry
+                return
+            if isinstance(code, types.CodeType):
+                bucket.code = code
 
         def dump_bytecode(self, bucket: Any) -> None:
-            try:
-                super().dump_bytecode(bucket)
-            except OSError:
-                pass
+            cache.write("templates", f"__jinja2_{bucket.key}.cache",
+                        bucket.bytecode_to_string())
 
-    return Quiet(str(where))
+    return Checked()
 
 
 @lru_cache(maxsize=None)
@@ -138,7 +153,8 @@ def template_errors(lang: str) -> Iterator[None]:
     except UnicodeDecodeError as exc:  # a template file that is not UTF-8
         raise WorkFailed(f"a {lang} template ({language(lang).folder}) is not UTF-8: {exc}",
                          error_id="template") from exc
-    except (ArithmeticError, RecursionError) as exc:  # {{ 1 // 0 }}, a macro calling itself
+    # {{ 1 // 0 }}, a macro calling itself, {{ 1 + 'a' }}, {{ "{:d}".format("a") }}
+    except (ArithmeticError, RecursionError, TypeError, ValueError, LookupError) as exc:
         raise WorkFailed(f"a {lang} template failed: {type(exc).__name__}: {exc}",
                          error_id="template") from exc
 
@@ -223,9 +239,13 @@ assert tuple(RENDERERS) == FORMATS, "render/options.py names every renderer"
 def write_reports(view: View, folder: Path, formats: Sequence[str],
                   options: RenderOptions = DEFAULT_OPTIONS, stem: str = "report"
                   ) -> list[Path]:
-    """Draw the report's charts into ``folder`` once, render the report in every format,
-    then write the files: when a format fails, none is written, and the charts drawn for
-    it are removed."""
+    """Draw the report's charts and render it in every format, then publish the set into
+    ``folder``: the report appears with its charts (and PDF) or not at all.
+
+    Everything is written first into a hidden scratch folder inside ``folder``, so that a
+    failure or an interrupt while drawing or rendering leaves ``folder`` as it was (an
+    earlier report of the same name included). Then ``_publish`` renames the files into
+    place with SIGINT and SIGTERM held back, undoing the renames done if one fails."""
     from .charts import draw
 
     language(view.lang)  # BadInput for an unknown language
@@ -234,25 +254,96 @@ def write_reports(view: View, folder: Path, formats: Sequence[str],
         # are drawn (about a second a section) rather than after.
         render_markdown(view, options)
     folder = Path(folder)
-    before = {p.name for p in folder.glob(f"{stem}-chart-*")} if folder.is_dir() else set()
-    charts = draw(view, folder, terms(view.lang), stem, mermaid=options.github)
-    written: list[Path] = []
+    names = [f"{stem}.{view.lang}.{RENDERERS[fmt].extension}" for fmt in formats]
+    md = f"{stem}.{view.lang}.md"
+    work_begins()
+    folder.mkdir(parents=True, exist_ok=True)
+    with _scratch(folder) as scratch:
+        charts = draw(view, scratch, terms(view.lang), stem, mermaid=options.github)
+        for fmt, name in zip(formats, names):
+            write_atomic(scratch / name, RENDERERS[fmt].render(view, options, charts))
+        # An earlier Markdown's charts that the new one does not show: removed once it is
+        # replaced (where it is not replaced, it still shows them).
+        stale = (_charts_linked(folder / md, stem, view.lang) - charts.names()
+                 if md in names else set())
+        # Charts first, then the Markdown, then the PDF: wherever the process stops, even
+        # by SIGKILL, each Markdown's links resolve and no PDF stands without its Markdown.
+        _publish(scratch, folder, sorted(charts.names()) + [n for n in names if n == md]
+                 + [n for n in names if n != md], stale)
+    return [folder / name for name in names]
+
+
+@contextmanager
+def _scratch(folder: Path) -> Iterator[Path]:
+    """A hidden folder inside ``folder`` (one file system: a rename out of it is atomic),
+    removed with whatever is left in it. Its name is chosen before it exists, so that an
+    interrupt at any point leaves nothing (as with store.write_atomic's temp file)."""
+    path = folder / f".render-{secrets.token_hex(6)}.tmp"
+    ours = True
     try:
-        contents = [(RENDERERS[fmt], RENDERERS[fmt].render(view, options, charts))
-                    for fmt in formats]
-        for renderer, content in contents:
-            path = folder / f"{stem}.{view.lang}.{renderer.extension}"
-            fresh = not path.exists()  # one there before is replaced whole, and kept
-            write_atomic(path, content)
-            if fresh:
-                written.append(path)
-    except BaseException:  # an error or an interrupt: nothing of this call is left
-        for path in written:
-            path.unlink(missing_ok=True)
-        for name in charts.names() - before:
-            (folder / name).unlink(missing_ok=True)
-        raise
-    return [folder / f"{stem}.{view.lang}.{renderer.extension}" for renderer, _ in contents]
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            ours = False  # another's (48 random bits): not ours to remove
+            raise
+        yield path
+    finally:
+        if ours:
+            with signals_deferred():
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _charts_linked(md: Path, stem: str, lang: str) -> set[str]:
+    """The chart files of this report (``<stem>-chart-...<lang>.svg``) that the Markdown
+    ``md`` links to; none when there is no such file or it cannot be read. Read from the
+    links, not found by a glob: a file name is no pattern (``x[1].txt``), and the charts of
+    another report whose name starts as this one's does are not this one's."""
+    try:
+        text = md.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    out = set()
+    for target in re.findall(r"\]\(([^()\s]+)\)", text):
+        name = unquote(target)
+        if (name.startswith(f"{stem}-chart-") and name.endswith(f".{lang}.svg")
+                and "/" not in name and "\\" not in name):
+            out.add(name)
+    return out
+
+
+def _publish(scratch: Path, folder: Path, names: Sequence[str], stale: set[str]) -> None:
+    """Rename ``names`` from ``scratch`` into ``folder``, in that order, then remove the
+    ``stale`` files there: all of it or, when a rename fails, none (the files replaced are
+    put back from hard links made first, those new to the folder removed). SIGINT and
+    SIGTERM wait until it is done (errors.signals_deferred): an interrupt then finds the
+    whole new set in place, and the line it prints ("nothing half-written was kept") true."""
+    with signals_deferred():
+        before = scratch / "before"  # no report file has that name (each has a language)
+        os.mkdir(before, 0o700)
+        backups: dict[str, Path] = {}
+        for name in names:  # before anything is renamed: a failure here changes nothing
+            if os.path.lexists(folder / name):
+                backups[name] = before / name
+                try:
+                    os.link(folder / name, before / name, follow_symlinks=False)
+                except OSError:  # a file system without hard links
+                    shutil.copy2(folder / name, before / name, follow_symlinks=False)
+        done: list[str] = []
+        try:
+            for name in names:
+                done.append(name)  # before the rename: undoing one not done is harmless
+                os.replace(scratch / name, folder / name)
+        except BaseException:
+            for name in reversed(done):
+                with suppress(OSError):
+                    if name in backups:
+                        os.replace(backups[name], folder / name)
+                    else:
+                        os.unlink(folder / name)
+            raise
+        for name in stale:
+            with suppress(OSError):
+                os.unlink(folder / name)
 
 
 def write_report(view: View, folder: Path, fmt: str,
