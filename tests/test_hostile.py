@@ -267,7 +267,7 @@ def test_a_wrong_typed_run_field_is_bad_input_and_list_goes_on(tmp_path, stored,
     assert res.code == 2 and "[bad-run]" in one_line(res.err), res.err
     res = cli("list", "--runs", root)
     assert res.code == 0 and "unreadable" in res.out
-    assert json.loads((good / "run.json").read_text())["run"]["id"] in res.out
+    assert good.name in res.out  # the good run, by its folder's name (T1)
     res = cli("render", "latest", "--runs", root)
     assert res.code == 0, res.err
 
@@ -728,9 +728,10 @@ def test_an_interrupted_analyze_of_a_trace_folder_leaves_no_chart(tmp_path):
                              str(out), "--max-chars", "0"], env=env, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(list(out.glob("*chart*"))) < 3:
+    # The charts are drawn into a hidden scratch folder inside out/ (issue 70, S2).
+    while time.monotonic() < deadline and len(list(out.rglob("*chart*"))) < 3:
         time.sleep(0.05)
-    assert list(out.glob("*chart*")), "no chart was drawn in time"
+    assert list(out.rglob("*chart*")), "no chart was drawn in time"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

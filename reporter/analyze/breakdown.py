@@ -371,7 +371,7 @@ def queue_lengths(device: list[Any], launches: list[Interval] | None,
         return {}
     spans: dict[Any, dict[Any, list[float]]] = {}  # stream -> launch -> [launch, end]
     for e, (start, launch) in zip(device, launches):
-        if launch == float("inf"):
+        if launch == float("inf") or e.pid is None or e.tid is None:  # no stream known
             continue
         corr = e.args.corr if e.args is not None else None
         key = corr if corr is not None else id(e)
@@ -426,7 +426,7 @@ def _number_first(value: Any) -> tuple[int, float, str]:
     """Sorts stream and device ids as numbers where they are: 7 before 27."""
     try:
         return (0, float(value), "")
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an id of 10**400
         return (1, 0.0, str(value))
 
 
@@ -441,6 +441,8 @@ def _streams(device: list[Any], launches: list[Interval] | None
     starts: dict[Any, list[Interval]] = {}
     computing: set[Any] = set()
     for i, e in enumerate(device):
+        if e.pid is None or e.tid is None:  # its trace does not say which stream: none of
+            continue                        # them (a "stream None" would be no stream)
         key = (e.pid, e.tid)
         work.setdefault(key, []).append((e.ts, e.ts + max(e.dur, 0)))
         starts.setdefault(key, []).append(aligned[i] if aligned is not None else (e.ts, never))

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import re
+import sys
 import zlib
 from bisect import bisect_right
 from collections import defaultdict
@@ -548,6 +549,9 @@ _by_ts, _by_dur = attrgetter("ts"), attrgetter("dur")
  _INSIDE, _PHASE) = range(14)
 
 
+_FLOAT_MAX = sys.float_info.max  # a time beyond it (or not finite) is left out with its event
+
+
 def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: bool,
                costs: bool = False) -> Profile:
     threads: dict[Any, list[_Event]] = {}  # (pid, tid) -> host events
@@ -558,9 +562,12 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
     memory: dict[Any, list] = defaultdict(list)
     host, dev_cats, dev_ann = HOST_CATS, DEVICE_CATS, DEVICE_ANNOTATION_CATS
     last_pid = last_tid = thread = None
+    big, low = _FLOAT_MAX, -_FLOAT_MAX
     for events in chunks:
         for e in events:
             ph = e.ph
+            if not (low <= e.ts <= big and low <= e.dur <= big):
+                continue  # a time no float holds (400 digits), or not finite: left out
             if ph == "X":
                 cat = e.cat
                 if cat in host:

@@ -34,7 +34,6 @@ import unicodedata
 from functools import lru_cache
 from typing import Callable
 
-from ..store import write_atomic
 from . import cache
 
 # The style sheet's sizes that the widths rest on: reporter.render.pdf.css() writes them
@@ -65,24 +64,42 @@ _BREAKS = re.compile(rf"[^\S\xa0\u2007\u202f]+|(?<=[/\-{_WIDE}])|(?=[{_WIDE}])")
 Measure = Callable[[str], float]  # a text's width in em
 
 
+MAX_UNITS = 0xFFFF  # a font's units per em and its advances are 16-bit (head, hmtx)
+MAX_CODE = 0x10FFFF
+
+
+def _kept(data: bytes | None) -> tuple[float, dict[int, int]] | None:
+    """The units per em and advances of a cache entry, or None for anything but what
+    ``_advances`` writes, each number in a font's range (a damaged or crafted entry: 10**400
+    is valid JSON, and no float)."""
+    if data is None:
+        return None
+    try:
+        kept = json.loads(data)
+    except (ValueError, RecursionError):  # not JSON (or not UTF-8), too deep, 5,000 digits
+        return None
+    if not isinstance(kept, dict):
+        return None
+    em, codes, advances = kept.get("em"), kept.get("codes"), kept.get("advances")
+    if not (type(em) is int and 0 < em <= MAX_UNITS and type(codes) is list
+            and type(advances) is list and len(codes) == len(advances)
+            and all(type(c) is int and 0 <= c <= MAX_CODE for c in codes)
+            and all(type(a) is int and 0 <= a <= MAX_UNITS for a in advances)):
+        return None
+    return float(em), dict(zip(codes, advances))
+
+
 def _advances(path: str, index: int) -> tuple[float, dict[int, int]]:
     """The font's units per em and each character's advance in them, read with fontTools
     (about 10 ms a font), or from the cache (reporter.render.cache) where an earlier
-    process kept them for this file, as it was (its size and time)."""
+    process kept them for this file, as it was (its size and time). A cache entry that is
+    not what this writes is a miss: the font is read again."""
     st = os.stat(path)
-    where = cache.folder("fonts")
-    entry = None
-    if where is not None:
-        key = f"{path}|{index}|{st.st_size}|{st.st_mtime_ns}|1".encode()
-        entry = where / f"{hashlib.sha1(key).hexdigest()}.json"
-        try:
-            kept = json.loads(entry.read_bytes())
-            em, codes, advances = kept["em"], kept["codes"], kept["advances"]
-            if type(em) is int and em > 0 and len(codes) == len(advances) \
-                    and all(type(v) is int for v in (*codes, *advances)):
-                return float(em), dict(zip(codes, advances))
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # not kept yet, or damaged: read the font
+    key = f"{path}|{index}|{st.st_size}|{st.st_mtime_ns}|1".encode()
+    entry = f"{hashlib.sha1(key).hexdigest()}.json"
+    kept = _kept(cache.read("fonts", entry))
+    if kept is not None:
+        return kept
     from fontTools.ttLib import TTFont
 
     font = TTFont(path, lazy=True, fontNumber=index)
@@ -91,12 +108,9 @@ def _advances(path: str, index: int) -> tuple[float, dict[int, int]]:
     cmap, metrics = font.getBestCmap(), font["hmtx"].metrics
     em = int(font["head"].unitsPerEm)
     advances = {code: int(metrics[glyph][0]) for code, glyph in cmap.items() if glyph in metrics}
-    if entry is not None:
-        try:
-            write_atomic(entry, json.dumps({"em": em, "codes": list(advances),
-                                            "advances": list(advances.values())}))
-        except OSError:
-            pass  # a full disk: read the font again next time
+    # kept where the cache can be trusted (a full disk, or none: read the font next time)
+    cache.write("fonts", entry, json.dumps({"em": em, "codes": list(advances),
+                                            "advances": list(advances.values())}).encode())
     return float(em), advances
 
 
