@@ -95,12 +95,17 @@ def test_an_entry_others_could_write_is_refused(cache):
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
                     reason="making a file of another user needs root")
-def test_an_entry_of_another_user_is_refused(cache):
-    """K7: an entry owned by another user, in the user's own 0700 folder, is not loaded."""
+@pytest.mark.parametrize("owned", ["entry", "folder"])
+def test_an_entry_or_folder_of_another_user_is_refused(cache, owned):
+    """K7: an entry owned by another user, in the user's own 0700 folder, is not loaded;
+    K6: nor is any entry of a reporter/ folder another user made (who can swap what is in
+    it): the cache is off."""
     real = _markdown()
     name, data = _planted_entry()
     (cache / name).write_bytes(data)
-    os.chown(cache / name, 12002, 12002)
+    os.chown(cache / name if owned == "entry" else cache.parent, 12002, 12002)
+    if owned == "folder":
+        assert report.template_cache() is None
     assert _markdown() == real
 
 
@@ -162,18 +167,6 @@ def test_a_sticky_parent_like_tmp_is_fine(cache):
         assert report.template_cache() is not None
     finally:
         os.chmod(base, 0o700)
-
-
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
-                    reason="making a folder of another user needs root")
-def test_a_parent_folder_of_another_user_turns_the_cache_off(cache):
-    """K6: reporter/ made by another user (who can swap what is in it)."""
-    real = _markdown()
-    name, data = _planted_entry()
-    (cache / name).write_bytes(data)
-    os.chown(cache.parent, 12002, 12002)
-    assert report.template_cache() is None
-    assert _markdown() == real
 
 
 def _finishes(work, fifos: list[Path], seconds: float = 30.0):
