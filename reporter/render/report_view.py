@@ -403,6 +403,15 @@ def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, 
 EFFICIENCY_ROWS = 10  # operators in the efficiency table
 
 
+def _op_counts(o: Any, fmt: Fmt) -> dict[str, Any]:
+    """An operator's name, dtypes, FLOPs, bytes and FLOP per byte, as both operator tables
+    of the efficiency section print them (names and dtypes may come from a crafted
+    run.json: text, never Markdown)."""
+    return {"name": markup.code(o.name), "dtype": markup.text(", ".join(o.dtypes)),
+            "flops": fmt.si(o.flops, "FLOP") if o.flops else "0",
+            "bytes": fmt.bytes(o.bytes), "intensity": _intensity(o.intensity, fmt)}
+
+
 def _intensity(value: float | None, fmt: Fmt) -> str:
     """FLOP per byte: an operator without FLOPs (a copy) has none, not "0.000"."""
     return "—" if value is None else "0" if value == 0 else fmt.num(value)
@@ -422,11 +431,7 @@ def _counts_view(e: Any, fmt: Fmt) -> dict[str, Any]:
     return {
         "flops_per_step": fmt.si(e.model_flops_per_step, "FLOP"),
         "all_flops": fmt.si(e.flops_per_step, "FLOP"), "training": e.training,
-        "rows": [{"name": markup.code(o.name), "dtype": markup.text(", ".join(o.dtypes)),
-                  "calls": _per_step(o.calls, e.steps, fmt),
-                  "flops": fmt.si(o.flops, "FLOP") if o.flops else "0",
-                  "bytes": fmt.bytes(o.bytes),
-                  "intensity": _intensity(o.intensity, fmt)}
+        "rows": [{**_op_counts(o, fmt), "calls": _per_step(o.calls, e.steps, fmt)}
                  for o in ops[:EFFICIENCY_ROWS]],
         "more": max(0, len(ops) - EFFICIENCY_ROWS),
     }
@@ -441,13 +446,9 @@ def _efficiency_view(e: Any, fmt: Fmt, counts: Any = None) -> dict[str, Any]:
         return {"efficiency": None, "efficiency_note": e, "roofline_points": None,
                 "efficiency_counts": _counts_view(counts, fmt) if counts is not None
                 else None}
-    # Names and dtypes may come from a crafted run.json: text, never Markdown.
-    rows = [{"name": markup.code(o.name), "dtype": markup.text(", ".join(o.dtypes)),
-             "time": fmt.time(o.time_us), "flops": fmt.si(o.flops, "FLOP") if o.flops else "0",
-             "bytes": fmt.bytes(o.bytes),
+    rows = [{**_op_counts(o, fmt), "time": fmt.time(o.time_us),
              "achieved": fmt.si(o.achieved_flops, "FLOP/s") if o.flops else "—",
-             "bandwidth": fmt.si(o.achieved_bandwidth, "B/s"),
-             "intensity": _intensity(o.intensity, fmt), "bound": o.bound,
+             "bandwidth": fmt.si(o.achieved_bandwidth, "B/s"), "bound": o.bound,
              "roofline": fmt.pct(o.roofline_share)}
             for o in e.ops[:EFFICIENCY_ROWS]]
     sol = e.speed_of_light_us
