@@ -148,13 +148,14 @@ def rule(rule_id: str, *, saving: SavingModel,
 
 
 def statement(rule_id: str, *, saving: SavingModel, about_products: bool = False,
-              says: Mapping[str, Choice] | None = None, **limits: float
-              ) -> Callable[[DeriveFunc], DeriveFunc]:
+              says: Mapping[str, Choice] | None = None, whatif: WhatIf | None = None,
+              **limits: float) -> Callable[[DeriveFunc], DeriveFunc]:
     """Register a statement: a finding made after the rules ran, from their findings and
-    the profile's efficiency (run only when there is one), such as near-roofline."""
+    the profile's efficiency (run only when there is one), such as near-roofline; its
+    ``whatif``, as a rule's, is timed by the runner when the statement is made."""
     def register(derive: DeriveFunc) -> DeriveFunc:
         _register(rule_id, func=None, limits=dict(limits), saving=saving, derive=derive,
-                  about_products=about_products, says=dict(says or {}))
+                  about_products=about_products, says=dict(says or {}), whatif=whatif)
         return derive
     return register
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model.choice import either, f, when
+from ..model.choice import always, either, f, first, when
 from ..model.finding import Finding
 from . import savings
-from .findings import RULES, Rule, statement
+from .findings import RULES, Rule, WhatIf, statement
 
 # An operator at this share of its roofline or more runs as well as can be expected.
 NEAR_ROOFLINE = 0.5
@@ -30,14 +30,31 @@ _SAYS_NEAR_ROOFLINE = {
     "what": either("products_at_roofline", "operator_at_roofline", f("products")),
     "which": either("these_products", "this_operator", f("products")),
     "how": either("with_tf32", "with_autocast", lambda v: v["f"]["faster_dtype"] == "tf32"),
-    "lever": either("lower_precision", "no_faster_dtype", f("faster_dtype")),
-    "also": when("also", f("faster_dtype")),
+    # the lever timed on the model (the step under autocast or TF32, whatif.lever_step),
+    # else the peaks' ratio, an upper bound
+    "lever": first(("lower_precision_not_faster",
+                    lambda v: v["f"].get("lever_timed") and not v["f"].get("lever_faster")),
+                   ("lower_precision_timed", f("lever_timed")),
+                   ("lower_precision", f("faster_dtype")),
+                   ("no_faster_dtype", always)),
+    "also": when("also", lambda v: v["f"].get("faster_dtype") and (
+        not v["f"].get("lever_timed") or v["f"].get("lever_faster"))),
 }
 
 
+def _lever_timed(f: Finding, timed: dict[str, Any]) -> None:
+    """Whether the lever was timed on the model's step (whatif.lever_step) and was faster
+    there: where it was not, the statement gives no precision advice."""
+    shares = timed.get("saved_share")
+    if not timed.get("whole_step") or not isinstance(shares, list) or not shares:
+        return
+    f.evidence["lever_timed"] = True
+    f.evidence["lever_faster"] = sum(float(x) for x in shares) / len(shares) > 0
+
+
 @statement("near-roofline", says=_SAYS_NEAR_ROOFLINE, about_products=True,
-           saving=savings.stated, roofline=NEAR_ROOFLINE,
-           share=MATRIX_BOUND)
+           saving=savings.upper_bound, roofline=NEAR_ROOFLINE, share=MATRIX_BOUND,
+           whatif=WhatIf("lower-precision", notes=_lever_timed))
 def near_roofline(found: list[Finding], efficiency: Any, limits: dict[str, float]
                   ) -> list[Finding]:
     """Each dominant operator near its roofline becomes this statement; without any
@@ -89,7 +106,9 @@ def _near_roofline(dominant: Finding, efficiency: Any, limits: dict[str, float]
 def _lever(efficiency: Any, dtypes: list[str], time_us: float) -> dict[str, Any]:
     """The near-roofline lever: the peak of ``dtypes`` (the products' own), the dtype with
     the highest peak above it on this machine (fp32 aside), and what ``time_us`` of
-    products would save at that peak, per step."""
+    products would save at that peak, per step: an upper bound (the products' other costs,
+    the casts autocast adds, a dtype a CPU emulates stay), which the runner replaces with
+    the step timed in that dtype (whatif.lever_step)."""
     peaks = efficiency.peaks.flops
     # fp32 products ran at the TF32 peak when TF32 was on (the step's peak dtype says so)
     keys = ["tf32" if d == "fp32" and efficiency.peak_dtype == "tf32" else d for d in dtypes]

@@ -158,9 +158,16 @@ def stated(w: Worth) -> Saving:
     return Saving(w.accounts_us, saving, saving, saving, w.step_us)
 
 
+def upper_bound(w: Worth) -> Saving:
+    """The evidence holds the most its fix could save per step (``saving_us``, from the
+    peaks' ratio): the worth is "up to" that, an upper bound, until a what-if times it."""
+    s = stated(w)
+    return replace(s, bound=True) if s.saving_us is not None else s
+
+
 def faster_dtype(w: Worth) -> Saving:
     """fp32 matrix work with a faster dtype at hand: its time x (1 - the fp32 peak / the
-    faster peak), TF32 at the low end and bf16 at the high end."""
+    faster peak), TF32 at the low end and bf16 at the high end: an upper bound."""
     eff, accounted = w.eff, w.accounts_us
     if eff is None or isinstance(eff, str) or not accounted:
         return w.unquantified()
@@ -170,7 +177,9 @@ def faster_dtype(w: Worth) -> Saving:
     if not fp32 or not faster:
         return w.unquantified()
     low, high = (accounted * (1 - fp32 / v) for v in (min(faster), max(faster)))
-    return Saving(accounted, high, low, high, w.step_us)
+    # the peaks' ratio: the most a faster dtype could save, until the runner times it
+    # (whatif.gemm_precision at the recorded shapes)
+    return Saving(accounted, high, low, high, w.step_us, bound=True)
 
 
 def _per_step(values: list[float]) -> tuple[float, float, float]:

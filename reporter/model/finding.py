@@ -50,6 +50,9 @@ class Saving:
     # work they account for, savings.idle_left); the saving is what is left.
     others_us: float | None = None
     host_saving: bool = False  # the saving is host time under the profiler (see estimate)
+    # The saving is the most the fix could save (a peaks' ratio), not what it saves: the
+    # report says "up to", and a timed replacement replaces it.
+    bound: bool = False
 
     def share(self, us: float | None) -> float | None:
         return us / self.step_us if us is not None and self.step_us else None
@@ -74,6 +77,7 @@ class Saving:
         return {"accounts_ms": ms(self.accounts_us), "saving_ms": ms(self.saving_us),
                 "saving_share": self.share(self.saving_us), "saving_low": ms(self.low_us),
                 "saving_high": ms(self.high_us), "saving_note": self.note,
+                "saving_is_upper_bound": self.bound,
                 "measured": self.measured,
                 "bounded_by_unprofiled_step_ms": ms(self.unprofiled_step_us),
                 "in_other_findings_ms": ms(self.others_us)}

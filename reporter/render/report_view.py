@@ -114,6 +114,8 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             "band": saving.low_us is not None and saving.high_us is not None
             and saving.high_us - saving.low_us > 0.01 * (saving.saving_us or 0.0),
             "note": saving.note,
+            # the most the fix could save, not what it saves (savings.upper_bound)
+            "bound": saving.bound and saving.saving_us is not None,
             "unprofiled": (fmt.time(saving.unprofiled_step_us)
                            if saving.unprofiled_step_us else None),
             # an idle device's time that other findings' host work accounts for, taken

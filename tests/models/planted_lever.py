@@ -1,0 +1,22 @@
+"""Planted models for the near-roofline lever (issue #66, item 4): matrix products that
+bound the step and run near their roofline in fp32, where a dtype with a higher peak is
+the lever left; whether it saves what the peaks promise is timed on the model."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from reporter.collect.target import Target
+
+
+def wide_mlp_train(device: str = "cpu", preset: str = "default") -> Target:
+    """Four 1024-wide linear layers in training, batch 256: the products are the step."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(1024, 1024), nn.ReLU())]
+                          ).to(device)
+    gen = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(256, 1024, generator=gen),) for _ in range(2)]
+    return Target(model=model, batches=batches, batch_size=256,
+                  loss=lambda out, batch: out.float().pow(2).mean(),
+                  optimizer=torch.optim.SGD(model.parameters(), lr=1e-3))
