@@ -104,6 +104,11 @@ PAIRS += [(f"{PLANTED}:{a}", f"{PLANTED}:{b}", a, {rule}) for a, b, rule in
            ("dropout_heavy", "dropout_fixed", "dropout-cost"),
            ("first_touch", "first_touch_reused", "page-faults"),
            ("float64_mlp", "float32_mlp", "fp64-compute"))]
+# The near-roofline lever (a dtype with a higher peak), timed by the runner on the model:
+# its twin runs under bf16 autocast
+LEVER = PLANTED.parent / "planted_lever.py"
+PAIRS += [(f"{LEVER}:wide_mlp_train", f"{LEVER}:wide_mlp_train_bf16", "wide_mlp (bf16)",
+           {"near-roofline"})]
 # A library model's per-parameter optimizer (transformers' T5, Adam as constructed by
 # default) against the fused step its advice gives; needs transformers (the test extra)
 HF = PLANTED.parent / "hf.py"
@@ -113,7 +118,9 @@ try:
                {"single-tensor-optimizer"}),
               # transformers' eager attention, switched to SDPA on the model itself
               (f"{HF}:bert_eager_inference", f"{HF}:bert_sdpa_inference", "bert (eager)",
-               {"unfused-attention"})]
+               {"unfused-attention"}),
+              (f"{HF}:distilbert_train", f"{HF}:distilbert_train_bf16", "distilbert (bf16)",
+               {"near-roofline"})]
 except ImportError:  # reporter without its test extra: the built-in pairs only
     print("bench/diagnosis.py: transformers is not installed: the T5 pair is left out",
           file=sys.stderr)

@@ -227,3 +227,10 @@ def distilbert_train_no_dropout(device: str = "cpu", preset: str = "default") ->
 def distilbert_train_foreach(device: str = "cpu", preset: str = "default") -> Target:
     """The same DistilBERT step with Adam(..., foreach=True), as the optimizer advice says."""
     return distilbert_train(device, preset, foreach=True)
+
+
+def distilbert_train_bf16(device: str = "cpu", preset: str = "default") -> Target:
+    """The same DistilBERT step under bf16 autocast, as the near-roofline lever says."""
+    t = distilbert_train(device, preset)
+    t.autocast = "bf16"
+    return t

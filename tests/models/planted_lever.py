@@ -20,3 +20,26 @@ def wide_mlp_train(device: str = "cpu", preset: str = "default") -> Target:
     return Target(model=model, batches=batches, batch_size=256,
                   loss=lambda out, batch: out.float().pow(2).mean(),
                   optimizer=torch.optim.SGD(model.parameters(), lr=1e-3))
+
+
+def wide_mlp_train_tf32(device: str = "cpu", preset: str = "default") -> Target:
+    """The same step with TF32 on, sized for a GPU (width 4096, batch 4096 there): the
+    products run near their TF32 roofline and bf16, twice its peak on an H100 or H200,
+    is the lever left."""
+    torch.manual_seed(0)
+    width, batch = (4096, 4096) if device.startswith("cuda") else (1024, 256)
+    model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(width, width), nn.ReLU())]
+                          ).to(device)
+    gen = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(batch, width, generator=gen),) for _ in range(2)]
+    return Target(model=model, batches=batches, batch_size=batch,
+                  loss=lambda out, batch: out.float().pow(2).mean(),
+                  optimizer=torch.optim.SGD(model.parameters(), lr=1e-3), tf32=True)
+
+
+def wide_mlp_train_bf16(device: str = "cpu", preset: str = "default") -> Target:
+    """``wide_mlp_train`` under bf16 autocast: the lever applied (its twin in
+    bench/diagnosis.py)."""
+    t = wide_mlp_train(device, preset)
+    t.autocast = "bf16"
+    return t
