@@ -16,6 +16,9 @@ NOT_QUANTIFIABLE = "not-quantifiable"
 NOT_FASTER = "not-faster"
 IN_OTHERS = "in-others"
 NO_ROOM = "no-room"
+# No saving can be told, but an upper bound can: the time the finding's operators take,
+# which no fix of them can beat (Saving.high_us; savings.upper_bound).
+UP_TO = "up-to"
 # A finding whose fix saves less than this share of the step is minor.
 MINOR_SHARE = 0.03
 
@@ -40,7 +43,7 @@ class Saving:
     low_us: float | None
     high_us: float | None
     step_us: float | None  # the step the shares are of (see savings.estimate)
-    note: str | None = None  # NOT_QUANTIFIABLE, NOT_FASTER, IN_OTHERS or NO_ROOM (above)
+    note: str | None = None  # NOT_QUANTIFIABLE, NOT_FASTER, IN_OTHERS, NO_ROOM or UP_TO
     # {"before_ms", "after_ms", ...}: timed here; a fix timed on the model's whole step
     # also says "whole_step" (True), "saved_share" and what was applied ("fix")
     measured: dict[str, Any] | None = None

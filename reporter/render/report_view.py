@@ -23,7 +23,7 @@ from ..analyze.critical_path import BETWEEN, DEVICE_KINDS
 from ..analyze.efficiency import Efficiency
 from ..model.contention import mean_share
 from ..model import device as devices
-from ..model.finding import MINOR_SHARE, Finding, Saving
+from ..model.finding import MINOR_SHARE, UP_TO, Finding, Saving
 from ..model.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from ..model.run import MEMORY_CATEGORIES, Run, Section
 from . import markup
@@ -103,8 +103,13 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
         if "saving_share" in f.evidence and saving.step_us:  # its share, of the same step
             view["saving_share"] = fmt.pct(saving.share(saving.saving_us))
     if saving is not None:  # what the finding is worth (reporter.analyze.savings)
+        upper = saving.high_us if saving.note == UP_TO else None
         view["worth"] = {
-            "accounts": fmt.time(saving.accounts_us) if saving.accounts_us else None,
+            # an upper bound (savings.upper_bound): the time said "up to", and no other
+            "upper": fmt.time(upper) if upper is not None else None,
+            "upper_share": fmt.pct(saving.share(upper)) if upper is not None else None,
+            "accounts": fmt.time(saving.accounts_us)
+            if saving.accounts_us and upper is None else None,
             "accounts_share": fmt.pct(saving.share(saving.accounts_us))
             if saving.accounts_us and saving.step_us else None,
             "saving": fmt.time(saving.saving_us) if saving.saving_us is not None else None,

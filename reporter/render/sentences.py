@@ -164,7 +164,9 @@ REPORT: dict[str, Choice] = {
                       ("measured_before_after", of("worth.before"))),
     # a whole step's timing that lacked the page faults the step took before the profiler
     "step_faults": when("faults_the_timing_missed", of("worth.faults")),
-    "worth": either("saving_per_step", "not_quantifiable", of("worth.saving")),
+    "worth": first(("saving_per_step", of("worth.saving")),
+                   ("up_to_its_time", of("worth.upper")),
+                   ("not_quantifiable", always)),
     "band": when("between_low_and_high", of("worth.band")),
     "accounts": when("accounts_for", of("worth.accounts")),
     "accounts_share": when("accounts_share", of("worth.accounts_share")),
