@@ -7,7 +7,8 @@
 # output as $OUT/<step>.log. The reports are read, and rendered as PDF, on the
 # development machine from the stored runs.
 #
-#   bash scripts/gpu-check.sh [suite] [hf] [diagnosis]      (default: all three)
+#   bash scripts/gpu-check.sh [suite] [hf] [diagnosis] [tuning] [compiled]
+#                                               (default: suite, hf and diagnosis)
 #
 # The wheels, once, here (babel and msgspec for the machine's Python 3.12):
 #   echo /.whl/ >> .git/info/exclude
@@ -58,6 +59,12 @@ for s in $steps; do
             --target tests/models/hf.py:bert_eager_inference \
             --target tests/models/planted.py:per_sample_loop \
             --target tests/models/planted.py:dropout_heavy ;;
+    tuning)  # issue #66: the lever timed on the GPU, the Tuning Guide's planted mistakes
+        step tuning "${TUNING_S:-150}" "$PY" -m reporter run --device "$DEV" --lang en \
+            --runs $R/tuning ${TUNING_TARGETS:---target tests/models/planted_lever.py:wide_mlp_train_tf32} ;;
+    compiled)  # torch.compile on a GPU: Triton kernels, which no session has seen here
+        step compiled "${COMPILED_S:-150}" "$PY" -m reporter run --device "$DEV" --lang en \
+            --runs $R/compiled --target transformer-compiled ;;
     diagnosis)  # the benchmark #27 names, its built-in transformer pair
         step diagnosis "${DIAGNOSIS_S:-110}" "$PY" bench/diagnosis.py --device "$DEV" \
             --only "${PAIRS:-transformer}" \

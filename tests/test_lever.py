@@ -20,7 +20,7 @@ from reporter.analyze.analyzer import analyze_section
 from reporter.collect.runner import RunOptions, _Stepper, profile_target
 from reporter.collect.target import Target, resolve
 from reporter.collect.whatif import lever_step, lower_precision
-from reporter.model.finding import NOT_FASTER
+from reporter.model.finding import NOT_FASTER, UP_TO_PEAKS
 from reporter.pipeline import report_view
 from reporter.render.report import render_markdown
 from reporter.store import load
@@ -100,11 +100,13 @@ def test_untimed_the_peaks_ratio_is_an_upper_bound_in_every_language():
     assert found is not None
     f, s = found
     assert f.evidence["faster_dtype"] == "bf16"
-    assert s.bound and s.measured is None and s.saving_us
+    assert s.note == UP_TO_PEAKS and s.measured is None and s.saving_us is None
+    assert s.high_us
     reports = {lang: _report(run, lang) for lang in LANGS}
-    assert "up to **" in reports["en"] and "an upper bound: not timed here" in reports["en"]
-    assert "не больше **" in reports["ru"] and "верхняя оценка" in reports["ru"]
-    assert "最多可节省 **" in reports["zh"] and "上限估计" in reports["zh"]
+    assert "up to **" in reports["en"] and "by the peaks' ratio: an upper bound, not timed here" \
+        in reports["en"]
+    assert "не больше **" in reports["ru"] and "верхняя оценка по отношению пиков" in reports["ru"]
+    assert "最多可节省 **" in reports["zh"] and "按峰值之比得出的上限" in reports["zh"]
     # the lever's sentence says so too, never "about" for the peaks' ratio
     assert "the peaks' ratio, an upper bound" in reports["en"]
 
@@ -122,7 +124,7 @@ def test_a_timed_lever_is_worth_what_was_measured_not_the_peaks_ratio():
     section = _with_whatif(section, timed)
     run = dataclasses.replace(run, sections=[section, *run.sections[1:]])
     f, s = _near(analyze_section(section, run.target.get("batch_size")))
-    assert not s.bound and s.measured is not None
+    assert s.note is None and s.measured is not None
     assert s.saving_us == pytest.approx(0.25 * step_us, rel=1e-6)
     assert f.evidence["lever_timed"] and f.evidence["lever_faster"]
     en = _report(run, "en")
@@ -138,7 +140,7 @@ def test_a_lever_that_was_not_faster_gives_no_precision_advice():
     section = _with_whatif(section, _timed(20.0, 31.0))  # bf16 slower, as BART on a CPU
     run = dataclasses.replace(run, sections=[section, *run.sections[1:]])
     f, s = _near(analyze_section(section, run.target.get("batch_size")))
-    assert s.note == NOT_FASTER and not s.saving_us and not s.bound
+    assert s.note == NOT_FASTER and not s.saving_us
     assert f.evidence["lever_timed"] and not f.evidence["lever_faster"]
     # a statement worth nothing is a minor line: measured, not faster
     en = _report(run, "en")
@@ -169,11 +171,11 @@ def test_live_the_lever_is_timed_on_the_model_itself():
         return
     disturbed = section.whatif_disturbance is not None and section.whatif_disturbance.disturbed
     if disturbed:  # a busy machine: the estimate stays, an upper bound, and says so
-        assert s.bound and s.measured is None
+        assert s.note == UP_TO_PEAKS and s.measured is None
         return
     timed = section.whatif["near-roofline"]
     assert timed["whole_step"] and timed["fix"] == f"autocast-{f.evidence['faster_dtype']}"
-    assert s.measured is not None and not s.bound
+    assert s.measured is not None and s.note in (None, NOT_FASTER)
     shares = timed["saved_share"]
     mean = sum(shares) / len(shares)
     if mean > 0:

@@ -38,6 +38,9 @@ from ..model.finding import (
     NO_ROOM,
     NOT_FASTER,
     NOT_QUANTIFIABLE,
+    UP_TO,
+    UP_TO_PEAKS,
+    BOUNDS,
     Finding,
     Saving,
 )
@@ -51,6 +54,7 @@ __all__ = ["MINOR_SHARE", "NOT_FASTER", "NOT_QUANTIFIABLE", "Saving", "Worth", "
            "freed_ops", "owned_fault_share",
            "finding_ops", "first_touch_us", "kept_us", "matrix_roof", "profiler_call_us", "ranked",
            "removed", "stated", "unprofiled_factor", "unprofiled_floor", "unquantified",
+           "upper_bound", "peaks_bound", "UP_TO", "UP_TO_PEAKS", "BOUNDS",
            "VARIED", "varied", "waited", "work_removed", "writers"]
 
 # The device's idle time in the step breakdown, by what the host did meanwhile.
@@ -118,6 +122,20 @@ def unquantified(w: Worth) -> Saving:
     return w.unquantified()
 
 
+def upper_bound(w: Worth) -> Saving:
+    """No saving can be told, only what the fix is worth at most: the time the finding
+    accounts for (``high_us``, note ``UP_TO``). The report says "up to", never a saving;
+    the ranking weighs it as an unpriced cost (``_rank_key``). On the CPU, ``estimate``
+    brings it to the step timed without the profiler by the larger of the finding's own
+    factor and the two steps' ratio: the profiler's cost per call, taken off, can
+    understate an operator with long calls, which is no upper bound (a growing
+    torch.cat: 67% of the step by its factor, 85% as profiled; its fix saved 89%)."""
+    if w.accounts_us is None:
+        return w.unquantified()
+    return Saving(w.accounts_us, None, None, w.accounts_us, w.step_us, UP_TO,
+                  host_saving=_host_basis(w.finding))
+
+
 def work_removed(w: Worth, less_us: float = 0.0, keep_us: float = 0.0) -> Saving:
     """The work goes away: all of its time, at least the time beyond the operators'
     roofline (they would run at it). ``less_us``: time another finding owns (a blow-up's
@@ -158,11 +176,14 @@ def stated(w: Worth) -> Saving:
     return Saving(w.accounts_us, saving, saving, saving, w.step_us)
 
 
-def upper_bound(w: Worth) -> Saving:
+def peaks_bound(w: Worth) -> Saving:
     """The evidence holds the most its fix could save per step (``saving_us``, from the
-    peaks' ratio): the worth is "up to" that, an upper bound, until a what-if times it."""
-    s = stated(w)
-    return replace(s, bound=True) if s.saving_us is not None else s
+    peaks' ratio): the worth is "up to" that (``high_us``, note ``UP_TO_PEAKS``), an upper
+    bound and never a saving, until the runner times the fix."""
+    bound = w.finding.evidence.get("saving_us")
+    if bound is None:
+        return w.unquantified()
+    return Saving(w.accounts_us, None, None, bound, w.step_us, UP_TO_PEAKS)
 
 
 def faster_dtype(w: Worth) -> Saving:
@@ -179,7 +200,7 @@ def faster_dtype(w: Worth) -> Saving:
     low, high = (accounted * (1 - fp32 / v) for v in (min(faster), max(faster)))
     # the peaks' ratio: the most a faster dtype could save, until the runner times it
     # (whatif.gemm_precision at the recorded shapes)
-    return Saving(accounted, high, low, high, w.step_us, bound=True)
+    return Saving(accounted, None, low, high, w.step_us, UP_TO_PEAKS)
 
 
 def _per_step(values: list[float]) -> tuple[float, float, float]:
@@ -533,12 +554,15 @@ def estimate(f: Finding, profile: Profile, eff: Efficiency | str | None = None,
         # slowed by the profiler. A replacement timed on the device is unprofiled already,
         # unless its recipe applied the speed-up to the recorded times (WhatIf.of_recorded).
         on_host = not profile.has_device
+        # an upper bound (upper_bound) is no lower than the profiled share of the step
+        ratio = real_step_us / s.step_us if s.note in BOUNDS else k
         s = replace(s, step_us=real_step_us,
                     accounts_us=host(s.accounts_us) if on_host or _host_basis(f)
                     else s.accounts_us)
         if s.host_saving or (on_host and s.measured is None):
             s = replace(s, saving_us=host(s.saving_us), low_us=host(s.low_us),
-                        high_us=host(s.high_us))
+                        high_us=s.high_us * max(k, ratio) if s.high_us is not None
+                        else None)
             if s.measured is not None:  # timed, but applied to the recorded times
                 s = replace(s, measured={key: ms * k for key, ms in s.measured.items()})
     s = _within_step(f, s)
@@ -772,13 +796,15 @@ UNPRICED_WEIGHT = 0.1
 
 def _rank_key(fs: tuple[Finding, Saving]) -> tuple[float, int]:
     """Main problems by saving, largest first; one without a saving by a tenth of the time
-    it accounts for (``UNPRICED_WEIGHT``; none, last), ahead of a priced one of the same
-    weight. A quadratic loop's one operator, 87% of the CPU time and no roofline to price
-    it, ranked below a 5-8% page-fault finding (issue 66)."""
+    it accounts for or, where it has one, of its upper bound (``UP_TO``;
+    ``UNPRICED_WEIGHT``; none, last), ahead of a priced one of the same weight. A
+    quadratic loop's one operator, 87% of the CPU time and no roofline to price it,
+    ranked below a 5-8% page-fault finding (issue 66)."""
     s = fs[1]
     if s.saving_us is not None:
         return -s.saving_us, 1
-    return -(s.accounts_us or 0.0) * UNPRICED_WEIGHT, 0
+    upper = s.high_us if s.note in BOUNDS and s.high_us is not None else 0.0
+    return -max(s.accounts_us or 0.0, upper) * UNPRICED_WEIGHT, 0
 
 
 def ranked(findings: list[Finding], profile: Profile,

@@ -747,7 +747,34 @@ def _profile_once(stepper: _Stepper, device: str, active: int, trace: Path,
         profile_obj = read_trace(trace, shapes=True)
     except BadInput as exc:  # torch wrote it: not the user's input
         raise _unreadable_trace(trace, exc) from exc
+    _forwards_at(stepper.target.model, profile_obj)
     return profile_obj, active_s, disturbance
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _forwards_at(model: Any, profile: Profile) -> None:
+    """Where the ``forward`` of the module around each operator read call by call
+    (Profile.op_calls) is defined, "file:line", the file relative to the working folder
+    when it lies under it: the module's mark names it (``_module_marks``), the trace holds
+    no Python frames (the profiler runs without ``with_stack``, which would slow every
+    call)."""
+    if not profile.op_calls or not isinstance(model, torch.nn.Module):
+        return
+    modules = {(qualified or type(model).__name__): m for qualified, m in model.named_modules()}
+    for calls in profile.op_calls.values():
+        module = modules.get(calls.module or "")
+        code = getattr(getattr(type(module), "forward", None), "__code__", None)
+        if module is None or code is None or code.co_filename.startswith(_TORCH_DIR):
+            continue  # torch's own module (nn.Linear...): its name says what it is
+        path = code.co_filename
+        try:
+            relative = os.path.relpath(path)
+            path = relative if not relative.startswith("..") else path
+        except ValueError:  # another drive (Windows)
+            pass
+        calls.forward_at = f"{path}:{code.co_firstlineno}"
 
 
 _KINETO_WRITE_FAILED = b"Failed to write to log file"

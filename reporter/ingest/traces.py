@@ -30,7 +30,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional, Union
 import msgspec
 
 from .. import memory
-from ..analyze.breakdown import overlap, step_breakdown, union
+from ..analyze.breakdown import MODULE_MARK, overlap, step_breakdown, union
 from ..analyze.compiled import (
     BACKWARD,
     CACHE_LOOKUP,
@@ -54,6 +54,7 @@ from ..model.profile import (
     KIND_RUNTIME,
     Breakdown,
     Op,
+    OpCalls,
     Profile,
     classify,
 )
@@ -740,6 +741,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
         breakdown.critical = critical_path(threads, device, scale)
         comm = _comm_in_steps(breakdown, comm, scale)
     compiled = _compiled_facts(records, aggs, device, correlation_rt, scale, step_ranges)
+    op_calls = _op_calls(records, aggs, step_ranges, bool(device))
     runtime = (o.name for o in ops if o.kind == KIND_RUNTIME)
     return Profile(device_type=devices.of("cuda", _device_name(props), runtime_calls=runtime).kind
                    if device else None,
@@ -752,7 +754,8 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                    costs=cost_rows, not_modelled_us=not_modelled, shapes_recorded=recorded,
                    cost_basis=("device" if device else "cpu") if recorded else None,
                    graph_kernels=graph_kernels, graph_kernel_us=graph_us * scale,
-                   compiled=compiled, peak_live_b=_peak_live(host_allocs))
+                   compiled=compiled, peak_live_b=_peak_live(host_allocs),
+                   op_calls=op_calls)
 
 
 def _launches(device: list[_Event], correlation_rt: dict[Any, list]) -> list[tuple[float, float]]:
@@ -1081,6 +1084,100 @@ def _attribute(kernel: _Event, dur: float, by_ext: dict, correlation_rt: dict) -
         while node is not None:
             node[_TDEV] += dur
             node = node[_PARENT]
+
+
+# Operators holding this share of their basis's self time or more (the device's on a GPU
+# trace, the CPU's otherwise) are read call by call (_op_calls), at most OP_CALLS_ROWS.
+OP_CALLS_SHARE = 0.25
+OP_CALLS_ROWS = 3
+# Calls in a step whose inputs grow, call by call, from one size to at least GROWTH times
+# it, the sizes following the call's index with a correlation of GROWTH_FIT or more, in
+# GROWTH_CALLS calls or more: each call works on all that came before (a quadratic
+# pattern: torch.cat([out, piece]) in a loop, a sum over a growing prefix).
+GROWTH = 4.0
+GROWTH_FIT = 0.95
+GROWTH_CALLS = 8
+
+
+def _elements(dims: Any) -> int | None:
+    """The elements of a call's tensor inputs from its recorded dims (a tensor's list of
+    sizes, a tensor list's list of them; scalars are empty lists); None without any."""
+    if not isinstance(dims, list):
+        return None
+    if dims and all(type(d) is int for d in dims):
+        return math.prod(max(d, 0) for d in dims)
+    found = [n for n in (_elements(d) for d in dims if isinstance(d, list) and d)
+             if n is not None]
+    return sum(found) if found else None
+
+
+def _grows(sizes: list[int]) -> bool:
+    """Whether ``sizes``, in call order, grow roughly linearly from the first to the last
+    (GROWTH, GROWTH_FIT, GROWTH_CALLS)."""
+    n = len(sizes)
+    if n < GROWTH_CALLS or sizes[0] <= 0 or sizes[-1] < GROWTH * sizes[0]:
+        return False
+    mean_i, mean_s = (n - 1) / 2, sum(sizes) / n
+    cov = sum((i - mean_i) * (s - mean_s) for i, s in enumerate(sizes))
+    var_i = sum((i - mean_i) ** 2 for i in range(n))
+    var_s = sum((s - mean_s) ** 2 for s in sizes)
+    return var_s > 0 and cov / math.sqrt(var_i * var_s) >= GROWTH_FIT
+
+
+def _op_calls(records: list[list], aggs: dict, step_ranges: list[tuple[float, float]],
+              on_device: bool) -> dict[str, OpCalls]:
+    """The calls of the operators that hold OP_CALLS_SHARE of the self time or more, read
+    within the profiled steps (reporter.model.profile.OpCalls); none without steps."""
+    if not step_ranges:
+        return {}
+    ops = [a for (_, kind), a in aggs.items() if kind == KIND_OP and a.calls]
+    time = (lambda a: a.self_dev) if on_device else (lambda a: a.self_cpu)
+    total = sum(time(a) for a in ops)
+    tops = sorted((a for a in ops if total > 0 and time(a) >= OP_CALLS_SHARE * total),
+                  key=time, reverse=True)[:OP_CALLS_ROWS]
+    if not tops:
+        return {}
+    steps = sorted(step_ranges)
+    starts = [s for s, _ in steps]
+    by_step: dict[Any, dict[int, list[list]]] = {a: defaultdict(list) for a in tops}
+    for rec in records:
+        per = by_step.get(rec[_AGG])
+        if per is None or rec[_MERGED]:
+            continue
+        ts = rec[_EVENT].ts
+        i = bisect_right(starts, ts) - 1
+        if i >= 0 and ts <= steps[i][1]:
+            per[i].append(rec)
+    out = {}
+    for agg, per in by_step.items():
+        if not per:
+            continue
+        i = max(per, key=lambda k: (len(per[k]), -k))  # the step with the most calls
+        calls = sorted(per[i], key=lambda r: r[_EVENT].ts)
+        sizes = [_elements(_dims(r[_EVENT].args)) for r in calls]
+        known = [n for n in sizes if n is not None]
+        modules: dict[str, int] = defaultdict(int)
+        for r in calls:
+            up = r[_PARENT]
+            while up is not None and not up[_AGG].name.startswith(MODULE_MARK):
+                up = up[_PARENT]
+            if up is not None:
+                modules[up[_AGG].name[len(MODULE_MARK):]] += 1
+        module = max(modules, key=lambda m: modules[m]) if modules else None
+        out[agg.name] = OpCalls(
+            calls_per_step=sum(len(v) for v in per.values()) / len(steps),
+            step_calls=len(calls),
+            first_elements=known[0] if len(known) == len(sizes) else 0,
+            last_elements=known[-1] if len(known) == len(sizes) else 0,
+            growing=len(known) == len(sizes) and _grows(known), module=module)
+    return out
+
+
+def _dims(args: Any) -> Any:
+    if args is None:
+        return None
+    dims = getattr(args, "dims", None)
+    return dims if dims is not None else getattr(args, "dims_old", None)
 
 
 def _by_shape(records: list[list], scale: float) -> list[Op]:

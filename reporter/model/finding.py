@@ -16,6 +16,13 @@ NOT_QUANTIFIABLE = "not-quantifiable"
 NOT_FASTER = "not-faster"
 IN_OTHERS = "in-others"
 NO_ROOM = "no-room"
+# No saving can be told, but an upper bound can: the time the finding's operators take,
+# which no fix of them can beat (Saving.high_us; savings.upper_bound).
+UP_TO = "up-to"
+# No saving was measured, only the most a faster dtype could save by the peaks' ratio
+# (Saving.high_us; savings.peaks_bound, savings.faster_dtype): the report says "up to".
+UP_TO_PEAKS = "up-to-peaks"
+BOUNDS = (UP_TO, UP_TO_PEAKS)
 # A finding whose fix saves less than this share of the step is minor.
 MINOR_SHARE = 0.03
 
@@ -40,7 +47,8 @@ class Saving:
     low_us: float | None
     high_us: float | None
     step_us: float | None  # the step the shares are of (see savings.estimate)
-    note: str | None = None  # NOT_QUANTIFIABLE, NOT_FASTER, IN_OTHERS or NO_ROOM (above)
+    # NOT_QUANTIFIABLE, NOT_FASTER, IN_OTHERS, NO_ROOM, UP_TO or UP_TO_PEAKS (above)
+    note: str | None = None
     # {"before_ms", "after_ms", ...}: timed here; a fix timed on the model's whole step
     # also says "whole_step" (True), "saved_share" and what was applied ("fix")
     measured: dict[str, Any] | None = None
@@ -50,9 +58,6 @@ class Saving:
     # work they account for, savings.idle_left); the saving is what is left.
     others_us: float | None = None
     host_saving: bool = False  # the saving is host time under the profiler (see estimate)
-    # The saving is the most the fix could save (a peaks' ratio), not what it saves: the
-    # report says "up to", and a timed replacement replaces it.
-    bound: bool = False
 
     def share(self, us: float | None) -> float | None:
         return us / self.step_us if us is not None and self.step_us else None
@@ -77,7 +82,6 @@ class Saving:
         return {"accounts_ms": ms(self.accounts_us), "saving_ms": ms(self.saving_us),
                 "saving_share": self.share(self.saving_us), "saving_low": ms(self.low_us),
                 "saving_high": ms(self.high_us), "saving_note": self.note,
-                "saving_is_upper_bound": self.bound,
                 "measured": self.measured,
                 "bounded_by_unprofiled_step_ms": ms(self.unprofiled_step_us),
                 "in_other_findings_ms": ms(self.others_us)}

@@ -125,6 +125,34 @@ class Breakdown:
 
 
 @dataclass
+class OpCalls:
+    """One operator's calls read call by call from a trace (reporter.ingest.traces.
+    _op_calls), for an operator that holds a large share of the time: its calls per
+    profiled step; in the step with the most of them, how many there were and the
+    elements of their inputs at the first and the last call (0 where the trace recorded
+    no shapes), and whether they grew call by call, roughly linearly (``growing``: each
+    call works on all that came before, a quadratic pattern); the innermost module the
+    runner marked around most of them (``module``, its qualified name) and where that
+    module's ``forward`` is defined (``forward_at``, "file:line", set by the runner);
+    the first line of the user's own code around them, where the trace recorded Python
+    frames (``source``, "file:line": a trace taken with ``with_stack=True``)."""
+
+    calls_per_step: float = 0.0
+    step_calls: int = 0
+    first_elements: int = 0
+    last_elements: int = 0
+    growing: bool = False
+    module: str | None = None
+    forward_at: str | None = None
+    source: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "OpCalls":
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
 class Profile:
     """Aggregated operators of one profiled window, plus its totals.
 
@@ -173,6 +201,10 @@ class Profile:
     # window, by the operator that allocated it (reporter.ingest.traces._peak_live). Empty
     # for tables, GPU-only memory, and runs stored before it.
     peak_live_b: dict[str, int] = field(default_factory=dict)
+    # From a trace: the calls of the operators that hold the most self time (a quarter
+    # of it or more), read call by call (OpCalls). Empty for tables and runs stored
+    # before it.
+    op_calls: dict[str, OpCalls] = field(default_factory=dict)
     # The host's page faults per step timed without the profiler, what one costs, and that
     # step (``faults``, ``fault_us``, ``step_us``), the faults the profiler added and its
     # cost per call (``added_faults``, ``call_us``): from the run's Section.profiler_cost,
@@ -226,6 +258,9 @@ class Profile:
             compiled=dict(data.get("compiled") or {}),
             stragglers=dict(data.get("stragglers") or {}),
             peak_live_b=dict(data.get("peak_live_b") or {}),
+            op_calls={k: OpCalls.from_dict(v) for k, v in data["op_calls"].items()
+                      if isinstance(v, dict)}
+            if isinstance(data.get("op_calls"), dict) else {},
         )
 
 

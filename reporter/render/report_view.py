@@ -23,7 +23,7 @@ from ..analyze.critical_path import BETWEEN, DEVICE_KINDS
 from ..analyze.efficiency import Efficiency
 from ..model.contention import mean_share
 from ..model import device as devices
-from ..model.finding import MINOR_SHARE, Finding, Saving
+from ..model.finding import BOUNDS, MINOR_SHARE, UP_TO_PEAKS, Finding, Saving
 from ..model.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from ..model.run import MEMORY_CATEGORIES, Run, Section
 from . import markup
@@ -102,9 +102,19 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
         view["saving"] = fmt.time(saving.saving_us)
         if "saving_share" in f.evidence and saving.step_us:  # its share, of the same step
             view["saving_share"] = fmt.pct(saving.share(saving.saving_us))
+    elif saving is not None and saving.note == UP_TO_PEAKS and saving.high_us is not None \
+            and "saving_us" in f.evidence:  # the bound the evidence states, of that step
+        view["saving"] = fmt.time(saving.high_us)
+        if "saving_share" in f.evidence and saving.step_us:
+            view["saving_share"] = fmt.pct(saving.share(saving.high_us))
     if saving is not None:  # what the finding is worth (reporter.analyze.savings)
+        upper = saving.high_us if saving.note in BOUNDS else None
         view["worth"] = {
-            "accounts": fmt.time(saving.accounts_us) if saving.accounts_us else None,
+            # an upper bound (savings.upper_bound): the time said "up to", and no other
+            "upper": fmt.time(upper) if upper is not None else None,
+            "upper_share": fmt.pct(saving.share(upper)) if upper is not None else None,
+            "accounts": fmt.time(saving.accounts_us)
+            if saving.accounts_us and upper is None else None,
             "accounts_share": fmt.pct(saving.share(saving.accounts_us))
             if saving.accounts_us and saving.step_us else None,
             "saving": fmt.time(saving.saving_us) if saving.saving_us is not None else None,
@@ -114,8 +124,8 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             "band": saving.low_us is not None and saving.high_us is not None
             and saving.high_us - saving.low_us > 0.01 * (saving.saving_us or 0.0),
             "note": saving.note,
-            # the most the fix could save, not what it saves (savings.upper_bound)
-            "bound": saving.bound and saving.saving_us is not None,
+            # the bound is the peaks' ratio (savings.peaks_bound, savings.faster_dtype)
+            "peaks": saving.note == UP_TO_PEAKS and upper is not None,
             "unprofiled": (fmt.time(saving.unprofiled_step_us)
                            if saving.unprofiled_step_us else None),
             # an idle device's time that other findings' host work accounts for, taken

@@ -164,8 +164,9 @@ REPORT: dict[str, Choice] = {
                       ("measured_before_after", of("worth.before"))),
     # a whole step's timing that lacked the page faults the step took before the profiler
     "step_faults": when("faults_the_timing_missed", of("worth.faults")),
-    "worth": first(("up_to_per_step", of("worth.bound")),
-                   ("saving_per_step", of("worth.saving")),
+    "worth": first(("saving_per_step", of("worth.saving")),
+                   ("up_to_the_peaks", of("worth.peaks")),
+                   ("up_to_its_time", of("worth.upper")),
                    ("not_quantifiable", always)),
     "band": when("between_low_and_high", of("worth.band")),
     "accounts": when("accounts_for", of("worth.accounts")),
@@ -180,7 +181,6 @@ REPORT: dict[str, Choice] = {
     "minor_worth": first(("not_faster_here", lambda f: of("worth.note")(f) == NOT_FASTER),
                          ("time_in_others", lambda f: of("worth.note")(f) == IN_OTHERS),
                          ("no_room_left", lambda f: of("worth.note")(f) == NO_ROOM),
-                         ("minor_up_to", of("worth.bound")),
                          ("minor_saving", lambda f: True)),
     # a comparison (m: a mode compared; f: a finding that went, came or stayed)
     "ratio_high": when("up_to_ratio_high", of("ratio_high")),

@@ -77,8 +77,32 @@ def elementwise_blowup(profile: Profile, limits: dict[str, float]) -> Finding | 
                    ops=[o.name for o in ops[:3]])
 
 
+def _dominant_saving(w: Worth) -> Saving:
+    """The time beyond its roofline, where the roofline prices the operator and its calls
+    did not grow within the step. Otherwise an upper bound (``savings.upper_bound``): the
+    time it takes, which no fix of it can beat, is what it is worth at most; a loop whose
+    calls grow (``growing``: a quadratic pattern) is fixed by taking its work away, which
+    the roofline does not price (a growing torch.cat, 87% of the CPU time, ranked below a
+    5-8% page-fault finding, issue 66)."""
+    if not w.finding.evidence.get("growing"):
+        s = savings.beyond_roofline(w)
+        if s.saving_us is not None:
+            return s
+    return savings.upper_bound(w)
+
+
 _SAYS_DOMINANT_OPERATOR = {
+    "per_step": when("calls_per_step", lambda v: v["f"].get("calls_per_step")
+                     and v["f"]["steps"] > 1),
     "memory": when("memory_per_call", f("mem_per_call")),
+    # over half the time: any speed-up is its; from 30%, the largest cost no other
+    # finding explains
+    "lead": either("speedup_from_it", "largest_unexplained", f("most")),
+    "growth": when("inputs_grow", f("growing")),
+    "module": when("called_in_module", f("module")),
+    "forward_at": when("module_forward_at", f("forward_at")),
+    "source": when("source_line", f("source")),
+    "advice": either("join_once", "look_at_call_site", f("growing")),
     # bf16 products on a CPU without bf16 matrix units: BART's
     # training step took 15 times as long under bf16 autocast
     "precision": either(
@@ -90,11 +114,17 @@ _SAYS_DOMINANT_OPERATOR = {
     "compiled": when("compiled_already", f("compiled")),
 }
 
+# From this share of the basis time an operator is "the" cost: any speed-up is its.
+DOMINANT_MOST = 0.50
+
 
 @rule("dominant-operator", says=_SAYS_DOMINANT_OPERATOR, about_products=True,
-      saving=savings.beyond_roofline, catch_all=True, share=0.50)
+      saving=_dominant_saving, catch_all=True, share=0.30)
 def dominant_operator(profile: Profile, limits: dict[str, float]) -> Finding | None:
-    """One operator holds most of the self time."""
+    """One operator holds a large share of the self time (30% or more) and no other
+    finding explains it (a catch-all). Its calls, read call by call from a trace
+    (Profile.op_calls), say how many there are per step, whether their inputs grow within
+    a step, and the module they run in."""
     b = basis(profile)
     ops = operators(profile)
     if not ops or b.total_us <= 0:
@@ -106,9 +136,19 @@ def dominant_operator(profile: Profile, limits: dict[str, float]) -> Finding | N
     # a matrix product or a convolution (mkldnn's and cudnn's included): on a CPU, lower
     # precision is advice to time both ways (BART's step took 15 times as long in bf16)
     matrix = top.name in MATMUL_OPS or top.name in MATRIX_CALLS or "convolution" in top.name
+    calls = profile.op_calls.get(top.name)
+    read: dict[str, Any] = {}
+    if calls is not None and calls.step_calls > 0:
+        read = {"calls_per_step": calls.calls_per_step, "step_calls": calls.step_calls,
+                "growing": calls.growing, "module": calls.module,
+                "forward_at": calls.forward_at, "source": calls.source}
+        if calls.growing:
+            read.update(first_elements=calls.first_elements,
+                        last_elements=calls.last_elements)
     return Finding("dominant-operator", "medium",
                    {"basis": b.name, "share": s, "threshold": limits["share"],
-                    **op_evidence(top, b), "matrix_op": matrix}, ops=[top.name])
+                    **op_evidence(top, b), "matrix_op": matrix,
+                    "most": s > DOMINANT_MOST, **read}, ops=[top.name])
 
 
 _ATTENTION_PARTS = ("aten::bmm", "aten::baddbmm", "aten::_softmax", "aten::softmax",
