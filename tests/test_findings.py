@@ -217,6 +217,11 @@ SYNTHETIC = {
         host_faults={"faults": 3077.0, "fault_us": 0.98, "step_us": 28_560.0}),
 }
 
+# the convolution rules' and data-parallel's inputs (issue 66), beside their own tests
+from test_generalise_h4 import SYNTHETIC_H4  # noqa: E402
+
+SYNTHETIC.update(SYNTHETIC_H4)
+
 
 def _finding_for(rule_id: str) -> Finding:
     if RULES[rule_id].derive is not None:  # a statement: made from a run's efficiency

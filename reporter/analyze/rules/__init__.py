@@ -8,3 +8,5 @@ belongs to (or a new module imported below) and its words in each language
 (templates/<lang>/findings/<id>.md.j2): docs/adding-a-rule.md."""
 
 from . import copies, distributed, host, memory, operators, precision, waits  # noqa: F401
+# registered after the others: a rule's order is its place in reports and what-ifs
+from . import convolutions  # noqa: F401,E402

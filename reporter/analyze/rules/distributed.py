@@ -77,3 +77,35 @@ def communication_bound(profile: Profile, limits: dict[str, float]) -> Finding |
                     "op_time_us": profile.comm_us, "step_us": wall, "overlap_share": overlap,
                     "exposed_us": profile.comm_us - (profile.comm_overlap_us or 0.0),
                     "calls": 0})
+
+
+# nn.DataParallel's autograd functions (torch/nn/parallel/_functions.py), recorded by their
+# class names: each step it copies the parameters to every GPU (Broadcast), splits the
+# batch (Scatter), collects the outputs (Gather), and in the backward sums the gradients
+# onto the first GPU (ReduceAddCoalesced, inside BroadcastBackward); the backward's
+# Scatter and Gather run inside GatherBackward and ScatterBackward, under the same names.
+DATA_PARALLEL = ("Broadcast", "Scatter", "Gather", "ReduceAddCoalesced")
+
+
+@rule("data-parallel", says={"steps": OVER_STEPS}, saving=savings.unquantified, share=0.10,
+      high=0.30)
+def data_parallel(profile: Profile, limits: dict[str, float]) -> Finding | None:
+    """nn.DataParallel's per-step copies (its Broadcast, Scatter, Gather and
+    ReduceAddCoalesced functions, inclusive host time, each call once: the backward's
+    nodes call them under the same names) take over ``share`` of the step. One process
+    drives every GPU from one Python thread; DistributedDataParallel runs one process per
+    GPU, keeps a replica on each, and all-reduces the gradients during the backward. What
+    DDP saves is not in this profile (its own all-reduce stays): unquantified."""
+    rows = sorted((o for o in profile.ops if o.kind == "op" and o.name in DATA_PARALLEL
+                   and o.cpu_total_us > 0), key=lambda o: o.cpu_total_us, reverse=True)
+    if not rows:
+        return None
+    time_us = sum(o.cpu_total_us for o in rows)
+    s, wall = step_share(profile, time_us)
+    if s <= limits["share"]:
+        return None
+    return Finding("data-parallel", severity(s, limits["high"]),
+                   {"basis": "step", "share": min(s, 1.0), "threshold": limits["share"],
+                    "op": rows[0].name, "op_time_us": time_us, "step_us": wall,
+                    "calls": sum(o.calls for o in rows)},
+                   ops=[o.name for o in rows])
