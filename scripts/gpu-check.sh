@@ -61,7 +61,9 @@ for s in $steps; do
             --target tests/models/planted.py:dropout_heavy ;;
     tuning)  # issue #66: the lever timed on the GPU, the Tuning Guide's planted mistakes
         step tuning "${TUNING_S:-150}" "$PY" -m reporter run --device "$DEV" --lang en \
-            --runs $R/tuning ${TUNING_TARGETS:---target tests/models/planted_lever.py:wide_mlp_train_tf32} ;;
+            --runs $R/tuning --target tests/models/planted_lever.py:wide_mlp_train_tf32 \
+            --target tests/models/planted_gpu.py:convnet_nchw \
+            --target tests/models/planted_gpu.py:convnet_channels_last ${TUNING_MORE:-} ;;
     compiled)  # torch.compile on a GPU: Triton kernels, which no session has seen here
         step compiled "${COMPILED_S:-150}" "$PY" -m reporter run --device "$DEV" --lang en \
             --runs $R/compiled --target transformer-compiled ;;
