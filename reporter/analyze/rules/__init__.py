@@ -7,4 +7,4 @@ Importing this package registers every rule. A new rule is a function in the fam
 belongs to (or a new module imported below) and its words in each language
 (templates/<lang>/findings/<id>.md.j2): docs/adding-a-rule.md."""
 
-from . import copies, distributed, host, memory, operators, precision, waits  # noqa: F401
+from . import copies, distributed, host, memory, operators, precision, process, waits  # noqa: F401
