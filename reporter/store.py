@@ -540,6 +540,7 @@ def _check_consistent(section: Any, where: str) -> None:
                           f"{where}.precision")
     if "tf32" in section.precision:
         validate.check_fields(section.precision["tf32"], _TF32_FIELDS, f"{where}.precision.tf32")
+    _check_process(section.process, f"{where}.process")
     b = section.profile.breakdown
     if b is not None:
         _check_breakdown(b, f"{where}.profile.breakdown")
@@ -557,6 +558,28 @@ def _check_consistent(section: Any, where: str) -> None:
             if len(values) != len(tm.timeline_ms):
                 raise ValueError(f"{where}.tensor_memory.timeline_b.{key[:40]}: {len(values)} "
                                  f"values for {len(tm.timeline_ms)} points")
+
+
+# What the runner observed of the process around the step (run.Section.process): each
+# known key of its type and within its bounds (the report prints them and the rules
+# count with them); a key this reporter does not know is left unread.
+_PROCESS_FLAGS = ("grad_enabled", "anomaly", "cudnn_benchmark", "deterministic",
+                  "runner_threads", "runner_inference_mode", "runner_eval", "probe_grad_fn")
+_PROCESS_COUNTS = {"threads": 1 << 16, "training_modules": 1 << 30,
+                   "training_layers": 1 << 30, "probe_saved_b": 1 << 60}
+_DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+def _check_process(process: dict[str, Any], where: str) -> None:
+    validate.check_fields(process, {**{k: bool for k in _PROCESS_FLAGS},
+                                    **{k: int for k in _PROCESS_COUNTS},
+                                    "default_dtype": str}, where)
+    for key, most in _PROCESS_COUNTS.items():
+        if key in process and not 0 <= process[key] <= most:
+            raise ValueError(f"{where}.{key}: {process[key]} is not between 0 and {most:,}")
+    if "default_dtype" in process and process["default_dtype"] not in _DTYPES:
+        raise ValueError(f"{where}.default_dtype: {str(process['default_dtype'])[:40]!r} is "
+                         f"none of {', '.join(_DTYPES)}")
 
 
 # The free-form parts of a step breakdown and of the ranks' stragglers, as the analysis
@@ -637,6 +660,7 @@ def _check_efficiency(section: Any, where: str) -> None:
         validate.check_fields(timed, {"before_ms": float, "after_ms": float,
                                       "saved_ms": list[float], "saved_share": list[float],
                                       "whole_step": bool, "fix": str,
+                                      "step_is_fixed": bool,
                                       "faults": list[float]},
                               f"{where}.whatif.{rule}")
         if not {"before_ms", "after_ms"} <= set(timed):

@@ -271,6 +271,9 @@ def analyze_section(section: Section, batch_size: int | None = None,
         # loop read 35.5% of that step while its worth was 6.0% of the profiled one)
         profile = replace(profile, host_faults={**faults, "step_us": real_step_us}
                           if real_step_us else {**faults, "added_faults": 0.0})
+    if getattr(section, "process", None):
+        # what the runner observed of the process around the step (run.Section.process)
+        profile = replace(profile, process=dict(section.process))
     findings = analyze(profile, overrides, eff)
     profiler_distortion(findings, getattr(section, "profiler_cost", None), profile,
                         real_step_us)

@@ -719,12 +719,19 @@ def _step_measured(accounted: float | None, measured: dict[str, Any], profiled: 
             and all(isinstance(x, (int, float)) for x in shares)):
         before, after = float(measured["before_ms"]), float(measured["after_ms"])
         shares = [1 - after / before] if before > 0 else [0.0]
+    shown = sum(shares) / len(shares)  # the share of the step as it is the fix saved
+    if measured.get("step_is_fixed") is True:
+        # The section's step is the fixed one already (inference-autograd: the runner's
+        # inference_mode and eval() are the fix; the step as the user's code runs it was
+        # the longer one): what the fix saved is of that step, as a share of the fixed
+        # one, (before - after) / after, at most the whole step.
+        shares = [min(1.0, x / (1 - x)) if x < 1 else 1.0 for x in shares]
     share = sum(shares) / len(shares)
     timed_step = max(step - hidden_us, 0.0)  # the step as the timed steps took it
     if owned_us < FAULTS_NOTED * step:  # a float64 MLP's 0.03 us: not worth a sentence
         owned_us = 0.0
     timed = {"before_ms": measured["before_ms"], "after_ms": measured["after_ms"],
-             "whole_step": True, "saved_share": share, "fix": measured.get("fix"),
+             "whole_step": True, "saved_share": shown, "fix": measured.get("fix"),
              "kept_ms": (timed_step * (1 - max(shares)) + hidden_us - owned_us) / 1e3}
     if owned_us > 0:
         timed["faults_ms"] = owned_us / 1e3

@@ -975,19 +975,20 @@ def target_fix(step: Any, rule_id: str) -> Callable[[], Any] | None:
     return fix if callable(fix) else None
 
 
-def fixed_step(device: str, step: Any, fix: Callable[[], Any], name: str
-               ) -> dict[str, Any]:
+def fixed_step(device: str, step: Any, fix: Callable[[], Any], name: str,
+               in_mode: bool = True) -> dict[str, Any]:
     """The model's step with ``fix`` applied (a context manager factory) and as it is, in
     turn (``steps_in_turn``), in the section's mode (another section may have left the
     model in its own; the modules' modes are put back after): {"before_ms", "after_ms"}
     per step, "saved_share" (1 - their ratio), "whole_step", "fix" (``name``: what was
     applied) and, where they were counted, the page faults a timed step took as it is
     and fixed ("faults": the medians, per step), which reporter.analyze.savings sets
-    against the faults the step took before the profiler ran."""
+    against the faults the step took before the profiler ran. ``in_mode`` false: the
+    modules' modes are the caller's to set (the fix sets its own)."""
     from . import device as devices
 
     faults: list[list[int]] = [[], []]
-    with _in_mode(step):
+    with _in_mode(step) if in_mode else contextlib.nullcontext():
         on, off = steps_in_turn(step, fix, devices.get(device), faults=faults)
     return {"before_ms": on * 1e3, "after_ms": off * 1e3, "saved_share": [1 - off / on],
             "whole_step": True, "fix": name,
@@ -1028,6 +1029,86 @@ def dropout_step(section: Any, device: str, step: Any, steps: int) -> dict[str, 
     if calls == 0 or calls < recorded - 0.5:
         return None
     return {**fixed_step(device, step, dropout_off, "dropout-off"), "calls": calls}
+
+
+@contextlib.contextmanager
+def anomaly_off() -> Iterator[None]:
+    """Autograd's anomaly detection off inside the block, whether the process set it
+    (``torch.autograd.set_detect_anomaly(True)``) or the step enters it itself (``with
+    torch.autograd.detect_anomaly():``, which calls ``torch.set_anomaly_enabled`` as it
+    is entered and left: that call keeps it off inside the block); the mode and the
+    function put back after."""
+    import torch
+
+    state = (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
+    orig = torch.set_anomaly_enabled
+
+    def kept_off(enabled: bool, check_nan: bool = True) -> None:
+        orig(False, check_nan)
+
+    torch.set_anomaly_enabled = kept_off
+    orig(False, state[1])
+    try:
+        yield
+    finally:
+        torch.set_anomaly_enabled = orig
+        orig(*state)
+
+
+def anomaly_step(device: str, step: Any) -> dict[str, Any] | None:
+    """The model's step with anomaly detection off (``anomaly_off``) and as it is, in turn
+    (``fixed_step``)."""
+    return fixed_step(device, step, anomaly_off, "anomaly-off") if step is not None else None
+
+
+class _AsUser:
+    """The section's inference step as the target's own code runs it (runner._Stepper's
+    ``forward_as_user``): a batch, then the forward in the process's grad mode, the
+    model's modules in the modes they are in, no inference_mode of the runner's."""
+
+    def __init__(self, step: Any) -> None:
+        self._step, self.target, self.mode = step, step.target, step.mode
+
+    def __call__(self) -> None:
+        self._step.forward_as_user(self._step.load())
+
+
+def inference_step(device: str, step: Any) -> dict[str, Any] | None:
+    """The inference step as the user's own code runs it (the modules in the modes the
+    target handed them over in, ``_Stepper.as_built``; the process's grad mode) and as the
+    runner runs it (``torch.inference_mode()`` and ``eval()``: the fix), in turn
+    (``fixed_step``). The section's step is the fixed one here (``step_is_fixed``:
+    reporter.analyze.savings takes the saving as a share of it). None without the modes
+    as built or for a compiled model (it would compile again for the other grad mode)."""
+    import torch
+
+    built = getattr(step, "as_built", None)
+    if built is None or not _patchable(step):
+        return None
+    model = step.target.model
+
+    @contextlib.contextmanager
+    def as_the_runner_runs_it() -> Iterator[None]:
+        now = [(m, m.training) for m, _ in built]
+        model.train(False)
+        try:
+            with torch.inference_mode():
+                yield
+        finally:
+            for m, training in now:
+                m.training = training
+
+    now = [(m, m.training) for m, _ in built]
+    for m, training in built:
+        m.training = training
+    try:
+        timed = fixed_step(device, _AsUser(step), as_the_runner_runs_it, "inference-mode",
+                           in_mode=False)
+    finally:
+        for m, training in now:
+            m.training = training
+    timed.pop("faults", None)  # of another step than the one the run counted before
+    return {**timed, "step_is_fixed": True}
 
 
 def tensors_mapped(batch: Any, fn: Callable[[Any], Any]) -> Any:
@@ -1519,10 +1600,20 @@ def _lever(section: Any, device: str, optimizer: Any, steps: int,
     return lever_step(section, device, step) if step is not None else None
 
 
-# The replacements by recipe name, as rules name them (reporter.analyze.findings.WhatIf):
-# each takes the section, the device, the target's optimizer, the profiled steps, the
-# trace's calls (Recorded) and the section's step (runner._Stepper: one step of the
-# model in the section's mode), which a recipe that applies the fix to the model runs.
+def _anomaly(section: Any, device: str, optimizer: Any, steps: int,
+             recorded: Recorded | None = None, step: Any = None
+             ) -> dict[str, Any] | None:
+    return anomaly_step(device, step)
+
+
+def _inference(section: Any, device: str, optimizer: Any, steps: int,
+               recorded: Recorded | None = None, step: Any = None
+               ) -> dict[str, Any] | None:
+    if step is None or section.label != "inference":
+        return None
+    return inference_step(device, step)
+
+
 def _conv_bias(section: Any, device: str, optimizer: Any, steps: int,
                recorded: Recorded | None = None, step: Any = None
                ) -> dict[str, Any] | None:
@@ -1541,12 +1632,17 @@ def _channels_last(section: Any, device: str, optimizer: Any, steps: int,
     return channels_last_step(device, step) if step is not None else None
 
 
+# The replacements by recipe name, as rules name them (reporter.analyze.findings.WhatIf):
+# each takes the section, the device, the target's optimizer, the profiled steps, the
+# trace's calls (Recorded) and the section's step (runner._Stepper: one step of the
+# model in the section's mode), which a recipe that applies the fix to the model runs.
 RECIPES: dict[str, Recipe] = {"attention": _attention, "optimizer": _optimizer,
                               "gemm-precision": _gemm, "blowup-matmul": _blowup,
                               "dropout-off": _dropout, "single-precision": _single,
                               "lower-precision": _lever,
                               "conv-bias-off": _conv_bias, "cudnn-benchmark": _cudnn_benchmark,
-                              "nhwc-layout": _channels_last}
+                              "nhwc-layout": _channels_last,
+                              "anomaly-off": _anomaly, "inference-mode": _inference}
 
 
 def timeable(findings: list[Finding]) -> list[str]:

@@ -211,6 +211,11 @@ class Profile:
     # set by reporter.analyze.analyzer.analyze_section for the rules. Not stored: the
     # section holds the measurement.
     host_faults: dict[str, float] = field(default_factory=dict)
+    # The process state the runner observed around the target's step (grad mode, anomaly
+    # detection, threads, what the runner itself set: see run.Section.process), set by
+    # reporter.analyze.analyzer.analyze_section for the rules as host_faults is. Empty for
+    # imported profiles and runs stored before it. Not stored: the section holds it.
+    process: dict[str, Any] = field(default_factory=dict)
 
     @property
     def has_device(self) -> bool:
@@ -230,6 +235,7 @@ class Profile:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         del data["host_faults"]  # the section's measurement, not the profile's
+        del data["process"]  # the section's observation, likewise
         return data
 
     @classmethod

@@ -149,6 +149,18 @@ class Section:
     # "unprofiled_minor_faults", "profiled_minor_faults", "unprofiled_major_faults",
     # "profiled_major_faults"}; None for imported profiles, distributed and older runs.
     profiler_cost: dict[str, float] | None = None
+    # The process state the runner observed around the target's step, and what it set
+    # itself (reporter.collect.runner._observe; keys absent when unknown): "grad_enabled"
+    # (in the step as the target's own code runs it: for inference, without the runner's
+    # inference_mode), "anomaly", "cudnn_benchmark", "deterministic", "default_dtype",
+    # "threads", "runner_threads" (set by --threads), "runner_inference_mode",
+    # "runner_eval", "training_modules" (modules in training mode as the target handed the
+    # model over, where the user's own inference would run them so), "training_layers"
+    # (those of them whose forward changes with it: dropout, batch norm), and, for an
+    # inference section, one forward run as the user's code runs it: "probe_grad_fn" (its
+    # output holds an autograd graph), "probe_saved_b" (bytes of activations the graph
+    # saved for backward). Empty for imported profiles and runs stored before it.
+    process: dict[str, Any] = field(default_factory=dict)
 
     @property
     def busy(self) -> bool:
@@ -210,6 +222,8 @@ class Section:
                            if isinstance(data.get("whatif_failed"), dict) else {}),
             profiler_cost=(dict(data["profiler_cost"])
                            if isinstance(data.get("profiler_cost"), dict) else None),
+            # a malformed value is kept as it is, for reporter.store to refuse in one line
+            process=data.get("process", {}) if data.get("process") is not None else {},
         )
 
 

@@ -494,6 +494,21 @@ def _efficiency_view(e: Any, fmt: Fmt, counts: Any = None) -> dict[str, Any]:
     }
 
 
+def _process_view(section: Section, fmt: Fmt) -> dict[str, Any]:
+    """What the facts say of the process around the step (run.Section.process): the
+    user's own forward run once (an inference-only target's), the modules it found in
+    training mode, and torch's threads where the runner set them; all None where the run
+    did not record them (imported profiles, runs stored before it)."""
+    p = section.process
+    probe = p.get("probe_grad_fn")
+    training = p.get("training_modules") if isinstance(probe, bool) else None
+    threads = p.get("threads") if p.get("runner_threads") is True else None
+    return {"probe": ("graph" if probe else "none") if isinstance(probe, bool) else None,
+            "training_modules": training,
+            "training_modules_text": fmt.int(training) if training is not None else None,
+            "threads_set": threads if isinstance(threads, int) else None}
+
+
 # The view models: what each template prints, formatted. Rows inside them (operators,
 # findings, table rows) stay mappings: a finding's fields are its rule's evidence.
 Row = dict[str, Any]
@@ -508,6 +523,15 @@ class SectionView:
     # How the runner drove the step ("train" or "inference"): a live run's; None for
     # imported profiles, which ran as their own code did
     driven: str | None
+    # What the runner observed of the process around the step (run.Section.process; None
+    # for imported profiles and runs stored before it): the user's own forward, run once as
+    # its code runs it ("graph": it built autograd state, "none": it did not), the modules
+    # it found in training mode as the target handed the model over, and torch's threads
+    # where --threads set them for the run
+    probe: str | None
+    training_modules: int | None
+    training_modules_text: str | None
+    threads_set: int | None
     title: str | None  # a name taken from the input (the sentence above its table)
     # Summary
     tf32: dict[str, Any] | None
@@ -681,6 +705,7 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         mode=section.label if section.label in ("train", "inference") else None,
         driven=(section.label if t is not None and section.label in ("train", "inference")
                 else None),
+        **_process_view(section, fmt),
         # A name taken from the input (the sentence above its table), or None
         title=None if re.fullmatch(r"profile \d+", section.label) else section.label,
         timed=timed,

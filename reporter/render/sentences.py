@@ -88,8 +88,14 @@ REPORT: dict[str, Choice] = {
     "disturbed": when("disturbed_left_out", of("disturbed_windows")),
     # the summary's other lines
     "tf32_forced": when("forced_by_environment", of("tf32.override")),
-    "driven": either("driven_inference", "driven_train",
-                     lambda s: of("driven")(s) == "inference"),
+    "driven": first(("driven_inference_probed",
+                     lambda s: of("driven")(s) == "inference" and of("probe")(s)),
+                    ("driven_inference", lambda s: of("driven")(s) == "inference"),
+                    ("driven_train", always)),
+    # the user's own forward, run once as its code runs it (s: the section)
+    "probe": either("probe_built_graph", "probe_built_nothing",
+                    lambda s: of("probe")(s) == "graph"),
+    "in_training": when("modules_were_in_training", of("training_modules")),
     "of_capacity": when("of_capacity", of("device_memory")),
     "kernels_advice": either("run_larger_preset", "give_kernels_more_work",
                              of("larger_preset")),
