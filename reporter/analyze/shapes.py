@@ -49,29 +49,92 @@ def blowup_shapes(profile: Profile) -> list[list[int]]:
     return [list(k) for k in sorted(found, key=lambda k: found[k], reverse=True)]
 
 
-# An element-wise operator whose inputs broadcast to a result this many times the size of
-# the larger one builds a pairwise tensor (``a[:, None] * b[None, :]``).
-GROWTH = 4
+def _broadcast(d: list[list[int]]) -> list[int] | None:
+    """The shape tensors of shapes ``d`` broadcast to, or None where they do not."""
+    rank = max(len(x) for x in d)
+    padded = [[1] * (rank - len(x)) + x for x in d]
+    out = [max(col) for col in zip(*padded)]
+    if any(n not in (1, m) for x in padded for n, m in zip(x, out)):
+        return None
+    return out
 
 
-def broadcast_growth(profile: Profile, names: set[str] | frozenset[str]) -> bool:
-    """Whether any of the operators ``names`` (element-wise, two inputs or more) was
-    called on inputs that broadcast to a result ``GROWTH`` times the larger input or more,
-    of ``MIN_BLOWUP_NUMEL`` elements or more: a pairwise tensor. An activation computed
-    from one tensor (``x * torch.sigmoid(1.702 * x)``, CLIP's quick_gelu) never does."""
+def _widens(small: list[int], big: list[int]) -> bool:
+    """Whether ``big`` is ``small`` broadcast along a dimension of size 1 (or a new leading
+    one) to a larger size: what ``unsqueeze(...).repeat(...)`` materialises."""
+    if len(small) > len(big):
+        return False
+    padded = [1] * (len(big) - len(small)) + small
+    return all(n in (1, m) for n, m in zip(padded, big)) and padded != big
+
+
+# Copies that materialise a broadcast tensor outright.
+_BROADCAST_COPIES = ("aten::repeat", "aten::repeat_interleave", "aten::tile",
+                     "aten::expand_copy")
+
+
+def pairwise_shapes(profile: Profile, names: set[str] | frozenset[str]
+                    ) -> set[tuple[int, ...]]:
+    """The shapes of the pairwise tensors the recorded input shapes show, of
+    ``MIN_BLOWUP_NUMEL`` elements or more: the result of an operator of ``names``
+    (element-wise) whose inputs broadcast to a tensor larger than each of them
+    (``a.unsqueeze(2) * b.unsqueeze(1)``, (B, L, 1, D) by (B, 1, S, D)); and an input of
+    such an operator that a copy made from a broadcast (``repeat``, ``tile``: (B, 1, S, D)
+    repeated to (B, L, S, D)), or that a multiply-then-sum reads and a ``contiguous`` or
+    ``clone`` made dense (``expand(...).contiguous()``). Structural, not a share: an
+    activation computed from one tensor (``x * torch.sigmoid(1.702 * x)``, CLIP's
+    quick_gelu; SiLU; GELU written out), a bias or a mask added, a tensor scaled by a
+    broadcast vector, all make a result no larger than their largest input from nothing
+    copied, and show none."""
+    found: set[tuple[int, ...]] = set()
+    inputs: set[tuple[int, ...]] = set()
+    sources: list[list[int]] = []  # what the broadcast copies were made from
+    dense: set[tuple[int, ...]] = set()
+    for o in profile.ops_by_shape:
+        d = [x for x in dims(o) if x]
+        if o.name in names:
+            inputs.update(tuple(x) for x in d if math.prod(x) >= MIN_BLOWUP_NUMEL)
+            out = _broadcast(d) if len(d) >= 2 else None
+            if out is not None and math.prod(out) >= MIN_BLOWUP_NUMEL and all(
+                    math.prod(out) > math.prod(x) for x in d):
+                found.add(tuple(out))
+        elif d and o.name in _BROADCAST_COPIES:
+            sources.append(d[0])
+        elif d and o.name in DENSE_COPIES:
+            dense.add(tuple(d[0]))
+    # a multiply-then-sum (blowup_shapes) of an operand a copy made dense: expand(...)
+    # .contiguous() (the expand's row, a view's, tells nothing by shape: a mask that
+    # masked_fill broadcasts is expanded too)
+    summed = {tuple(x) for x in blowup_shapes(profile)}
+    for s in inputs:
+        if any(_widens(r, list(s)) for r in sources) or (s in dense and s in summed):
+            found.add(s)
+    return found
+
+
+def on_shapes(profile: Profile, names: set[str] | frozenset[str],
+              wanted: set[tuple[int, ...]], attr: str) -> tuple[float, float]:
+    """The time (``attr``) of the operators ``names`` by recorded shape: of the rows that
+    read or make a tensor of one of the ``wanted`` shapes, and of all their rows."""
+    own = every = 0.0
     for o in profile.ops_by_shape:
         if o.name not in names:
             continue
+        t = float(getattr(o, attr) or 0.0)
+        every += t
         d = [x for x in dims(o) if x]
-        if len(d) < 2:
-            continue
-        rank = max(len(x) for x in d)
-        padded = [[1] * (rank - len(x)) + x for x in d]
-        out = [max(col) for col in zip(*padded)]
-        numel = math.prod(out)
-        if numel >= MIN_BLOWUP_NUMEL and numel >= GROWTH * max(math.prod(x) for x in d):
-            return True
-    return False
+        out = _broadcast(d) if d else None
+        if any(tuple(x) in wanted for x in d) or (out is not None and tuple(out) in wanted):
+            own += t
+    return own, every
+
+
+def copies_of(profile: Profile, wanted: set[tuple[int, ...]], attr: str) -> float:
+    """The time (``attr``, inclusive) of the copies that materialise a broadcast into one
+    of the ``wanted`` shapes (``repeat``, ``tile`` of a tensor that widens to it)."""
+    return sum(float(getattr(o, attr) or 0.0) for o in profile.ops_by_shape
+               if o.name in _BROADCAST_COPIES
+               for d in [dims(o)] if d and any(_widens(d[0], list(s)) for s in wanted))
 
 
 def dense_copies(profile: Profile, blown: list[list[int]], attr: str

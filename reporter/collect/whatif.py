@@ -1364,10 +1364,18 @@ def channels_last_step(device: str, step: Any) -> dict[str, Any] | None:
 
 
 # What attention_switch switches, by the name the report gives it: a transformers model
-# running its eager attention (switched to attn_implementation="sdpa"), and
+# running its eager attention (switched to attn_implementation="sdpa"),
 # nn.MultiheadAttention asked for its weights (need_weights=True, its default: the
-# weights are computed piece by piece; with need_weights=False it calls SDPA).
-SWITCHES = ("transformers", "need_weights")
+# weights are computed piece by piece; with need_weights=False it calls SDPA), and torch's
+# fast path of nn.TransformerEncoderLayer and nn.MultiheadAttention (in inference, batch
+# first: aten::_native_multi_head_attention, which on the CPU computes the attention with
+# bmm and softmax apart; with the fast path off, the modules call SDPA).
+SWITCHES = ("transformers", "need_weights", "fastpath")
+
+# torch's fast-path entry points that nn.TransformerEncoderLayer and nn.MultiheadAttention
+# call from Python (torch/nn/modules/transformer.py, activation.py), and their operators
+_FAST_PATH = ("_transformer_encoder_layer_fwd", "_native_multi_head_attention")
+_FAST_PATH_OPS = tuple(f"aten::{name}" for name in _FAST_PATH)
 
 
 def _hf_roots(model: Any) -> list[Any]:
@@ -1412,14 +1420,56 @@ def _hf_eager(root: Any) -> bool:
 
 
 @contextlib.contextmanager
+def _fast_path_counted(counted: list[int]) -> Iterator[None]:
+    """Each call of torch's fast path (``_FAST_PATH``: an nn.TransformerEncoderLayer's or
+    an nn.MultiheadAttention's) inside the block counted in ``counted``'s one element."""
+    import torch
+
+    originals = {name: getattr(torch, name) for name in _FAST_PATH if hasattr(torch, name)}
+
+    def counting(orig: Any) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            counted[0] += 1
+            return orig(*args, **kwargs)
+        return call
+    try:
+        for name, orig in originals.items():
+            setattr(torch, name, counting(orig))
+        yield
+    finally:
+        for name, orig in originals.items():
+            setattr(torch, name, orig)
+
+
+@contextlib.contextmanager
+def _fast_path_off() -> Iterator[None]:
+    """torch's fast path of nn.TransformerEncoderLayer and nn.MultiheadAttention off inside
+    the block (``torch.backends.mha.set_fastpath_enabled(False)``), as it was after."""
+    import torch
+
+    mha = getattr(torch.backends, "mha", None)
+    if mha is None or not hasattr(mha, "set_fastpath_enabled"):
+        yield
+        return
+    was = mha.get_fastpath_enabled()
+    mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        mha.set_fastpath_enabled(was)
+
+
+@contextlib.contextmanager
 def _sdpa_switched(roots: Sequence[Any], mhas: Sequence[Any],
-                   changed: set[str] | None = None) -> Iterator[None]:
+                   changed: set[str] | None = None, fast: bool = False) -> Iterator[None]:
     """The transformers models ``roots`` on attn_implementation="sdpa" and each
-    nn.MultiheadAttention of ``mhas`` called with need_weights=False inside the block;
-    every config's implementation and every module's forward put back after. ``changed``
-    gets the name (``SWITCHES``) of each switch that changed a call: "need_weights" only
-    where a module was called asking for its weights (one called with need_weights=False
-    already is not a change the advice may name)."""
+    nn.MultiheadAttention of ``mhas`` called with need_weights=False inside the block,
+    and, with ``fast``, torch's fast path of the modules off (``_fast_path_off``); every
+    config's implementation, every module's forward and the fast path put back after.
+    ``changed`` gets the name (``SWITCHES``) of each switch that changed a call:
+    "need_weights" only where a module was called asking for its weights (one called with
+    need_weights=False already is not a change the advice may name); "fastpath" is the
+    caller's to add, who knows whether the step took the fast path (``attention_step``)."""
     configs = [(c, getattr(c, "_attn_implementation_internal", None))
                for r in roots for m in r.modules() if hasattr(m, "config")
                for c in _hf_configs(m.config)]
@@ -1445,7 +1495,8 @@ def _sdpa_switched(roots: Sequence[Any], mhas: Sequence[Any],
         for m in mhas:
             patched.append((m, m.__dict__.get("forward")))
             m.forward = without_weights(m.forward)
-        yield
+        with _fast_path_off() if fast else contextlib.nullcontext():
+            yield
     finally:
         for m, own in reversed(patched):
             if own is None:
@@ -1466,10 +1517,13 @@ def attention_switch(model: Any) -> tuple[list[str], Callable[..., Any]] | None:
 
     roots = [r for r in _hf_roots(model) if _hf_eager(r)]
     mhas = [m for m in model.modules() if isinstance(m, nn.MultiheadAttention)]
-    names = [n for n, there in zip(SWITCHES, (roots, mhas)) if there]
+    # the fast path takes batch-first modules only (an encoder layer's, its self_attn's)
+    fast = [m for m in mhas if m.batch_first]
+    names = [n for n, there in zip(SWITCHES, (roots, mhas, fast)) if there]
     if not names:
         return None
-    return names, lambda changed=None: _sdpa_switched(roots, mhas, changed)
+    return names, lambda changed=None, off=bool(fast): _sdpa_switched(roots, mhas, changed,
+                                                                      off)
 
 
 @contextlib.contextmanager
@@ -1504,8 +1558,14 @@ def attention_step(device: str, step: Any) -> dict[str, Any] | None:
     found = attention_switch(step.target.model)
     if found is None:
         return None
-    fix = found[1]
+    names, switch = found
     changed: set[str] = set()
+    # the fast path off only where the step takes it (an encoder layer in inference):
+    # elsewhere the switch would change nothing the advice may name
+    fast = SWITCHES[2] in names and _calls_with(step, _fast_path_counted) > 0
+
+    def fix(changed: set[str] | None = None) -> Any:
+        return switch(changed, fast)
 
     @contextlib.contextmanager
     def switched_and_counted(counted: list[int]) -> Iterator[None]:
@@ -1518,6 +1578,8 @@ def attention_step(device: str, step: Any) -> dict[str, Any] | None:
     added = switched - _calls_with(step, _sdpa_counted)
     if added <= 0:
         return None
+    if fast:
+        changed.add(SWITCHES[2])
     # what the switch changed in the step's calls, not all it could switch: a module
     # already called without its weights beside a switched model is not named
     return {**fixed_step(device, step, fix, "attention-sdpa"),
@@ -1553,6 +1615,10 @@ def _attention(section: Any, device: str, optimizer: Any, steps: int,
     timed = attention_step(device, step) if step is not None else None
     if timed is not None:
         return timed
+    if any(o.name in _FAST_PATH_OPS and o.calls for o in section.profile.ops):
+        # torch's fast path of the modules: the chain timed alone leaves out what the
+        # fast path fuses around it, which only the step timed without it weighs
+        return None
     return attention(section.profile, device, section.label == "train", steps, section,
                      recorded.calls if recorded is not None else None)
 

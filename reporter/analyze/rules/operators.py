@@ -10,7 +10,8 @@ from ...model.finding import Finding, Saving
 from ...model.profile import Op, Profile
 from .. import savings
 from ..findings import MATMUL_OPS, WhatIf, Worth, basis, op_evidence, operators, rule, share
-from ..shapes import MATRIX_CALLS, blowup_shapes, broadcast_growth, dense_copies
+from ..shapes import (MATRIX_CALLS, blowup_shapes, copies_of, dense_copies, on_shapes,
+                      pairwise_shapes)
 from ._common import ranked, severity
 
 # Element-wise and reduction operators that make a new tensor. In-place updates (mul_,
@@ -30,7 +31,11 @@ BLOWUP = ("aten::repeat", "aten::repeat_interleave", "aten::tile", "aten::expand
 
 def _fused_attention_saving(w: Worth) -> Saving:
     """The softmax, masks and copies go away; the products stay, at their roofline, in
-    the fused kernel."""
+    the fused kernel. Not on torch's fast path of the modules: off it, the attention is
+    fused and the rest of the layer no longer is, which the profile cannot weigh (the
+    step timed with the fast path off, whatif.attention_step, can)."""
+    if w.finding.evidence.get("fast_path"):
+        return w.unquantified()
     return savings.work_removed(w, keep_us=savings.matrix_roof(w.finding.ops, w.eff))
 
 
@@ -60,20 +65,34 @@ def elementwise_blowup(profile: Profile, limits: dict[str, float]) -> Finding | 
     made_us = sum(getattr(o, inclusive) for o in profile.ops if o.name in present)
     blown = blowup_shapes(profile) if ops else []
     dense_us, dense = (dense_copies(profile, blown, inclusive) if ops else (0.0, []))
-    # With the shapes recorded, element-wise time is a blow-up only where something made
-    # a larger tensor than its inputs: activations of one tensor are not (CLIP's
-    # quick_gelu read 29% in one run of three, and got the q @ k.transpose advice)
-    if ops and profile.ops_by_shape and not present and not blown \
-            and not broadcast_growth(profile, ELEMENTWISE):
+    made = (made_us + dense_us) / b.total_us if b.total_us > 0 else 0.0
+    qualifying, pairwise = total + made, None
+    # a table of shapes that leaves a materialiser out (the seed's, its top 40 rows) cannot
+    # show what it made: its presence stands, as without shapes
+    unseen = [n for n in present if not any(o.name == n for o in profile.ops_by_shape)]
+    if ops and profile.ops_by_shape and not unseen:
+        # With the shapes recorded, element-wise time is a blow-up only on the pairwise
+        # tensors they show (shapes.pairwise_shapes: a broadcast that grew a tensor, a
+        # repeat or expand().contiguous() that materialised one), and only that time,
+        # with the copies that made them, counts against the threshold: an activation
+        # of one tensor never does, however large its share (CLIP's quick_gelu read 29%
+        # in one run of three, and got the q @ k.transpose advice)
+        shown = pairwise_shapes(profile, ELEMENTWISE)
+        own, every = on_shapes(profile, ELEMENTWISE, shown, b.attr)
+        copied = min(made_us, copies_of(profile, shown, inclusive)) + dense_copies(
+            profile, [list(s) for s in shown], inclusive)[0]
+        # (rows by shape without their own times cannot apportion it: all of it)
+        pairwise = (total * own / every if every > 0 else total) + \
+            (copied / b.total_us if b.total_us > 0 else 0.0)
+        qualifying = pairwise if shown else 0.0
+    if not ops or qualifying <= limits["share"]:
         return None
     present += dense
-    made = (made_us + dense_us) / b.total_us if b.total_us > 0 else 0.0
-    if not ops or total + made <= limits["share"]:
-        return None
     return Finding("elementwise-blowup", severity(total + made, limits["high"]),
                    {"basis": b.name, "share": total + made, "threshold": limits["share"],
                     **op_evidence(ops[0], b), "materialisers": present,
-                    "materialised_share": made, "others": [o.name for o in ops[1:4]]},
+                    "materialised_share": made, "others": [o.name for o in ops[1:4]],
+                    **({"pairwise_share": pairwise} if pairwise is not None else {})},
                    ops=[o.name for o in ops[:3]])
 
 
@@ -169,20 +188,48 @@ def _attention_timed(f: Finding, timed: dict[str, Any]) -> None:
     switched = (timed.get("switched") or []) if timed.get("fix") == "attention-sdpa" else []
     f.evidence["sdpa_transformers"] = "transformers" in switched
     f.evidence["sdpa_need_weights"] = "need_weights" in switched
+    f.evidence["sdpa_fastpath_off"] = "fastpath" in switched
 
 
-# the model's own attention switched to SDPA for the timing (whatif.attention_step)
+# the model's own attention switched to SDPA for the timing (whatif.attention_step); a
+# model that already uses nn.TransformerEncoderLayer or nn.MultiheadAttention, on torch's
+# fast path, is told so, not told to use them
 _SAYS_UNFUSED_ATTENTION = {
     "advice": first(
         ("sdpa_in_transformers", f("sdpa_transformers")),
         ("mha_without_weights", f("sdpa_need_weights")),
+        ("encoder_fast_path", f("fast_path_encoder")),
+        ("mha_fast_path", lambda v: v["f"].get("fast_path") or v["f"].get("sdpa_fastpath_off")),
         ("call_sdpa", always),
     ),
     "mha_too": when(
         "and_mha_without_weights",
         lambda v: v["f"].get("sdpa_transformers") and v["f"].get("sdpa_need_weights"),
     ),
+    "fast_path_timed": either(
+        "timed_without_fast_path", "time_both_ways", f("sdpa_fastpath_off")),
+    "fast_path_too": when(
+        "and_fast_path_off",
+        lambda v: v["f"].get("sdpa_need_weights") and v["f"].get("sdpa_fastpath_off"),
+    ),
 }
+
+
+# torch's fast path of nn.TransformerEncoderLayer and nn.MultiheadAttention (inference,
+# batch first; torch/nn/modules/transformer.py, activation.py): its attention runs inside
+# aten::_native_multi_head_attention, which on the CPU calls bmm and softmax apart
+_FAST_PATH_OPS = ("aten::_native_multi_head_attention", "aten::_transformer_encoder_layer_fwd")
+
+
+def _fast_path(profile: Profile, softmax_calls: int) -> dict[str, bool]:
+    """Whether every attention the profile shows ran in torch's fast path of the modules
+    ("fast_path": a call of aten::_native_multi_head_attention for each softmax call), and
+    each of those inside an nn.TransformerEncoderLayer's ("fast_path_encoder": one
+    aten::_transformer_encoder_layer_fwd a call; the layer asks for no weights), not an
+    nn.MultiheadAttention's called directly, which may ask for them."""
+    native, layer = (sum(o.calls for o in profile.ops if o.name == n) for n in _FAST_PATH_OPS)
+    fast = native > 0 and native >= softmax_calls
+    return {"fast_path": fast, "fast_path_encoder": fast and layer >= native}
 
 
 @rule("unfused-attention", says=_SAYS_UNFUSED_ATTENTION,
@@ -209,6 +256,7 @@ def unfused_attention(profile: Profile, limits: dict[str, float]) -> Finding | N
     return Finding("unfused-attention", "medium",
                    {"basis": b.name, "share": s, "threshold": limits["share"],
                     **op_evidence(parts[0], b), "softmax_calls": softmax_calls,
+                    **_fast_path(profile, softmax_calls),
                     **({"scale_b": scale_b} if scale_b > 0 else {})},
                    ops=[o.name for o in parts])
 
