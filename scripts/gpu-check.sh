@@ -63,7 +63,9 @@ for s in $steps; do
         step tuning "${TUNING_S:-150}" "$PY" -m reporter run --device "$DEV" --lang en \
             --runs $R/tuning --target tests/models/planted_lever.py:wide_mlp_train_tf32 \
             --target tests/models/planted_gpu.py:convnet_nchw \
-            --target tests/models/planted_gpu.py:convnet_channels_last ${TUNING_MORE:-} ;;
+            --target tests/models/planted_gpu.py:convnet_channels_last \
+            --target tests/models/planted_h3.py:inference_autograd \
+            --target tests/models/planted_h3.py:anomaly_on ${TUNING_MORE:-} ;;
     compiled)  # torch.compile on a GPU: Triton kernels, which no session has seen here
         step compiled "${COMPILED_S:-150}" "$PY" -m reporter run --device "$DEV" --lang en \
             --runs $R/compiled --target transformer-compiled ;;
