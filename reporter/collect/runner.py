@@ -1152,6 +1152,12 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
     section.whatif = {}  # a busy moment's timings: the report keeps the estimates
 
 
+# The second timing of a section's replacements is left out where the first took longer
+# than this (a step of seconds): on a shared host it guards a short timing against a few
+# slow seconds, which a long one spans already.
+WHATIF_AGAIN_MAX_S = 30.0
+
+
 def _whatif_again(section: Section, device: str, progress: Progress, optimizer: Any,
                   trace: Path | Recorded | None = None, step: _Stepper | None = None) -> None:
     """Time the section's timed replacements a second time, after every section's first
@@ -1322,10 +1328,17 @@ def _profile_target(spec: str, builder: Callable[..., Target], opts: RunOptions,
             # each section's trace read once, for both timings of its replacements
             traces = [Recorded(Path(scratch) / s.trace if s.trace else None)
                       for s in sections]
+            spent: list[float] = []
             for section, trace, step in zip(sections, traces, steppers):
                 section.peaks = peaks.to_dict()
+                start = time.perf_counter()
                 _whatif(section, batch_size, device, progress, target.optimizer, trace, step)
-            for section, trace, step in zip(sections, traces, steppers):
+                spent.append(time.perf_counter() - start)
+            for section, trace, step, took in zip(sections, traces, steppers, spent):
+                if took > WHATIF_AGAIN_MAX_S:  # long steps: their one timing stands
+                    progress(f"{section.label}: the replacements took {took:.0f} s to time; "
+                             "timed once")
+                    continue
                 _whatif_again(section, device, progress, target.optimizer, trace, step)
             del traces, steppers
     finally:

@@ -857,6 +857,12 @@ STEP_LEAD = 1
 STEP_ROUNDS = 7
 STEP_BUDGET_S = 1.0
 STEP_ROUNDS_MAX = 100
+# A long step gets fewer rounds, down to STEP_ROUNDS_LEAST, so that one what-if's timed
+# rounds take about STEP_WHATIF_S (cnn at the large preset on an H200, 2026-12-04: a
+# data-bound step of about a second, three whole-step what-ifs and their second timing
+# took the suite's cnn two minutes, where the nine targets had taken 146 s in all).
+STEP_ROUNDS_LEAST = 3
+STEP_WHATIF_S = 12.0
 
 
 def steps_in_turn(step: Callable[[], Any], fix: Callable[[], Any], dev: Any,
@@ -869,12 +875,16 @@ def steps_in_turn(step: Callable[[], Any], fix: Callable[[], Any], dev: Any,
     the 2-core machine, 2026-11-29: the masks alone, timed beside the step, read 20-57%
     of it from one round to the next, while the step with and without them, in turn,
     saved 31-44%). ``faults``: two lists, to which each timed step's page faults go."""
+    start = time.perf_counter()
     for _ in range(2):  # the warm-up of each: the allocator's blocks for either
         step()
         with fix():
             step()
     dev.synchronize()
-    as_is, fixed = _in_turn([step, step], dev, budget_s, STEP_ROUNDS, STEP_ROUNDS_MAX,
+    # a round runs four steps (each variant's lead and timed one)
+    per_round = (time.perf_counter() - start) / 4 * (1 + STEP_LEAD) * 2
+    least = max(STEP_ROUNDS_LEAST, min(STEP_ROUNDS, int(STEP_WHATIF_S / max(per_round, 1e-9))))
+    as_is, fixed = _in_turn([step, step], dev, budget_s, least, STEP_ROUNDS_MAX,
                             within=[contextlib.nullcontext, fix], lead=STEP_LEAD,
                             faults=faults)
     return as_is, fixed

@@ -19,8 +19,8 @@ def _mlp(width: int = 256, depth: int = 6) -> nn.Module:
     return nn.Sequential(*layers, nn.Linear(width, 8))
 
 
-def _train(forward=None, width: int = 256, batch: int = 64) -> Target:
-    model = _mlp(width)
+def _train(forward=None, width: int = 256, batch: int = 64, device: str = "cpu") -> Target:
+    model = _mlp(width).to(device)
     gen = torch.Generator().manual_seed(0)
     batches = [(torch.randn(batch, width, generator=gen),
                 torch.randint(0, 8, (batch,), generator=gen)) for _ in range(4)]
@@ -33,7 +33,7 @@ def anomaly_on(device: str = "cpu", preset: str = "default") -> Target:
     """A training step with ``torch.autograd.set_detect_anomaly(True)`` left on, as a
     debugging session leaves it (set when the target is built)."""
     torch.autograd.set_detect_anomaly(True)
-    return _train()
+    return _train(device=device)
 
 
 def anomaly_in_step(device: str = "cpu", preset: str = "default") -> Target:
@@ -42,12 +42,12 @@ def anomaly_in_step(device: str = "cpu", preset: str = "default") -> Target:
     def forward(model: nn.Module, batch):
         with torch.autograd.detect_anomaly():
             return model(batch[0])
-    return _train(forward)
+    return _train(forward, device=device)
 
 
 def anomaly_off(device: str = "cpu", preset: str = "default") -> Target:
     """The same training step, anomaly detection off: the twin."""
-    return _train()
+    return _train(device=device)
 
 
 class _Inference(nn.Module):
@@ -61,9 +61,10 @@ class _Inference(nn.Module):
         return self.body(x)
 
 
-def _inference(eval_: bool, width: int = 256, batch: int = 256) -> Target:
+def _inference(eval_: bool, width: int = 256, batch: int = 256, device: str = "cpu"
+               ) -> Target:
     torch.manual_seed(0)
-    model = _Inference(width)
+    model = _Inference(width).to(device)
     if eval_:
         model.eval()
         for p in model.parameters():
@@ -78,10 +79,10 @@ def inference_autograd(device: str = "cpu", preset: str = "default") -> Target:
     dropouts on), parameters requiring grad, the process's grad mode on. A forward of
     the user's own (no ``torch.no_grad()``) builds the autograd graph and keeps its
     saved activations."""
-    return _inference(False)
+    return _inference(False, device=device)
 
 
 def inference_clean(device: str = "cpu", preset: str = "default") -> Target:
     """The twin: the model in eval() and its parameters frozen, so that its own forward
     builds nothing."""
-    return _inference(True)
+    return _inference(True, device=device)
