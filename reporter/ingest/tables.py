@@ -262,7 +262,8 @@ def _op(row: dict[str, str]) -> Op | None:
     # (a table whose CPU columns were dropped still lists aten:: operators).
     device_only = (not _OPERATOR_NAME.match(name) and op.self_cpu_us == 0
                    and op.cpu_total_us == 0 and op.self_device_us > 0)
-    op.kind = classify(name, device_side=device_only)
+    op.kind = classify(name, device_side=device_only,
+                       host_side=op.self_cpu_us > 0 or op.cpu_total_us > 0)
     return op
 
 
