@@ -401,3 +401,30 @@ def test_a_graph_break_without_guard_checks_reads_in_every_language():
         text = render_markdown({"lang": lang, "on_gpu": False, "plural": fmt.plural,
                                 "f": _finding_view(f, fmt)}, template="findings/graph-break.md.j2")
         assert fmt.pct(0.15) in text and "`0/0 → 1/0`" in text and "{{" not in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+                    reason="no C++ compiler: torch.compile's CPU backend cannot build "
+                           "(scripts/setup.sh installs g++)")
+def test_a_users_own_compiled_model_shows_its_generated_kernels(tmp_path):
+    """Issue #66, item 6: a model the user compiled in their own file, with none of
+    Inductor's flags set, is read like the built-in twin: its C++ kernels by name and
+    model line (the runner turns Inductor's kernel profiling on before the model's first
+    call, and puts it back after)."""
+    import torch._inductor.config as inductor
+
+    from reporter.collect.runner import RunOptions, profile_target
+    from reporter.collect.target import resolve
+
+    before = inductor.cpp.enable_kernel_profile
+    spec, builder = resolve("tests/models/user_compiled.py:build")
+    run = profile_target(spec, builder, RunOptions(device="cpu", time_budget_s=0.5), tmp_path)
+    assert inductor.cpp.enable_kernel_profile == before  # put back
+    c = compiled(run.sections[0].profile)
+    assert c is not None and c.kernels
+    assert all(k.backend == "cpp" and k.fused for k in c.kernels)
+    assert any(line.startswith("user_compiled.py:") for k in c.kernels for line in k.sources)
+    text = render_markdown(report_view(run, "en"))
+    assert c.kernels[0].fused in text
+    assert "enable_kernel_profile" not in text  # no "set this flag" advice

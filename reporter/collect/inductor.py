@@ -82,8 +82,9 @@ def compiled_model(model: Any) -> bool:
 @contextmanager
 def kernel_sources(enabled: bool) -> Iterator[dict[str, list[str]]]:
     """While the block runs, Inductor tracks where its kernels come from, and the mapping
-    fills: ``"F/C cpp_fused_gelu_view_2"`` -> ``["transformer.py:57 h = self.ff(x)"]``.
-    Nothing is set when ``enabled`` is false or torch has no Inductor."""
+    fills: ``"F/C cpp_fused_gelu_view_2"`` -> ``["transformer.py:57 h = self.ff(x)"]``;
+    its C++ kernels are profiled by name (``cpp.enable_kernel_profile``). Both are put
+    back after. Nothing is set when ``enabled`` is false or torch has no Inductor."""
     sources: dict[str, list[str]] = {}
     if not enabled:
         yield sources
@@ -96,6 +97,13 @@ def kernel_sources(enabled: bool) -> Iterator[dict[str, list[str]]]:
         yield sources
         return
     handler, log_level = _Capture(sources), trace_log.level
+    # Inductor's C++ kernels (the CPU backend) show in the profile, by name, only when
+    # compiled with this flag: a user's compiled model gets it as the built-in twin does
+    # (its first call, in the warm-up, compiles inside this block), and it is put back.
+    cpp = getattr(inductor, "cpp", None)
+    named = getattr(cpp, "enable_kernel_profile", None)
+    if named is not None:
+        cpp.enable_kernel_profile = True
     inductor.trace.provenance_tracking_level = 1
     trace_log.addHandler(handler)
     trace_log.setLevel(logging.DEBUG)
@@ -105,6 +113,8 @@ def kernel_sources(enabled: bool) -> Iterator[dict[str, list[str]]]:
         trace_log.removeHandler(handler)
         trace_log.setLevel(log_level)
         inductor.trace.provenance_tracking_level = level
+        if named is not None:
+            cpp.enable_kernel_profile = named
 
 
 def attach(compiled: dict[str, Any], sources: dict[str, list[str]]) -> None:
