@@ -100,7 +100,7 @@ def kernel_sources(enabled: bool) -> Iterator[dict[str, list[str]]]:
     # Inductor's C++ kernels (the CPU backend) show in the profile, by name, only when
     # compiled with this flag: a user's compiled model gets it as the built-in twin does
     # (its first call, in the warm-up, compiles inside this block), and it is put back.
-    cpp = getattr(inductor, "cpp", None)
+    cpp: Any = getattr(inductor, "cpp", None)
     named = getattr(cpp, "enable_kernel_profile", None)
     if named is not None:
         cpp.enable_kernel_profile = True
