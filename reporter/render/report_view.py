@@ -145,6 +145,10 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             "step_less": fmt.pct(saving.measured["saved_share"])
             if saving.measured and saving.measured.get("whole_step") else None,
             "step": fmt.time(saving.step_us) if saving.step_us else None,
+            # the step measured here is the fixed one; the saving is of the user's own
+            # (savings.estimate: step_is_fixed)
+            "users_step": bool(saving.measured and saving.measured.get("step_is_fixed")
+                               and saving.measured.get("whole_step")),
             # the model's step saved more than the finding's operators take (a whole
             # step's timing: the fix changed more of the step than their own time)
             "beyond": bool(saving.measured and saving.measured.get("whole_step")

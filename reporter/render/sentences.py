@@ -164,7 +164,8 @@ REPORT: dict[str, Choice] = {
     "problems_heading": either("main_problems", "what_bounds_the_step",
                                lambda s: not of("findings")(s) or any(
                                    not _statement(f["rule"]) for f in of("findings")(s))),
-    "measured": first(("measured_step_in_turn", of("worth.step_less")),
+    "measured": first(("measured_users_step", of("worth.users_step")),
+                      ("measured_step_in_turn", of("worth.step_less")),
                       ("measured_past_the_step", of("worth.recorded")),
                       ("measured_with_faults", of("worth.faults")),
                       ("measured_before_after", of("worth.before"))),
