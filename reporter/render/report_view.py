@@ -86,6 +86,9 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
     steps = f.evidence.get("steps")
     view["steps"] = steps if isinstance(steps, int) and not isinstance(steps, bool) else 0
     view["steps_text"] = fmt.int(view["steps"])
+    # a finding with no share of the step (inference-autograd: memory, and work outside
+    # the step measured here): a dash where a comparison lists findings by their share
+    view.setdefault("share", "—")
     view.setdefault("compiled", False)  # set by the analyzer on a compiled model's findings
     view["op"] = md_name(f.evidence["op"]) if f.evidence.get("op") else ""
     view.setdefault("matrix_op", False)  # dominant-operator's: the rule decides

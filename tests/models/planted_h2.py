@@ -44,8 +44,10 @@ def _target(once: bool, device: str) -> Target:
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     batches = [(torch.randn(16, 256, 64, generator=gen),) for _ in range(2)]
-    return Target(model=_Model(once).to(device).eval(), batch_size=16,
-                  modes=("inference",), batches=batches)
+    # frozen, as an inference model is handed over: one planted problem, not two (its
+    # own forward would otherwise build autograd state: inference-autograd)
+    model = _Model(once).to(device).eval().requires_grad_(False)
+    return Target(model=model, batch_size=16, modes=("inference",), batches=batches)
 
 
 def growing_cat(device: str = "cpu", preset: str = "default") -> Target:
