@@ -221,6 +221,18 @@ SYNTHETIC = {
         Op("aten::isnan", calls=106, self_cpu_us=100, cpu_total_us=1_000),
         Op("aten::_is_any_true", calls=106, self_cpu_us=100, cpu_total_us=700),
         Op("aten::item", calls=108, self_cpu_us=100, cpu_total_us=300)]),
+    # a user's loop zeroing its gradients in place (tests/models/planted_zero_grad.py,
+    # profiled 2026-12-05): the fills under zero_grad, the additions under AccumulateGrad
+    "zero-grad-fill": Profile(label="train", self_cpu_us=13_766, steps=4, ops=[
+        Op("ProfilerStep*", calls=4, self_cpu_us=1459, cpu_total_us=13_766,
+           kind="annotation"),
+        Op("Optimizer.zero_grad#SGD.zero_grad", calls=4, self_cpu_us=164, cpu_total_us=737,
+           kind="annotation"),
+        Op("aten::zero_", calls=64, self_cpu_us=31, cpu_total_us=572),
+        Op("aten::fill_", calls=72, self_cpu_us=565, cpu_total_us=565),
+        Op("torch::autograd::AccumulateGrad", calls=64, self_cpu_us=87, cpu_total_us=1254),
+        Op("aten::add_", calls=128, self_cpu_us=2351, cpu_total_us=2351),
+        Op("aten::mm", calls=60, self_cpu_us=4582, cpu_total_us=4591)]),
     # what the runner observed: the user's own inference forward built a graph
     "inference-autograd": Profile(label="inference", self_cpu_us=10_000, steps=2, ops=[
         Op("aten::addmm", calls=6, self_cpu_us=10_000, cpu_total_us=10_000)],

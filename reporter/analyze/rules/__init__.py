@@ -9,4 +9,4 @@ belongs to (or a new module imported below) and its words in each language
 
 from . import copies, distributed, host, memory, operators, precision, waits  # noqa: F401
 # registered after the others: a rule's order is its place in reports and what-ifs
-from . import convolutions, process  # noqa: F401,E402
+from . import convolutions, gradients, process  # noqa: F401,E402
