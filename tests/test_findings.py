@@ -508,6 +508,12 @@ def test_launch_overhead_reads_the_launch_statistics_of_a_trace():
         text = render_finding(f, lang)
         assert words[lang] in text and Fmt(lang).time(12.5) in text, text
         assert "\n\n    **" in text, text  # the advice stays its own paragraph
+    # dry in every step: said so, not "in 4 of 4 steps" (review l10n-2026-12-03 ZC-5)
+    f = next(f for f in analyze(with_launch(4)) if f.rule == "launch-overhead")
+    for lang, said in (("en", "ran out of queued work in every step"),
+                       ("zh", "每个单步都出现过 GPU 队列排空")):
+        text = render_finding(f, lang)
+        assert said in text and "4 of 4" not in text and "中有 4 个" not in text, text
 
 
 def test_slow_copies_reads_the_copies_against_their_link_and_is_worth_the_gap():

@@ -100,3 +100,16 @@ def test_the_launch_latency_threshold_is_printed_from_the_analysis(lang):
     for path in sorted(language(lang).folder.rglob("*.j2")):
         written = WRITTEN_TIME.findall(path.read_text(encoding="utf-8"))
         assert not written, f"{path}: a time written into the prose: {written}"
+
+
+def test_a_count_of_all_is_said_as_all():
+    """"in every step", "all 3 windows": not "in 4 of 4 steps", "3 of 3 windows" (review
+    l10n-2026-12-03 ZC-4, ZC-5); none and some keep their counts."""
+    def launch(dry: int, steps: int) -> dict:
+        return {"launch": {"dry": dry, "steps": steps, "all_steps": dry == steps}}
+    assert REPORT["dry_steps"].pick(launch(0, 4)) == "dry_in_no_step"
+    assert REPORT["dry_steps"].pick(launch(4, 4)) == "dry_in_all_steps"
+    assert REPORT["dry_steps"].pick(launch(1, 1)) == "dry_in_all_steps"
+    assert REPORT["dry_steps"].pick(launch(3, 4)) == "dry_in_some_steps"
+    assert REPORT["busy_windows"].pick({"all_windows": True}) == "all_windows_disturbed"
+    assert REPORT["busy_windows"].pick({"all_windows": False}) == "some_windows_disturbed"

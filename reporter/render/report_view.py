@@ -259,7 +259,9 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
                "max": fmt.time(ls["delay_max_us"]), "kernels": int(ls["kernels"]),
                "kernels_text": fmt.int(int(ls["kernels"])), "dry": int(ls["dry_steps"]),
                "dry_text": fmt.int(int(ls["dry_steps"])), "steps": int(ls["steps"]),
-               "steps_text": fmt.int(int(ls["steps"]))} if ls else None)
+               "steps_text": fmt.int(int(ls["steps"])),
+               # "in every step", not "in 4 of 4 steps" (reporter.render.sentences)
+               "all_steps": int(ls["dry_steps"]) == int(ls["steps"])} if ls else None)
     queue = []
     for key, q in b.queue.items():
         said = re.match(r"(?:device (\S+) )?stream (\S+)$", key)
@@ -660,6 +662,8 @@ def _busy_view(section: Section, fmt: Fmt) -> dict[str, Any] | None:
         "time": fmt.pct(timed.disturbed_time) if timed and timed.disturbed_time else None,
         "windows": timed.disturbed_windows if timed else 0,
         "of": len(timed.windows) if timed else 0,
+        # "all 3 windows", not "3 of 3 windows"
+        "all_windows": timed is not None and timed.disturbed_windows == len(timed.windows),
         "wait": fmt.pct(wait) if wait else None,
         "unreliable": bool(t and t.windows and not t.reliable),
         "profile": fmt.pct(d.share) if d is not None and d.disturbed and d.share else None,

@@ -66,6 +66,8 @@ REPORT: dict[str, Choice] = {
     # a busy machine (b: the view's busy statement)
     "busy_time": when("disturbed_share", of("time")),
     "busy_wait": when("threads_waited_for_a_core", of("wait")),
+    "busy_windows": either("all_windows_disturbed", "some_windows_disturbed",
+                           of("all_windows")),
     "busy_unreliable": when("too_few_quiet_windows", of("unreliable")),
     "busy_profile": when("profiled_steps_disturbed", of("profile")),
     "busy_whatif": when("replacements_disturbed", of("whatif")),
@@ -117,6 +119,10 @@ REPORT: dict[str, Choice] = {
     "pageable_copies": when("pageable_copies_per_step", of("pageable")),
     "stream_device": when("on_device", of("device")),
     "host_ahead": when("host_stays_ahead", no(of("launch.dry"))),
+    # the steps the GPU ran out of queued work in: "in every step", not "in 4 of 4 steps"
+    "dry_steps": first(("dry_in_no_step", lambda b: not of("launch.dry")(b)),
+                       ("dry_in_all_steps", of("launch.all_steps")),
+                       ("dry_in_some_steps", always)),
     "path_part": first(("host_phase_on_path", lambda r: of("group")(r) == "host"),
                        ("device_work_on_path", lambda r: of("group")(r) == "device"),
                        ("link_on_path", always)),
