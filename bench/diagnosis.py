@@ -117,8 +117,9 @@ PAIRS += [(f"{LEVER}:wide_mlp_train", f"{LEVER}:wide_mlp_train_bf16", "wide_mlp 
 MODELS = PLANTED.parent
 PAIRS += [(f"{MODELS / f}:{a}", f"{MODELS / f}:{b}", a, {rule}) for f, a, b, rule in
           (("planted_h2.py", "growing_cat", "growing_cat_fixed", "dominant-operator"),
-           # anomaly mode is the process's: interleaved in one process, both run with it
-           ("planted_h3.py", "anomaly_on", "anomaly_off", "debug-mode"),
+           # the mode set by each step's own code: set for the process (anomaly_on),
+           # interleaved in one process both would run with it
+           ("planted_h3.py", "anomaly_set_in_step", "anomaly_unset_in_step", "debug-mode"),
            ("planted_h4.py", "conv_bias_bn", "conv_no_bias_bn", "conv-bias-before-bn"))]
 # A library model's per-parameter optimizer (transformers' T5, Adam as constructed by
 # default) against the fused step its advice gives; needs transformers (the test extra)

@@ -50,6 +50,26 @@ def anomaly_off(device: str = "cpu", preset: str = "default") -> Target:
     return _train(device=device)
 
 
+def anomaly_set_in_step(device: str = "cpu", preset: str = "default") -> Target:
+    """The step's own code turns anomaly detection on each step
+    (``torch.autograd.set_detect_anomaly(True)`` before the forward, as a debugging
+    session leaves it in a training loop): on for the forward and the backward. Unlike
+    ``anomaly_on`` it can be timed in alternation with its twin in one process
+    (bench/diagnosis.py), since each step sets the mode its own code says."""
+    def forward(model: nn.Module, batch):
+        torch.autograd.set_detect_anomaly(True)
+        return model(batch[0])
+    return _train(forward, device=device)
+
+
+def anomaly_unset_in_step(device: str = "cpu", preset: str = "default") -> Target:
+    """The fix of ``anomaly_set_in_step``: the line says False."""
+    def forward(model: nn.Module, batch):
+        torch.autograd.set_detect_anomaly(False)
+        return model(batch[0])
+    return _train(forward, device=device)
+
+
 class _Inference(nn.Module):
     def __init__(self, width: int) -> None:
         super().__init__()
