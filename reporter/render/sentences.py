@@ -117,12 +117,18 @@ REPORT: dict[str, Choice] = {
     "pageable_copies": when("pageable_copies_per_step", of("pageable")),
     "stream_device": when("on_device", of("device")),
     "host_ahead": when("host_stays_ahead", no(of("launch.dry"))),
+    # "in all 4 steps", not "in 4 of 4 steps"
+    "dry_steps": either("in_every_step", "in_some_steps",
+                        lambda b: of("launch.dry")(b) == of("launch.steps")(b) > 1),
     "path_part": first(("host_phase_on_path", lambda r: of("group")(r) == "host"),
                        ("device_work_on_path", lambda r: of("group")(r) == "device"),
                        ("link_on_path", always)),
     "ranks_by": either("each_rank_by_gpu", "each_rank_by_host", of("stragglers.device")),
     "ranks_columns": either("gpu_columns", "host_columns", of("stragglers.device")),
-    "long_steps_first": when("long_steps_lead", of("loop.first")),
+    # "Long step:" for one, "Long steps:" for several
+    "long_steps_first": first(("long_step_lead",
+                               lambda v: of("loop.first")(v) and of("loop.length")(v) == 1),
+                              ("long_steps_lead", of("loop.first"))),
     # torch.compile (k)
     "regions": first(("regions_gpu_share", of("device_share")),
                      ("regions_step_share", of("share"))),
@@ -198,7 +204,9 @@ REPORT: dict[str, Choice] = {
     "busy_runs": either("both_runs", "one_run", lambda m: len(of("busy_runs")(m)) > 1),
     "top_operator": when("top_operator", of("op")),
     # the closing line (the report's values)
-    "chrome_trace": when("with_chrome_trace", lambda v: v.get("sections")[0].trace),
+    # every section's trace (a run of both modes has two), not the first one's alone
+    "chrome_trace": first(("with_chrome_traces", lambda v: len(v.get("traces") or []) > 1),
+                          ("with_chrome_trace", lambda v: v.get("sections")[0].trace)),
 }
 
 

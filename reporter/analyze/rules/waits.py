@@ -101,6 +101,9 @@ _SAYS_LAUNCH_OVERHEAD = {
     "steps": OVER_STEPS,
     "per_launch": either("graph_launch_work", "average_kernel", f("graphs")),
     "delays": when("launch_delays", lambda v: "delay_median" in v["f"]),
+    # "in all 4 steps", not "in 4 of 4 steps"
+    "dry_steps": either("in_every_step", "in_some_steps",
+                        lambda v: v["f"].get("dry_steps") == v["f"]["steps"] > 1),
     "fix": either("replay_as_cuda_graphs", "compile_the_model", f("compiled")),
 }
 
