@@ -89,7 +89,7 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
     view["steps_text"] = fmt.int(view["steps"])
     for key in _COUNTS:  # counts averaged over the steps: whole, as counts are
         if isinstance(f.evidence.get(key), (int, float)):
-            view[key] = fmt.count(f.evidence[key])
+            view[key], view[f"{key}_n"] = fmt.count(f.evidence[key]), round(f.evidence[key])
     # a finding with no share of the step (inference-autograd: memory, and work outside
     # the step measured here): a dash where a comparison lists findings by their share
     view.setdefault("share", "—")
@@ -261,6 +261,7 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
                            for k in ("idle_latency", "idle_queued", "idle_host")}})
     ls = b.launch
     launch = ({"per_step": fmt.count(ls["launches_per_step"]),
+               "per_step_n": round(ls["launches_per_step"]),
                "median": fmt.time(ls["delay_median_us"]), "p90": fmt.time(ls["delay_p90_us"]),
                "max": fmt.time(ls["delay_max_us"]), "kernels": int(ls["kernels"]),
                "kernels_text": fmt.int(int(ls["kernels"])), "dry": int(ls["dry_steps"]),
