@@ -276,8 +276,8 @@ def test_a_graph_break_and_its_eager_time_are_found_on_a_real_trace(tmp_path):
     # The report of the trace says so, in each language: the section and the finding.
     said = {"en": ("Graph breaks split the compiled code 1 time per step",
                    "Graph breaks split the compiled model"),
-            "ru": ("Graph breaks разрывают скомпилированный код 1 раз за шаг",
-                   "Graph breaks разрывают скомпилированную модель"),
+            "ru": ("Из-за graph breaks скомпилированный код прерывается 1 раз за шаг",
+                   "Скомпилированная модель разбита graph breaks на части"),
             "zh": ("graph break 每步将编译代码切断 1 次", "graph break 把编译后的模型切成多段")}
     for lang in LANGUAGES:
         text = render_markdown(profiles_view([p], "break.json", lang))

@@ -498,10 +498,14 @@ def test_a_live_runs_report_names_the_trace_file_that_is_there(tmp_path, runs):
               "--out", runs, "--quiet", "--time-budget", "0.2")
     assert res.code == 0, res.err
     md = Path(next(line for line in res.out.splitlines() if line.endswith(".md")))
-    named = re.findall(r"Chrome trace: `([^`]+)`", md.read_text(encoding="utf-8"))
+    def named_in(text: str) -> list[str]:  # "Chrome trace: `a`", "Chrome traces: `a`, `b`"
+        said = re.search(r"Chrome traces?: ((?:`[^`]+`(?:, )?)+)", text)
+        return re.findall(r"`([^`]+)`", said.group(1)) if said else []
+
+    named = named_in(md.read_text(encoding="utf-8"))
     assert named and all((md.parent / name).is_file() for name in named), named
     assert cli("render", md.parent, "--lang", "en", "--runs", runs).code == 0
-    assert re.findall(r"Chrome trace: `([^`]+)`", md.read_text(encoding="utf-8")) == named
+    assert named_in(md.read_text(encoding="utf-8")) == named
 
 
 def test_a_device_id_of_10_to_the_400_is_named_not_an_overflow(tmp_path):

@@ -60,6 +60,16 @@ class Fmt:
         return self._minus(format_decimal(_no_negative_zero(value, digits), format=pattern,
                                           locale=self.locale))
 
+    def count(self, value: float | None) -> str:
+        """A count averaged over steps (kernels launched per step): whole, as a count is
+        ("79", not "79.0"; "1", not "1.00"); one that rounds to none keeps a decimal."""
+        if value is None:
+            return "—"
+        if (beyond := _beyond(value)) is not None:
+            return beyond
+        whole = round(value)
+        return self.int(whole) if whole or not value else self.num(value)
+
     def span(self, low: float, high: float, digits: int | None = None
              ) -> tuple[str, str | None]:
         """The two ends of a range, with as many more decimals as it takes (two at most)
@@ -87,6 +97,8 @@ class Fmt:
             return "—"
         if (beyond := _beyond(share * 100)) is not None:
             return beyond + "%"
+        if abs(round(share * 100, 1)) == 100:  # a whole 100: "100 %", not "100,0 %"
+            return self._minus(format_percent(math.copysign(1, share), locale=self.locale))
         # The locale's own pattern (ru puts a space before %), with one decimal.
         return self._minus(format_percent(_no_negative_zero(share, 3),
                                           format=_one_decimal(self.locale), locale=self.locale))

@@ -137,6 +137,28 @@ def code(value: Any, width: int | None = NAME_WIDTH) -> Md:
     return Md(f"{ticks}{pad}{out}{pad}{ticks}")
 
 
+_SPAN = re.compile(r"`([^`]+)`")
+
+
+def with_code(value: Any) -> Md:
+    """Prose written by the templates themselves (a note of terms.j2) that quotes code
+    between backticks: each quoted span becomes inline code (``code``), the rest is
+    escaped as ``text``. Nothing here becomes other markup, so the filter is safe on any
+    text; without it, the backticks of such a note printed escaped (\\`)."""
+    out = clean(value)
+    parts = _SPAN.split(out)
+    said = [code(part, width=None) if i % 2 else (text(part, width=None) if part else "")
+            for i, part in enumerate(parts)]
+    return Md("".join(said))
+
+
+def cap_first(value: Any) -> Md:
+    """Prose with its first letter capitalised and the rest as it is: Jinja's
+    ``capitalize`` lowers the rest ("GPU" read "gpu")."""
+    out = finalize(value)
+    return Md(out[:1].upper() + out[1:])
+
+
 def fence(value: Any, info: str = "text") -> Md:
     """A fenced block holding the lines of ``value``; no line inside can close it."""
     lines = [clean(line) for line in str(value).replace("\r\n", "\n").split("\n")]

@@ -99,7 +99,8 @@ def _environment(folder: Path, lang: str):
         bytecode_cache=template_cache(),
     )
     env.filters.update(code=markup.code, fence=markup.fence, comment=markup.comment,
-                       url=markup.url, join=markup.join)
+                       url=markup.url, join=markup.join, with_code=markup.with_code,
+                       cap_first=markup.cap_first)
     # a sentence the view's values choose, a sentence said of each item (render/sentences.py)
     env.globals.update(say=say, each=each)
     # thresholds the prose names, from the analysis' own constants (terms.j2 too)

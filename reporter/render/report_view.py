@@ -54,6 +54,7 @@ def _op_row(op: Op, profile: Profile, fmt: Fmt, device: bool) -> dict[str, str]:
 _SHARES = ("share", "threshold", "op_share", "per_call_share", "overlap_share",
            "materialised_share")
 _TEXT = ("dtype", "faster_dtype")  # read from a stored run: text, never Markdown
+_COUNTS = ("launches_per_step",)  # a count per step, averaged: "79", not "79.0"
 
 
 def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[str, Any]:
@@ -86,6 +87,9 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
     steps = f.evidence.get("steps")
     view["steps"] = steps if isinstance(steps, int) and not isinstance(steps, bool) else 0
     view["steps_text"] = fmt.int(view["steps"])
+    for key in _COUNTS:  # counts averaged over the steps: whole, as counts are
+        if isinstance(f.evidence.get(key), (int, float)):
+            view[key], view[f"{key}_n"] = fmt.count(f.evidence[key]), round(f.evidence[key])
     # a finding with no share of the step (inference-autograd: memory, and work outside
     # the step measured here): a dash where a comparison lists findings by their share
     view.setdefault("share", "—")
@@ -236,7 +240,9 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
     if r.idle_us is not None:
         reading.update(idle_share=fmt.pct(r.idle_us / step) if step else "—",
                        busy_share=fmt.pct(1 - r.idle_us / step) if step else "—")
-    long_steps = [{"n": x.n, "ratio": fmt.num(x.ratio, 1), "time": fmt.time(x.us)}
+    # "2× the median", not "2.0×"; "2.3×" as it is
+    long_steps = [{"n": x.n, "ratio": fmt.num(x.ratio, 0 if round(x.ratio, 1).is_integer()
+                                              else 1), "time": fmt.time(x.us)}
                   for x in r.long_steps]
     fwd, bwd = b.module_forward_us, b.module_backward_us
     top = sorted(fwd, key=lambda k: fwd[k] + bwd.get(k, 0.0), reverse=True)[:MODULE_ROWS]
@@ -254,7 +260,8 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
                         **{k: fmt.pct(b.mean(split.get(k, [])) / step) if step else "—"
                            for k in ("idle_latency", "idle_queued", "idle_host")}})
     ls = b.launch
-    launch = ({"per_step": fmt.num(ls["launches_per_step"]),
+    launch = ({"per_step": fmt.count(ls["launches_per_step"]),
+               "per_step_n": round(ls["launches_per_step"]),
                "median": fmt.time(ls["delay_median_us"]), "p90": fmt.time(ls["delay_p90_us"]),
                "max": fmt.time(ls["delay_max_us"]), "kernels": int(ls["kernels"]),
                "kernels_text": fmt.int(int(ls["kernels"])), "dry": int(ls["dry_steps"]),
@@ -417,6 +424,7 @@ def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, 
         "graph_launches": count(c.graph_launches / n) if c.graph_launches else None,
         "graph_launches_n": c.graph_launches / n,
         "graph_kernels": count(c.graph_kernels / n),
+        "graph_kernels_n": c.graph_kernels / n,
         "graph_time": fmt.time(c.graph_kernel_us / n),
     }}
 
@@ -645,6 +653,8 @@ class ReportView:
     marker: str
     # The command that renders the run's whole logs (said when a comment shortens them)
     rerender: markup.Md | None = None
+    # every section's Chrome trace, for the closing line
+    traces: list[markup.Md] = field(default_factory=list)
 
 
 
@@ -859,6 +869,7 @@ def run_view(run: Run, lang: str, analyses: list[Analysis], ranks: RanksReading 
         n_findings=sum(len(s.findings) for s in sections),
         imported=False, source=None, marker=f"report:{run.target.get('name')}",
         rerender=markup.code(f"reporter render {run.id} --max-chars 0"),
+        traces=[markup.code(s.trace) for s in sections if s.trace],
     )
 
 

@@ -128,7 +128,10 @@ REPORT: dict[str, Choice] = {
                        ("link_on_path", always)),
     "ranks_by": either("each_rank_by_gpu", "each_rank_by_host", of("stragglers.device")),
     "ranks_columns": either("gpu_columns", "host_columns", of("stragglers.device")),
-    "long_steps_first": when("long_steps_lead", of("loop.first")),
+    # "Long step:" for one, "Long steps:" for several
+    "long_steps_first": first(("long_step_lead",
+                               lambda v: of("loop.first")(v) and of("loop.length")(v) == 1),
+                              ("long_steps_lead", of("loop.first"))),
     # torch.compile (k)
     "regions": first(("regions_gpu_share", of("device_share")),
                      ("regions_step_share", of("share"))),
@@ -204,7 +207,9 @@ REPORT: dict[str, Choice] = {
     "busy_runs": either("both_runs", "one_run", lambda m: len(of("busy_runs")(m)) > 1),
     "top_operator": when("top_operator", of("op")),
     # the closing line (the report's values)
-    "chrome_trace": when("with_chrome_trace", lambda v: v.get("sections")[0].trace),
+    # every section's trace (a run of both modes has two), not the first one's alone
+    "chrome_trace": first(("with_chrome_traces", lambda v: len(v.get("traces") or []) > 1),
+                          ("with_chrome_trace", lambda v: v.get("sections")[0].trace)),
 }
 
 

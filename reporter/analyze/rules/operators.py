@@ -46,6 +46,12 @@ _SAYS_ELEMENTWISE_BLOWUP = {
     ),
     "together": either("with_the_copies", "without_copies", f("materialisers")),
     "why": either("tensors_blown_up", "memory_bound", f("materialisers")),
+    # the advice by what was there: a repeat or a dense expand to undo; else a pairwise
+    # product the recorded shapes show (broadcast, no copy); else element-wise work alone
+    # (a lone aten::pow got the repeat and einsum advice)
+    "advice": first(("broadcast_not_repeat", f("materialisers")),
+                    ("products_as_matmul", lambda v: v["f"].get("pairwise_share")),
+                    ("fewer_intermediates", always)),
     "compile": when("fuse_with_compile", lambda v: not v["f"]["compiled"]),
 }
 
@@ -130,6 +136,9 @@ _SAYS_DOMINANT_OPERATOR = {
         lambda v: not v["on_gpu"] and v["f"]["matrix_op"],
     ),
     "fuse": when("fuse_with_compile", lambda v: not v["f"]["compiled"]),
+    # the same caveat, said after the question where a language words it apart (ru)
+    "precision_caveat": when("time_bf16_first",
+                             lambda v: not v["on_gpu"] and v["f"]["matrix_op"]),
     "compiled": when("compiled_already", f("compiled")),
 }
 
