@@ -109,7 +109,8 @@ def test_a_count_of_all_is_said_as_all():
         return {"launch": {"dry": dry, "steps": steps, "all_steps": dry == steps}}
     assert REPORT["dry_steps"].pick(launch(0, 4)) == "dry_in_no_step"
     assert REPORT["dry_steps"].pick(launch(4, 4)) == "dry_in_all_steps"
-    assert REPORT["dry_steps"].pick(launch(1, 1)) == "dry_in_all_steps"
+    # one recorded step (corpus trace 06): not "во всех 1 шаге"
+    assert REPORT["dry_steps"].pick(launch(1, 1)) == "dry_in_the_step"
     assert REPORT["dry_steps"].pick(launch(3, 4)) == "dry_in_some_steps"
     assert REPORT["busy_windows"].pick({"all_windows": True}) == "all_windows_disturbed"
     assert REPORT["busy_windows"].pick({"all_windows": False}) == "some_windows_disturbed"

@@ -121,6 +121,8 @@ REPORT: dict[str, Choice] = {
     "host_ahead": when("host_stays_ahead", no(of("launch.dry"))),
     # the steps the GPU ran out of queued work in: "in every step", not "in 4 of 4 steps"
     "dry_steps": first(("dry_in_no_step", lambda b: not of("launch.dry")(b)),
+                       # one step recorded: not "in all 1 step"
+                       ("dry_in_the_step", lambda b: of("launch.steps")(b) == 1),
                        ("dry_in_all_steps", of("launch.all_steps")),
                        ("dry_in_some_steps", always)),
     "path_part": first(("host_phase_on_path", lambda r: of("group")(r) == "host"),

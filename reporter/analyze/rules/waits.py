@@ -3,7 +3,7 @@ device left idle."""
 
 from __future__ import annotations
 
-from ...model.choice import OVER_STEPS, OVER_STEPS_OR_ALL, either, f, on_gpu, when
+from ...model.choice import OVER_STEPS, OVER_STEPS_OR_ALL, always, either, f, first, on_gpu, when
 from ...model.finding import Finding
 from ...model.profile import KIND_KERNEL, Profile
 from .. import savings
@@ -102,8 +102,9 @@ _SAYS_LAUNCH_OVERHEAD = {
     "per_launch": either("graph_launch_work", "average_kernel", f("graphs")),
     "delays": when("launch_delays", lambda v: "delay_median" in v["f"]),
     # "in every step", not "in 4 of 4 steps" (never in no step: the rule fires on none)
-    "dry": either("dry_in_all_steps", "dry_in_some_steps",
-                  lambda v: v["f"].get("dry_steps") == v["f"]["steps"]),
+    "dry": first(("dry_in_the_step", lambda v: v["f"]["steps"] == 1),
+                 ("dry_in_all_steps", lambda v: v["f"].get("dry_steps") == v["f"]["steps"]),
+                 ("dry_in_some_steps", always)),
     "fix": either("replay_as_cuda_graphs", "compile_the_model", f("compiled")),
 }
 
