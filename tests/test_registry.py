@@ -87,7 +87,8 @@ def registry(monkeypatch):
     copy = dict(RULES)
     for module in ("findings", "analyzer", "savings"):
         monkeypatch.setattr(f"reporter.analyze.{module}.RULES", copy)
-    monkeypatch.setattr("reporter.collect.whatif.RULES", copy)
+    for module in ("recipes", "precision"):  # the what-ifs' modules that read it
+        monkeypatch.setattr(f"reporter.collect.whatif.{module}.RULES", copy)
     return copy
 
 
