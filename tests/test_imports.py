@@ -190,3 +190,16 @@ def test_the_views_only_format():
                 calls += [f"{path.name}: {a.name}" for a in node.names
                           if not (a.name.isupper() or a.name[:1].isupper())]
     assert calls == []
+
+
+MAX_LINES = 800
+
+
+def test_no_module_is_over_800_lines():
+    """Every module of the package stays at most MAX_LINES lines (issue #67): a module that
+    grows past it is split by what its parts do, its old name re-exporting what others
+    import from it."""
+    long = sorted(f"{path.relative_to(PACKAGE.parent)}: {n} lines" for path in
+                  PACKAGE.rglob("*.py")
+                  if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES)
+    assert long == []

@@ -85,9 +85,10 @@ def _profile() -> Profile:
 def registry(monkeypatch):
     """A copy of the registry, seen by every module that reads it, for a test to add to."""
     copy = dict(RULES)
-    for module in ("findings", "analyzer", "savings"):
+    for module in ("findings", "analyzer", "savings", "unprofiled"):
         monkeypatch.setattr(f"reporter.analyze.{module}.RULES", copy)
-    monkeypatch.setattr("reporter.collect.whatif.RULES", copy)
+    for module in ("recipes", "precision"):  # the what-ifs' modules that read it
+        monkeypatch.setattr(f"reporter.collect.whatif.{module}.RULES", copy)
     return copy
 
 

@@ -81,7 +81,7 @@ def test_profiled_gpu_window_holds_exactly_the_recorded_steps_device_work(monkey
 
     import torch
 
-    from reporter.collect import runner
+    from reporter.collect import profiling, runner
 
     log: list = []
     _FakeEvent.log = log
@@ -93,7 +93,7 @@ def test_profiled_gpu_window_holds_exactly_the_recorded_steps_device_work(monkey
         log.append(f"enter {name}")
         yield
         log.append(f"exit {name}")
-    monkeypatch.setattr(runner, "record_function", mark)
+    monkeypatch.setattr(profiling, "record_function", mark)  # where _profiled_steps reads it
 
     class Prof:
         recording = False

@@ -83,7 +83,7 @@ def test_the_attention_is_timed_between_its_projections_which_both_sides_take_of
             seen.append(sorted(n for n in names if n in (
                 "aten::linear", "aten::softmax", "aten::scaled_dot_product_attention")))
         return [t * 1e-3 for t in next(rounds)]
-    monkeypatch.setattr(whatif, "_medians_s", timed)
+    monkeypatch.setattr(whatif.sdpa, "_medians_s", timed)  # where attention reads it
     steps = section.profile.steps
     got = whatif.attention(section.profile, "cpu", False, steps, section)
     assert got is not None and got["calls_per_step"] == 6 and got["masked_per_step"] == 2

@@ -67,7 +67,7 @@ def test_the_blowup_what_if_times_the_recorded_chain(tmp_path, monkeypatch):
     def pairwise(a, b, train=False):
         seen.append((a.stride(), b.stride()))
         return real(a, b, train)
-    monkeypatch.setattr(whatif, "_pairwise", pairwise)
+    monkeypatch.setattr(whatif.products, "_pairwise", pairwise)  # where blowup_matmul reads it
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # two threads on a loaded machine wait on each other's barrier
     try:
@@ -433,8 +433,8 @@ def test_the_blowups_two_variants_are_timed_in_turn(tmp_path, monkeypatch):
         for fn in fns:
             fn()
         return [2e-3, product_s[0]]
-    monkeypatch.setattr(whatif, "_medians_s", in_turn)
-    monkeypatch.setattr(whatif, "_median_s", lambda *a, **k: pytest.fail("timed alone"))
+    monkeypatch.setattr(whatif.products, "_medians_s", in_turn)
+    monkeypatch.setattr(whatif.products, "_median_s", lambda *a, **k: pytest.fail("timed alone"))
     half = whatif.blowup_matmul(prof, "cpu", 2, calls)
     product_s[0] = 5e-4
     quarter = whatif.blowup_matmul(prof, "cpu", 2, calls)
