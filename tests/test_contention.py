@@ -307,3 +307,37 @@ def test_the_counts_hold_every_dtype_whether_this_machine_has_its_peak_or_not():
     assert mm.flops == pytest.approx(sum(x["flops"] for x in costs
                                          if x["name"] == "aten::mm") / c.steps)
     assert c.flops_per_step == pytest.approx(sum(x["flops"] for x in costs) / c.steps)
+
+
+# -- a busy machine costs little (issue #68 item 4) ------------------------------------
+
+def _disturbance(share: float) -> "Disturbance":
+    from reporter.model.contention import Disturbance
+
+    return Disturbance(wall_s=1.0, threads=1, share=share, wait=share, steal=None,
+                       pressure=None, cpu=1.0, nivcsw=0, load1=None)
+
+
+def test_an_attempt_as_disturbed_as_the_one_before_says_the_machine_stays_busy():
+    from reporter.model.contention import DISTURBED, stays_busy
+
+    busy, busier, quieter, quiet = (_disturbance(0.40), _disturbance(0.45),
+                                    _disturbance(0.20), _disturbance(DISTURBED / 2))
+    assert stays_busy(busy, busier) and stays_busy(busy, _disturbance(0.31))
+    assert not stays_busy(busy, quieter)  # quietening: another attempt may be quiet
+    assert not stays_busy(busy, quiet) and not stays_busy(None, busy)
+    assert not stays_busy(quiet, busy)  # the one before was quiet: not "stays"
+
+
+def test_calibration_stops_after_two_disturbed_measurements_in_a_row():
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return peaks(100e9 * len(calls)), True
+    got = agreed(measure)
+    assert len(calls) == 2 and got.disturbed  # not CALIBRATIONS (4) on a busy machine
+    given = iter([(peaks(50e9), True), (peaks(200e9), False), (peaks(10e9), True),
+                  (peaks(199e9), False)])
+    got = agreed(lambda: next(given))  # disturbed, then quiet: it goes on, and agrees
+    assert not got.disturbed and got.flops["fp32"] == 200e9

@@ -241,13 +241,18 @@ def agreed(measure_once: Callable[[], tuple[Peaks, bool]], tries: int = CALIBRAT
            tolerance: float = AGREE) -> Peaks:
     """Measure until two undisturbed measurements agree within ``tolerance``; their best
     figures. ``measure_once`` returns a measurement and whether other work on the machine
-    disturbed it. When no two agree within ``tries``, the best figures of all, marked
-    disturbed: the report then prints no figure that rests on them as fact."""
+    disturbed it. Two disturbed in a row stop it: the machine stays busy, and more tries
+    would cost as much for the same. When no two agree within ``tries``, the best figures
+    of all, marked disturbed: the report then prints no figure that rests on them as fact."""
     found: list[Peaks] = []
     quiet: list[Peaks] = []
+    last_disturbed = False
     for _ in range(max(tries, 2)):
         peaks, disturbed = measure_once()
         found.append(peaks)
+        if disturbed and last_disturbed:
+            break  # two disturbed in a row: the machine stays busy (model.contention)
+        last_disturbed = disturbed
         if disturbed:
             continue
         match = next((q for q in quiet if _agree(q, peaks, tolerance)), None)

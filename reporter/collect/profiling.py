@@ -23,7 +23,7 @@ from ..analyze.breakdown import DRAIN_MARK, MODULE_MARK
 from ..errors import BadInput, WorkFailed, signalled
 from ..ingest.traces import read_trace
 from ..model import device as kinds
-from ..model.contention import Disturbance
+from ..model.contention import Disturbance, stays_busy
 from ..model.profile import Profile
 from ..model.run import Section, Throughput
 from . import machine
@@ -354,11 +354,13 @@ def _quietest_profile(stepper: _Stepper, device: str, opts: RunOptions, active: 
                       faults: list[tuple[int, int]] | None = None
                       ) -> tuple[Profile, float, tuple[Disturbance, int]]:
     """Profile until a window is undisturbed, at most PROFILE_ATTEMPTS times (once in a
-    distributed run: the ranks' collectives pair up); keep the least disturbed. Its
+    distributed run: the ranks' collectives pair up), and no longer once an attempt is
+    as disturbed as the one before (``stays_busy``); keep the least disturbed. Its
     trace ends up at ``trace``. Returns the profile, its recorded seconds, and (its
     disturbance, the attempts made)."""
     attempts = 1 if opts.agree is not None else PROFILE_ATTEMPTS
     best: tuple[Profile, float, Disturbance] | None = None
+    before: Disturbance | None = None  # the attempt before this one
     made = 0
     for made in range(1, attempts + 1):
         progress(f"profiling {active} steps" + (f" (attempt {made})" if made > 1 else ""))
@@ -379,6 +381,10 @@ def _quietest_profile(stepper: _Stepper, device: str, opts: RunOptions, active: 
             break
         progress(f"the profiled steps were disturbed by other work on the machine "
                  f"({got[2].share:.0%} of the thread time waited for a CPU)")
+        if stays_busy(before, got[2]):
+            progress("the machine stays busy: keeping the least disturbed attempt")
+            break
+        before = got[2]
     assert best is not None
     progress("aggregating")
     return best[0], best[1], (best[2], made)

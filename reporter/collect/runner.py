@@ -23,6 +23,7 @@ from ..analyze import peaks as peaks_module
 from ..analyze.peaks import Peaks
 from ..errors import BadInput, user_code
 from ..model import device as kinds
+from ..model.contention import stays_busy
 from ..model.run import Run, Section
 from . import calibrate, machine
 from . import device as devices
@@ -141,6 +142,7 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
     progress(f"{section.label}: timing the proposed replacements")
     timed: dict[str, dict[str, Any]] = {}
     failed: dict[str, dict[str, Any]] = {}
+    before = None  # the attempt before this one: a second as disturbed stops (stays_busy)
     for attempt in range(1, PROFILE_ATTEMPTS + 1):
         # A what-if is optional: one that raises anything (the target's optimizer class
         # refusing a second instance, sys.exit, out of memory) or would not fit is not
@@ -172,10 +174,14 @@ def _whatif(section: Section, batch_size: int | None, device: str, progress: Pro
         if not disturbance.disturbed:
             section.whatif = timed
             return
+        again = attempt < PROFILE_ATTEMPTS and not stays_busy(before, disturbance)
         progress(f"{section.label}: the timed replacements were disturbed by other work on "
                  f"the machine ({disturbance.share:.0%} of the thread time waited for a "
-                 f"CPU)" + ("; timing them again" if attempt < PROFILE_ATTEMPTS else
+                 f"CPU)" + ("; timing them again" if again else
                             "; their estimates are kept instead"))
+        if not again:
+            break
+        before = disturbance
     section.whatif = {}  # a busy moment's timings: the report keeps the estimates
 
 

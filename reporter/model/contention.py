@@ -75,6 +75,21 @@ class Disturbance:
         return self.share is not None and self.share > DISTURBED
 
 
+# Another attempt after a disturbed one is worth its cost only while the machine quietens:
+# an attempt about as disturbed as the one before (this share of its disturbance or more)
+# says the machine stays busy, and a third would cost as much and be disturbed too (a busy
+# machine's default suite took 14 min 46 s of wall and 5 min 58 s of CPU against about a
+# minute quiet, retrying every profile three times and every calibration four; issue #68).
+STILL_BUSY = 0.75
+
+
+def stays_busy(before: "Disturbance | None", now: "Disturbance") -> bool:
+    """Whether ``now``, an attempt after ``before``, finds the machine as busy: both
+    disturbed, and ``now`` at least STILL_BUSY of ``before``'s disturbed share."""
+    return (before is not None and before.disturbed and now.disturbed
+            and (now.share or 0.0) >= STILL_BUSY * (before.share or 0.0))
+
+
 def _delta(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else max(0.0, b - a)
 
