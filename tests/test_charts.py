@@ -84,7 +84,7 @@ def test_every_chart_of_a_run_is_well_formed_and_in_its_language(tmp_path, lang,
     assert "aten::addmm" in _words(_tree(files["1"].read_text()))
     assert any(title in w for w in _words(_tree(files["memory"].read_text())))
     assert view.sections[0].breakdown_rows is not None
-    step = {"en": "step 1", "ru": "шаг 1", "zh": "步 1"}[lang]
+    step = {"en": "step 1", "ru": "шаг 1", "zh": "第 1 步"}[lang]
     assert step in _words(_tree(files["steps"].read_text()))
 
 
