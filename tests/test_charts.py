@@ -84,7 +84,7 @@ def test_every_chart_of_a_run_is_well_formed_and_in_its_language(tmp_path, lang,
     assert "aten::addmm" in _words(_tree(files["1"].read_text()))
     assert any(title in w for w in _words(_tree(files["memory"].read_text())))
     assert view.sections[0].breakdown_rows is not None
-    step = {"en": "step 1", "ru": "шаг 1", "zh": "步 1"}[lang]
+    step = {"en": "step 1", "ru": "шаг 1", "zh": "第 1 步"}[lang]
     assert step in _words(_tree(files["steps"].read_text()))
 
 
@@ -171,3 +171,12 @@ def test_a_lone_point_is_labelled_above_and_right_of_it():
     assert float(text.get("x")) == pytest.approx(float(circle.get("cx")) + 3, abs=0.01)
     assert float(text.get("y")) == pytest.approx(float(circle.get("cy")) - 3, abs=0.01)
     assert not [line for line in root.iter(NS + "line") if line.get("stroke") == "#999999"]
+
+
+def test_a_step_label_puts_the_number_where_its_language_does():
+    """"step 3", "шаг 3"; zh numbers a step inside its word: "第 3 步", not "步 3"
+    (review 2026-12 Z12), a range of steps too."""
+    assert charts._step_groups(2, "step")[1] == ["step 1", "step 2"]
+    assert charts._step_groups(2, "第 {n} 步")[1] == ["第 1 步", "第 2 步"]
+    n, labels, _ = charts._step_groups(charts.MAX_STEP_BARS * 2, "第 {n} 步")
+    assert n == charts.MAX_STEP_BARS and labels[0] == "第 1\u20132 步"

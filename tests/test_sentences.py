@@ -114,3 +114,8 @@ def test_a_count_of_all_is_said_as_all():
     assert REPORT["dry_steps"].pick(launch(3, 4)) == "dry_in_some_steps"
     assert REPORT["busy_windows"].pick({"all_windows": True}) == "all_windows_disturbed"
     assert REPORT["busy_windows"].pick({"all_windows": False}) == "some_windows_disturbed"
+    # an unreliable throughput (zh): "所有窗口均受其他负载干扰", not "其中 3 个窗口" of 3
+    assert (REPORT["windows_disturbed"].pick({"windows": 3, "disturbed_windows": 3})
+            == "every_window_disturbed")
+    assert (REPORT["windows_disturbed"].pick({"windows": 3, "disturbed_windows": 1})
+            == "some_windows_disturbed_of")

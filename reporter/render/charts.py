@@ -202,14 +202,23 @@ def breakdown_chart(breakdown: Any, names: dict[str, str], titles: dict[str, str
 MAX_STEP_BARS = 40
 
 
+def _step_label(step_word: str, number: str) -> str:
+    """A bar's label: the language's word for a step and its number ("step 3"); a word
+    with ``{n}`` in it places the number itself (zh "第 {n} 步")."""
+    if "{n}" in step_word:
+        return step_word.replace("{n}", number)
+    return f"{step_word} {number}"
+
+
 def _step_groups(steps: int, step_word: str) -> tuple[int, list[str], list[range]]:
     """The bars of a chart of ``steps`` steps: how many, their labels, the steps of each."""
     if steps <= MAX_STEP_BARS:
-        return steps, [f"{step_word} {i + 1}" for i in range(steps)], [range(i, i + 1)
-                                                                       for i in range(steps)]
+        return steps, [_step_label(step_word, str(i + 1)) for i in range(steps)], [
+            range(i, i + 1) for i in range(steps)]
     bounds = [steps * k // MAX_STEP_BARS for k in range(MAX_STEP_BARS + 1)]
     groups = [range(a, b) for a, b in zip(bounds, bounds[1:])]
-    return len(groups), [f"{step_word} {g.start + 1}\u2013{g.stop}" for g in groups], groups
+    return len(groups), [_step_label(step_word, f"{g.start + 1}\u2013{g.stop}")
+                         for g in groups], groups
 
 
 def _mean(values: list[float], steps: range) -> float:

@@ -88,6 +88,10 @@ REPORT: dict[str, Choice] = {
                                 ("all_windows_gave", always)),
     "outliers": when("outliers_kept", of("outliers")),
     "disturbed": when("disturbed_left_out", of("disturbed_windows")),
+    # an unreliable throughput's windows: all disturbed ("all windows disturbed", not
+    # "3 of them"), or some (zh words them apart; review 2026-12 Z5)
+    "windows_disturbed": either("every_window_disturbed", "some_windows_disturbed_of",
+                                lambda s: of("disturbed_windows")(s) >= of("windows")(s)),
     # the summary's other lines
     "tf32_forced": when("forced_by_environment", of("tf32.override")),
     "driven": first(("driven_inference_probed",
