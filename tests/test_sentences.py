@@ -112,5 +112,12 @@ def test_a_count_of_all_is_said_as_all():
     # one recorded step (corpus trace 06): not "во всех 1 шаге"
     assert REPORT["dry_steps"].pick(launch(1, 1)) == "dry_in_the_step"
     assert REPORT["dry_steps"].pick(launch(3, 4)) == "dry_in_some_steps"
-    assert REPORT["busy_windows"].pick({"all_windows": True}) == "all_windows_disturbed"
-    assert REPORT["busy_windows"].pick({"all_windows": False}) == "some_windows_disturbed"
+    # two: "in both steps", not "во всех 2 шагах" (review R1, trace 14)
+    assert REPORT["dry_steps"].pick(launch(2, 2)) == "dry_in_both_steps"
+    assert REPORT["dry_steps"].pick(launch(1, 2)) == "dry_in_some_steps"
+    assert REPORT["busy_windows"].pick({"all_windows": True, "of": 3}) == "all_windows_disturbed"
+    assert REPORT["busy_windows"].pick({"all_windows": True, "of": 2}) == "both_windows_disturbed"
+    assert REPORT["busy_windows"].pick({"all_windows": False, "of": 2}) == "some_windows_disturbed"
+    dry = finding_choices("launch-overhead")["dry"]
+    assert dry.pick({"f": {"steps": 2, "dry_steps": 2}}) == "dry_in_both_steps"
+    assert dry.pick({"f": {"steps": 3, "dry_steps": 3}}) == "dry_in_all_steps"

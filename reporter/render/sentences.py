@@ -66,8 +66,11 @@ REPORT: dict[str, Choice] = {
     # a busy machine (b: the view's busy statement)
     "busy_time": when("disturbed_share", of("time")),
     "busy_wait": when("threads_waited_for_a_core", of("wait")),
-    "busy_windows": either("all_windows_disturbed", "some_windows_disturbed",
-                           of("all_windows")),
+    # two windows are "both" ("в обоих замерах"), not "all 2"
+    "busy_windows": first(("both_windows_disturbed",
+                           lambda b: of("all_windows")(b) and of("of")(b) == 2),
+                          ("all_windows_disturbed", of("all_windows")),
+                          ("some_windows_disturbed", always)),
     "busy_unreliable": when("too_few_quiet_windows", of("unreliable")),
     "busy_profile": when("profiled_steps_disturbed", of("profile")),
     "busy_whatif": when("replacements_disturbed", of("whatif")),
@@ -123,6 +126,9 @@ REPORT: dict[str, Choice] = {
     "dry_steps": first(("dry_in_no_step", lambda b: not of("launch.dry")(b)),
                        # one step recorded: not "in all 1 step"
                        ("dry_in_the_step", lambda b: of("launch.steps")(b) == 1),
+                       # two steps: "in both steps" ("во всех 2 шагах" is not Russian)
+                       ("dry_in_both_steps",
+                        lambda b: of("launch.all_steps")(b) and of("launch.steps")(b) == 2),
                        ("dry_in_all_steps", of("launch.all_steps")),
                        ("dry_in_some_steps", always)),
     "path_part": first(("host_phase_on_path", lambda r: of("group")(r) == "host"),
