@@ -58,6 +58,9 @@ _SHARES = ("share", "threshold", "op_share", "per_call_share", "overlap_share",
            "materialised_share")
 _TEXT = ("dtype", "faster_dtype")  # read from a stored run: text, never Markdown
 _COUNTS = ("launches_per_step",)  # a count per step, averaged: "79", not "79.0"
+# dominant-operator's calls per step, averaged over the steps (a float): "7", not "7.00"
+# (review R8/Z4); per-sample-loop's is rounded already (an int, its plural's number)
+_AVERAGED_COUNTS = ("calls_per_step",)
 
 
 def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[str, Any]:
@@ -92,6 +95,9 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
     view["steps_text"] = fmt.int(view["steps"])
     for key in _COUNTS:  # counts averaged over the steps: whole, as counts are
         if isinstance(f.evidence.get(key), (int, float)):
+            view[key], view[f"{key}_n"] = fmt.count(f.evidence[key]), round(f.evidence[key])
+    for key in _AVERAGED_COUNTS:
+        if isinstance(f.evidence.get(key), float):
             view[key], view[f"{key}_n"] = fmt.count(f.evidence[key]), round(f.evidence[key])
     # a finding with no share of the step (inference-autograd: memory, and work outside
     # the step measured here): a dash where a comparison lists findings by their share
