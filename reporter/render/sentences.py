@@ -156,7 +156,12 @@ REPORT: dict[str, Choice] = {
     "cpp_kernels": when("cpp_kernels_unnamed",
                         lambda k: not of("kernels")(k) and not of("on_gpu")(k)),
     "kernels_share_of": either("of_gpu_time", "of_the_step", of("on_gpu")),
-    "kernels_more": when("more_not_shown", of("kernels_more")),
+    # the generated kernels: one or several, and those the table leaves out counted in
+    # the total (review R10, R11)
+    "kernels_note": first(("one_kernel_generated",
+                           lambda k: len(of("kernels")(k)) == 1 and not of("kernels_more")(k)),
+                          ("kernels_and_more_generated", of("kernels_more")),
+                          ("kernels_generated", always)),
     "unnamed_fusions": when("names_without_operators",
                             lambda k: any(r.get("fused") is None for r in of("kernels")(k))),
     # efficiency (e)
