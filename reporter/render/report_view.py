@@ -63,6 +63,13 @@ _COUNTS = ("launches_per_step",)  # a count per step, averaged: "79", not "79.0"
 _AVERAGED_COUNTS = ("calls_per_step",)
 
 
+def _at_top(saving: Saving, fmt: Fmt) -> bool:
+    """A saving whose point is the top of its own range, as printed."""
+    return (saving.saving_us is not None and saving.low_us is not None
+            and saving.high_us is not None and saving.high_us > saving.low_us
+            and fmt.time(saving.saving_us) == fmt.time(saving.high_us))
+
+
 def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[str, Any]:
     """A finding's evidence formatted for the locale, by naming convention.
 
@@ -138,7 +145,15 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             "low": fmt.time(saving.low_us) if saving.low_us is not None else None,
             "high": fmt.time(saving.high_us) if saving.high_us is not None else None,
             "band": saving.low_us is not None and saving.high_us is not None
-            and saving.high_us - saving.low_us > 0.01 * (saving.saving_us or 0.0),
+            and saving.high_us - saving.low_us > 0.01 * (saving.saving_us or 0.0)
+            and not _at_top(saving, fmt),
+            # the point is its range's top (savings.work_removed: all of the work's time,
+            # beyond_roofline: all of its time beyond the roof): "up to 877 us", not
+            # "about 877 us (0 to 877 us)" (review C2); the range's floor, where above 0
+            "at_top": _at_top(saving, fmt),
+            "floor": fmt.time(saving.low_us)
+            if _at_top(saving, fmt) and saving.low_us and fmt.time(saving.low_us) != fmt.time(0.0)
+            else None,
             "note": saving.note,
             # the bound is the peaks' ratio (savings.peaks_bound, savings.faster_dtype)
             "peaks": saving.note == UP_TO_PEAKS and upper is not None,
