@@ -138,6 +138,9 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             "upper_share": fmt.pct(saving.share(upper)) if upper is not None else None,
             "accounts": fmt.time(saving.accounts_us)
             if saving.accounts_us and upper is None else None,
+            # of the step timed without the profiler, not the profiled time the finding
+            # states ("13.5 ms over 10 steps", then "944 us per step": review C1)
+            "accounts_unprofiled": saving.accounts_unprofiled,
             "accounts_share": fmt.pct(saving.share(saving.accounts_us))
             if saving.accounts_us and saving.step_us else None,
             "saving": fmt.time(saving.saving_us) if saving.saving_us is not None else None,
