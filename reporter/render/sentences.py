@@ -75,6 +75,11 @@ REPORT: dict[str, Choice] = {
     "busy_profile": when("profiled_steps_disturbed", of("profile")),
     "busy_whatif": when("replacements_disturbed", of("whatif")),
     "busy_peaks": when("peaks_disturbed", of("peaks")),
+    # the replacements and the peaks disturbed both: one sentence, not two alike (ru, R13)
+    "busy_whatif_peaks": first(("replacements_and_peaks_disturbed",
+                                lambda b: of("whatif")(b) and of("peaks")(b)),
+                               ("replacements_disturbed", of("whatif")),
+                               ("peaks_disturbed", of("peaks"))),
     # a what-if not timed (w: its row): why
     "whatif_estimate": either("estimate_from_profile", "no_estimate", of("estimated")),
     "whatif_why": first(("operands_over_cap", of("need")),
@@ -90,6 +95,9 @@ REPORT: dict[str, Choice] = {
                                 ("range_from_to", of("throughput_max")),
                                 ("all_windows_gave", always)),
     "outliers": when("outliers_kept", of("outliers")),
+    # an unreliable throughput's disturbed windows: all of them, or how many (R9)
+    "unreliable_disturbed": either("every_window_disturbed", "windows_disturbed",
+                                   lambda s: of("disturbed_windows")(s) == of("windows")(s)),
     "disturbed": when("disturbed_left_out", of("disturbed_windows")),
     # the summary's other lines
     "tf32_forced": when("forced_by_environment", of("tf32.override")),
