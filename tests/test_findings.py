@@ -674,7 +674,7 @@ def test_every_finding_and_its_worth_are_paragraphs_of_their_own(rule_id):
 
 
 @pytest.mark.parametrize("queued, words", [
-    (True, {"en": "waits on a dependency or an event", "ru": "ждёт зависимость или событие",
+    (True, {"en": "waits on a dependency or an event", "ru": "а зависимости или события",
             "zh": "等待依赖或事件"}),
     (False, {"en": "waits for the CPU", "ru": "ждёт CPU", "zh": "等 CPU"})])
 def test_an_idle_gpu_is_said_to_wait_for_what_its_idle_time_waited_for(queued, words):

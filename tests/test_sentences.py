@@ -112,10 +112,42 @@ def test_a_count_of_all_is_said_as_all():
     # one recorded step (corpus trace 06): not "во всех 1 шаге"
     assert REPORT["dry_steps"].pick(launch(1, 1)) == "dry_in_the_step"
     assert REPORT["dry_steps"].pick(launch(3, 4)) == "dry_in_some_steps"
-    assert REPORT["busy_windows"].pick({"all_windows": True}) == "all_windows_disturbed"
-    assert REPORT["busy_windows"].pick({"all_windows": False}) == "some_windows_disturbed"
-    # an unreliable throughput (zh): "所有窗口均受其他负载干扰", not "其中 3 个窗口" of 3
-    assert (REPORT["windows_disturbed"].pick({"windows": 3, "disturbed_windows": 3})
+    # an unreliable throughput: "all of them disturbed" ("所有窗口均受其他负载干扰"), not
+    # "3 of them" of 3
+    assert (REPORT["unreliable_disturbed"].pick({"windows": 3, "disturbed_windows": 3})
             == "every_window_disturbed")
-    assert (REPORT["windows_disturbed"].pick({"windows": 3, "disturbed_windows": 1})
-            == "some_windows_disturbed_of")
+    assert (REPORT["unreliable_disturbed"].pick({"windows": 3, "disturbed_windows": 1})
+            == "windows_disturbed")
+    # two: "in both steps", not "во всех 2 шагах" (review R1, trace 14)
+    assert REPORT["dry_steps"].pick(launch(2, 2)) == "dry_in_both_steps"
+    assert REPORT["dry_steps"].pick(launch(1, 2)) == "dry_in_some_steps"
+    assert REPORT["busy_windows"].pick({"all_windows": True, "of": 3}) == "all_windows_disturbed"
+    assert REPORT["busy_windows"].pick({"all_windows": True, "of": 2}) == "both_windows_disturbed"
+    assert REPORT["busy_windows"].pick({"all_windows": False, "of": 2}) == "some_windows_disturbed"
+    dry = finding_choices("launch-overhead")["dry"]
+    assert dry.pick({"f": {"steps": 2, "dry_steps": 2}}) == "dry_in_both_steps"
+    assert dry.pick({"f": {"steps": 3, "dry_steps": 3}}) == "dry_in_all_steps"
+
+
+def test_a_saving_at_the_top_of_its_range_is_up_to_and_a_count_per_step_is_whole():
+    """"up to 877 us", not "about 877 us (0 to 877 us)" (review C2); its floor where
+    above 0; dominant-operator's calls per step, averaged, print whole (R8)."""
+    from reporter.model.finding import Finding, Saving
+    from reporter.render.fmt import Fmt
+    from reporter.render.report_view import _finding_view
+
+    def view(saving: Saving) -> dict:
+        finding = Finding("dominant-operator", "high",
+                          {"basis": "device", "share": 0.33, "threshold": 0.3,
+                           "op": "aten::mm", "calls": 70, "calls_per_step": 7.0, "steps": 10})
+        return _finding_view(finding, Fmt("ru"), saving)
+    worth, band, floor = REPORT["worth"], REPORT["band"], REPORT["floor"]
+    top = view(Saving(877.0, 877.0, 0.0, 877.0, 2000.0))
+    assert worth.pick(top) == "saving_up_to" and band.pick(top) is None
+    assert floor.pick(top) is None
+    floored = view(Saving(3000.0, 2780.0, 1390.0, 2780.0, 9600.0))
+    assert worth.pick(floored) == "saving_up_to" and floor.pick(floored) == "at_least_low"
+    inside = view(Saving(41900.0, 12200.0, 6130.0, 15800.0, 124000.0))
+    assert worth.pick(inside) == "saving_per_step"
+    assert band.pick(inside) == "between_low_and_high"
+    assert top["calls_per_step"] == "7"

@@ -336,9 +336,10 @@ def estimate(f: Finding, profile: Profile, eff: Efficiency | str | None = None,
         on_host = not profile.has_device
         # an upper bound (upper_bound) is no lower than the profiled share of the step
         ratio = real_step_us / s.step_us if s.note in BOUNDS else k
+        scaled = on_host or _host_basis(f)
         s = replace(s, step_us=real_step_us,
-                    accounts_us=host(s.accounts_us) if on_host or _host_basis(f)
-                    else s.accounts_us)
+                    accounts_us=host(s.accounts_us) if scaled else s.accounts_us,
+                    accounts_unprofiled=bool(scaled and s.accounts_us and abs(k - 1) > 0.005))
         if s.host_saving or (on_host and s.measured is None):
             s = replace(s, saving_us=host(s.saving_us), low_us=host(s.low_us),
                         high_us=s.high_us * max(k, ratio) if s.high_us is not None

@@ -58,6 +58,9 @@ class Saving:
     # work they account for, savings.idle_left); the saving is what is left.
     others_us: float | None = None
     host_saving: bool = False  # the saving is host time under the profiler (see estimate)
+    # The time it accounts for was brought from the profiled step to the step timed
+    # without the profiler (savings.estimate): not the profiled time the finding states.
+    accounts_unprofiled: bool = False
 
     def share(self, us: float | None) -> float | None:
         return us / self.step_us if us is not None and self.step_us else None

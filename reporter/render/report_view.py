@@ -58,6 +58,16 @@ _SHARES = ("share", "threshold", "op_share", "per_call_share", "overlap_share",
            "materialised_share")
 _TEXT = ("dtype", "faster_dtype")  # read from a stored run: text, never Markdown
 _COUNTS = ("launches_per_step",)  # a count per step, averaged: "79", not "79.0"
+# dominant-operator's calls per step, averaged over the steps (a float): "7", not "7.00"
+# (review R8/Z4); per-sample-loop's is rounded already (an int, its plural's number)
+_AVERAGED_COUNTS = ("calls_per_step",)
+
+
+def _at_top(saving: Saving, fmt: Fmt) -> bool:
+    """A saving whose point is the top of its own range, as printed."""
+    return (saving.saving_us is not None and saving.low_us is not None
+            and saving.high_us is not None and saving.high_us > saving.low_us
+            and fmt.time(saving.saving_us) == fmt.time(saving.high_us))
 
 
 def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[str, Any]:
@@ -93,6 +103,9 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
     for key in _COUNTS:  # counts averaged over the steps: whole, as counts are
         if isinstance(f.evidence.get(key), (int, float)):
             view[key], view[f"{key}_n"] = fmt.count(f.evidence[key]), round(f.evidence[key])
+    for key in _AVERAGED_COUNTS:
+        if isinstance(f.evidence.get(key), float):
+            view[key], view[f"{key}_n"] = fmt.count(f.evidence[key]), round(f.evidence[key])
     # a finding with no share of the step (inference-autograd: memory, and work outside
     # the step measured here): a dash where a comparison lists findings by their share
     view.setdefault("share", "—")
@@ -125,6 +138,9 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             "upper_share": fmt.pct(saving.share(upper)) if upper is not None else None,
             "accounts": fmt.time(saving.accounts_us)
             if saving.accounts_us and upper is None else None,
+            # of the step timed without the profiler, not the profiled time the finding
+            # states ("13.5 ms over 10 steps", then "944 us per step": review C1)
+            "accounts_unprofiled": saving.accounts_unprofiled,
             "accounts_share": fmt.pct(saving.share(saving.accounts_us))
             if saving.accounts_us and saving.step_us else None,
             "saving": fmt.time(saving.saving_us) if saving.saving_us is not None else None,
@@ -132,7 +148,15 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             "low": fmt.time(saving.low_us) if saving.low_us is not None else None,
             "high": fmt.time(saving.high_us) if saving.high_us is not None else None,
             "band": saving.low_us is not None and saving.high_us is not None
-            and saving.high_us - saving.low_us > 0.01 * (saving.saving_us or 0.0),
+            and saving.high_us - saving.low_us > 0.01 * (saving.saving_us or 0.0)
+            and not _at_top(saving, fmt),
+            # the point is its range's top (savings.work_removed: all of the work's time,
+            # beyond_roofline: all of its time beyond the roof): "up to 877 us", not
+            # "about 877 us (0 to 877 us)" (review C2); the range's floor, where above 0
+            "at_top": _at_top(saving, fmt),
+            "floor": fmt.time(saving.low_us)
+            if _at_top(saving, fmt) and saving.low_us and fmt.time(saving.low_us) != fmt.time(0.0)
+            else None,
             "note": saving.note,
             # the bound is the peaks' ratio (savings.peaks_bound, savings.faster_dtype)
             "peaks": saving.note == UP_TO_PEAKS and upper is not None,

@@ -66,12 +66,20 @@ REPORT: dict[str, Choice] = {
     # a busy machine (b: the view's busy statement)
     "busy_time": when("disturbed_share", of("time")),
     "busy_wait": when("threads_waited_for_a_core", of("wait")),
-    "busy_windows": either("all_windows_disturbed", "some_windows_disturbed",
-                           of("all_windows")),
+    # two windows are "both" ("в обоих замерах"), not "all 2"
+    "busy_windows": first(("both_windows_disturbed",
+                           lambda b: of("all_windows")(b) and of("of")(b) == 2),
+                          ("all_windows_disturbed", of("all_windows")),
+                          ("some_windows_disturbed", always)),
     "busy_unreliable": when("too_few_quiet_windows", of("unreliable")),
     "busy_profile": when("profiled_steps_disturbed", of("profile")),
     "busy_whatif": when("replacements_disturbed", of("whatif")),
     "busy_peaks": when("peaks_disturbed", of("peaks")),
+    # the replacements and the peaks disturbed both: one sentence, not two alike (ru, R13)
+    "busy_whatif_peaks": first(("replacements_and_peaks_disturbed",
+                                lambda b: of("whatif")(b) and of("peaks")(b)),
+                               ("replacements_disturbed", of("whatif")),
+                               ("peaks_disturbed", of("peaks"))),
     # a what-if not timed (w: its row): why
     "whatif_estimate": either("estimate_from_profile", "no_estimate", of("estimated")),
     "whatif_why": first(("operands_over_cap", of("need")),
@@ -87,11 +95,12 @@ REPORT: dict[str, Choice] = {
                                 ("range_from_to", of("throughput_max")),
                                 ("all_windows_gave", always)),
     "outliers": when("outliers_kept", of("outliers")),
+    # an unreliable throughput's disturbed windows: all of them, or how many (R9)
+    # an unreliable throughput's windows: all disturbed ("all of them", not "3 of them"
+    # of 3), or some (review 2026-12 R9, Z5)
+    "unreliable_disturbed": either("every_window_disturbed", "windows_disturbed",
+                                   lambda s: of("disturbed_windows")(s) >= of("windows")(s)),
     "disturbed": when("disturbed_left_out", of("disturbed_windows")),
-    # an unreliable throughput's windows: all disturbed ("all windows disturbed", not
-    # "3 of them"), or some (zh words them apart; review 2026-12 Z5)
-    "windows_disturbed": either("every_window_disturbed", "some_windows_disturbed_of",
-                                lambda s: of("disturbed_windows")(s) >= of("windows")(s)),
     # the summary's other lines
     "tf32_forced": when("forced_by_environment", of("tf32.override")),
     "driven": first(("driven_inference_probed",
@@ -127,6 +136,9 @@ REPORT: dict[str, Choice] = {
     "dry_steps": first(("dry_in_no_step", lambda b: not of("launch.dry")(b)),
                        # one step recorded: not "in all 1 step"
                        ("dry_in_the_step", lambda b: of("launch.steps")(b) == 1),
+                       # two steps: "in both steps" ("во всех 2 шагах" is not Russian)
+                       ("dry_in_both_steps",
+                        lambda b: of("launch.all_steps")(b) and of("launch.steps")(b) == 2),
                        ("dry_in_all_steps", of("launch.all_steps")),
                        ("dry_in_some_steps", always)),
     "path_part": first(("host_phase_on_path", lambda r: of("group")(r) == "host"),
@@ -154,7 +166,12 @@ REPORT: dict[str, Choice] = {
     "cpp_kernels": when("cpp_kernels_unnamed",
                         lambda k: not of("kernels")(k) and not of("on_gpu")(k)),
     "kernels_share_of": either("of_gpu_time", "of_the_step", of("on_gpu")),
-    "kernels_more": when("more_not_shown", of("kernels_more")),
+    # the generated kernels: one or several, and those the table leaves out counted in
+    # the total (review R10, R11)
+    "kernels_note": first(("one_kernel_generated",
+                           lambda k: len(of("kernels")(k)) == 1 and not of("kernels_more")(k)),
+                          ("kernels_and_more_generated", of("kernels_more")),
+                          ("kernels_generated", always)),
     "unnamed_fusions": when("names_without_operators",
                             lambda k: any(r.get("fused") is None for r in of("kernels")(k))),
     # efficiency (e)
@@ -186,12 +203,16 @@ REPORT: dict[str, Choice] = {
                       ("measured_before_after", of("worth.before"))),
     # a whole step's timing that lacked the page faults the step took before the profiler
     "step_faults": when("faults_the_timing_missed", of("worth.faults")),
-    "worth": first(("saving_per_step", of("worth.saving")),
+    "worth": first(("saving_up_to", lambda f: of("worth.saving")(f) and of("worth.at_top")(f)),
+                   ("saving_per_step", of("worth.saving")),
                    ("up_to_the_peaks", of("worth.peaks")),
                    ("up_to_its_time", of("worth.upper")),
                    ("not_quantifiable", always)),
     "band": when("between_low_and_high", of("worth.band")),
-    "accounts": when("accounts_for", of("worth.accounts")),
+    "floor": when("at_least_low", of("worth.floor")),
+    "accounts": first(("accounts_for_unprofiled_step",
+                       lambda f: of("worth.accounts")(f) and of("worth.accounts_unprofiled")(f)),
+                      ("accounts_for", of("worth.accounts"))),
     "accounts_share": when("accounts_share", of("worth.accounts_share")),
     "accounts_beyond": when("less_than_the_step_saved", of("worth.beyond")),
     "unprofiled": when("gpu_idles_at_most", of("worth.unprofiled")),

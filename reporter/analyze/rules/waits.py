@@ -103,6 +103,9 @@ _SAYS_LAUNCH_OVERHEAD = {
     "delays": when("launch_delays", lambda v: "delay_median" in v["f"]),
     # "in every step", not "in 4 of 4 steps" (never in no step: the rule fires on none)
     "dry": first(("dry_in_the_step", lambda v: v["f"]["steps"] == 1),
+                 # two steps: "in both steps", not "in all 2 steps"
+                 ("dry_in_both_steps",
+                  lambda v: v["f"]["steps"] == 2 and v["f"].get("dry_steps") == 2),
                  ("dry_in_all_steps", lambda v: v["f"].get("dry_steps") == v["f"]["steps"]),
                  ("dry_in_some_steps", always)),
     "fix": either("replay_as_cuda_graphs", "compile_the_model", f("compiled")),
