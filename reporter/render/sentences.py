@@ -206,6 +206,8 @@ REPORT: dict[str, Choice] = {
     "worth": first(("saving_up_to", lambda f: of("worth.saving")(f) and of("worth.at_top")(f)),
                    ("saving_per_step", of("worth.saving")),
                    ("up_to_the_peaks", of("worth.peaks")),
+                   # a growing operator's loop: the module's own code bounds it
+                   ("up_to_its_loop", lambda f: of("worth.upper")(f) and of("loop")(f)),
                    ("up_to_its_time", of("worth.upper")),
                    ("not_quantifiable", always)),
     "band": when("between_low_and_high", of("worth.band")),
