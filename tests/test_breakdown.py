@@ -418,7 +418,7 @@ def test_stragglers_of_a_stored_cpu_run_by_hand():
     assert "straggler-rank" in rules
     header = {"en": "| Rank | Step | Compute | Communication (not hidden) | Data loading |",
               "ru": "| Ранг | Шаг | Вычисления | Коммуникация (не скрытая) | Загрузка данных |",
-              "zh": "| Rank | 单步 | 计算 | 通信（未掩盖） | 数据加载 |"}
+              "zh": "| Rank | 单步 | 计算 | 通信（未重叠） | 数据加载 |"}
     for lang in LANGUAGES:
         md = render_markdown(run_view(run, lang, analyses))
         assert header[lang] in md, lang

@@ -54,9 +54,9 @@ UNPROFILED = {
     "ru": [rf"шаг без профайлера длится (?P<t>{_TIME})",
            rf"без профайлера шаг занял (?P<t>{_TIME})",
            rf"в шаге без профайлера \((?P<t>{_TIME})\)",
-           rf"те же шаги без него — (?P<t>{_TIME})"],
+           rf"без профайлера те же шаги длились (?P<t>{_TIME})"],
     "zh": [rf"，关闭 profiler 时单步耗时 (?P<t>{_TIME})",
-           rf"不开 profiler 时单步耗时 (?P<t>{_TIME})",
+           rf"：关闭 profiler 时单步耗时 (?P<t>{_TIME})",
            rf"在关闭 profiler 计时的单步（(?P<t>{_TIME})）",
            rf"关闭 profiler 时同样的单步耗时 (?P<t>{_TIME})"],
 }
@@ -82,7 +82,7 @@ SOL = {
 BUSY = {
     "en": rf"The GPU is busy (?P<busy>{_PCT}) of the step and idle (?P<idle>{_PCT})",
     "ru": rf"GPU занят (?P<busy>{_PCT}) шага и простаивает (?P<idle>{_PCT})",
-    "zh": rf"GPU 忙碌时间占 (?P<busy>{_PCT})，空闲 (?P<idle>{_PCT})",
+    "zh": rf"GPU 忙碌时间占单步的 (?P<busy>{_PCT})，空闲 (?P<idle>{_PCT})",
 }
 IDLE_ROW = {"en": "| idle: ", "ru": "| простой: ", "zh": "| 空闲："}
 # A ratio or an interval that rounds to nothing where the value is not exactly that.

@@ -98,6 +98,13 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
                "link": r["link"] if str(r.get("link")).startswith("PCIe") else None,
                "peak_share": fmt.pct(r["peak_share"]) if r.get("peak_share") is not None
                else "—"} for r in b.copies]
+    # Copies "from pageable host memory" only where the table's pageable copies all go
+    # host -> device; else "copies involving pageable host memory" (review C-B): the
+    # reading sums every copy the trace names "Pageable", device -> host ones too
+    # (breakdown: copy_pageable)
+    if reading["pageable"] is not None:
+        kinds = {c["direction"] for c in b.copies if c["kind"] == "pageable"}
+        reading["pageable_from_host"] = kinds == {"h2d"}
     critical = _critical_view(b.critical, fmt)
     if critical is not None and r.idle_us is not None:
         critical["unprofiled"] = _unprofiled_path(b.critical, step - r.idle_us, timed_us, fmt)
@@ -109,7 +116,11 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
                    "device": bool(st.get("device", True)),
                    "slowest": str(st["slowest"]).replace("rank ", ""),
                    "extra": fmt.time(st["extra_us"]), "extra_share": fmt.pct(st["extra_share"]),
-                   "reference": fmt.time(st["reference_step_us"]), "cause": st["cause"]}
+                   "reference": fmt.time(st["reference_step_us"]), "cause": st["cause"],
+                   # two ranks: the other one's step, not "the others' median" (review C-E)
+                   "other": next((str(r["rank"]).replace("rank ", "") for r in st["ranks"]
+                                  if r["rank"] != st["slowest"]), None)
+                   if len(st["ranks"]) == 2 else None}
                   if st else None)
     return {
         "breakdown": {

@@ -93,7 +93,7 @@ _CATEGORY_COLOURS = ["#4c72b0", "#dd8452", "#8172b3", "#55a868", "#c44e52", "#93
 
 
 def memory_chart(memory: Any, names: dict[str, str], title: str, axis: str,
-                 fonts: Sequence[str] = ()) -> str:
+                 fonts: Sequence[str] = (), ms: str = "ms") -> str:
     """Live tensor memory over one step, stacked by category (MiB against ms), each
     value holding until the next time."""
     from ..model.run import MEMORY_CATEGORIES
@@ -132,7 +132,7 @@ def memory_chart(memory: Any, names: dict[str, str], title: str, axis: str,
     ax.frame()
     below = ax.linear_xticks()
     ax.linear_yticks()
-    c.text((ax.x0 + ax.x1) / 2, ax.y1 + below + 5, "ms", 8, anchor="middle")
+    c.text((ax.x0 + ax.x1) / 2, ax.y1 + below + 5, ms, 8, anchor="middle")
     c.text(10, (ax.y0 + ax.y1) / 2, axis, 8, anchor="middle", rotate=-90)
     svg.legend(c, ax.y1 + below + 20, keys)
     return c.svg()
@@ -149,7 +149,7 @@ _PHASE_COLOURS = {"data": "#c44e52", "input_copy": "#dd8452", "forward": "#4c72b
 
 
 def breakdown_chart(breakdown: Any, names: dict[str, str], titles: dict[str, str],
-                    step_word: str, fonts: Sequence[str] = ()) -> str:
+                    step_word: str, fonts: Sequence[str] = (), ms: str = "ms") -> str:
     """One stacked bar per profiled step (ms): host phases, and device activity on a GPU."""
     from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 
@@ -190,7 +190,7 @@ def breakdown_chart(breakdown: Any, names: dict[str, str], titles: dict[str, str
             c.text(ax.x0 - 5, y, label, 8, anchor="end")
         ax.frame()
         below = ax.linear_xticks()
-        c.text((ax.x0 + ax.x1) / 2, ax.y1 + below + 5, "ms", 8, anchor="middle")
+        c.text((ax.x0 + ax.x1) / 2, ax.y1 + below + 5, ms, 8, anchor="middle")
         svg.legend(c, ax.y1 + below + 20,
                    [(names.get(key, key), _PHASE_COLOURS.get(key, "#999")) for key, _ in rows])
         top += height
@@ -436,7 +436,7 @@ def _draw_each(view: View, folder: Path, terms: Any, stem: str, fonts: Sequence[
         written[(i, "breakdown")] = name
         write_atomic(folder / name, breakdown_chart(
             s.breakdown_rows, {**terms.phase, **terms.activity}, terms.chart["steps"],
-            terms.chart["step"], fonts))
+            terms.chart["step"], fonts, terms.chart["ms"]))
     for i, s in enumerate(view.sections):
         if not s.memory_rows:
             continue
@@ -444,7 +444,7 @@ def _draw_each(view: View, folder: Path, terms: Any, stem: str, fonts: Sequence[
         written[(i, "memory")] = name
         write_atomic(folder / name, memory_chart(s.memory_rows, terms.category,
                                                  terms.chart["memory"], terms.chart["mib"],
-                                                 fonts))
+                                                 fonts, terms.chart["ms"]))
     for i, s in enumerate(view.sections):
         if not s.roofline_points:
             continue

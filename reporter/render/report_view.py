@@ -158,6 +158,10 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             if _at_top(saving, fmt) and saving.low_us and fmt.time(saving.low_us) != fmt.time(0.0)
             else None,
             "note": saving.note,
+            # "up to" the operators' whole time: the worth line says it once (review C-D)
+            "all_of_it": bool(saving.accounts_us and upper is None and _at_top(saving, fmt)
+                              and saving.saving_us is not None
+                              and fmt.time(saving.accounts_us) == fmt.time(saving.saving_us)),
             # the bound is the peaks' ratio (savings.peaks_bound, savings.faster_dtype)
             "peaks": saving.note == UP_TO_PEAKS and upper is not None,
             "unprofiled": (fmt.time(saving.unprofiled_step_us)

@@ -125,11 +125,17 @@ REPORT: dict[str, Choice] = {
     "rank_error": when("with_error", of("error")),
     # the step breakdown (b), its streams, the critical path and the ranks (r: a row)
     "reading": either("gpu_bound_reading", "host_reading", of("gpu_bound")),
+    # the GPU-bound reading's largest phase: "of the marked phases" where unmarked time
+    # is larger (review C-A)
+    "gpu_bound_lead": either("most_of_marked_phases", "most_of_host_phases", of("other_share")),
     "lead_share": either("unmarked_share_first", "lead_phase_share", of("other_share")),
     "gpu_busy_share": when("gpu_busy_and_idle", of("busy_share")),
     "idle_reason": when("mostly_idle_reason", of("idle_reason")),
     "comm_hidden": when("compute_hides_communication", of("comm_hidden")),
-    "pageable_copies": when("pageable_copies_per_step", of("pageable")),
+    # device -> host copies into pageable memory are not "from" it (review C-B)
+    "pageable_copies": first(("pageable_copies_per_step",
+                              lambda b: of("pageable")(b) and of("pageable_from_host")(b)),
+                             ("pageable_involved_per_step", of("pageable"))),
     "stream_device": when("on_device", of("device")),
     "host_ahead": when("host_stays_ahead", no(of("launch.dry"))),
     # the steps the GPU ran out of queued work in: "in every step", not "in 4 of 4 steps"
@@ -144,6 +150,9 @@ REPORT: dict[str, Choice] = {
     "path_part": first(("host_phase_on_path", lambda r: of("group")(r) == "host"),
                        ("device_work_on_path", lambda r: of("group")(r) == "device"),
                        ("link_on_path", always)),
+    # two ranks: the other one's step, not the others' median (review C-E)
+    "ranks_reference": either("over_the_other_rank", "over_the_others_median",
+                              of("stragglers.other")),
     "ranks_by": either("each_rank_by_gpu", "each_rank_by_host", of("stragglers.device")),
     "ranks_columns": either("gpu_columns", "host_columns", of("stragglers.device")),
     # "Long step:" for one, "Long steps:" for several
@@ -212,7 +221,12 @@ REPORT: dict[str, Choice] = {
                    ("not_quantifiable", always)),
     "band": when("between_low_and_high", of("worth.band")),
     "floor": when("at_least_low", of("worth.floor")),
-    "accounts": first(("accounts_for_unprofiled_step",
+    # the bound is all of the operators' time: said once, not "up to 877 us ... they
+    # take 877 us" (review C-D)
+    "accounts": first(("all_their_unprofiled_time",
+                       lambda f: of("worth.all_of_it")(f) and of("worth.accounts_unprofiled")(f)),
+                      ("all_their_time", of("worth.all_of_it")),
+                      ("accounts_for_unprofiled_step",
                        lambda f: of("worth.accounts")(f) and of("worth.accounts_unprofiled")(f)),
                       ("accounts_for", of("worth.accounts"))),
     "accounts_share": when("accounts_share", of("worth.accounts_share")),

@@ -27,6 +27,9 @@ _SAYS_STRAGGLER_RANK = {
     "others_wait": either(
         "the_other_rank_waits", "the_other_ranks_wait", lambda v: v["f"]["ranks"] == 2
     ),
+    # two ranks: the other one's step, not "the others' median" (review C-E)
+    "reference": either("than_the_other_rank", "than_the_others_median",
+                        lambda v: v["f"]["ranks"] == 2),
     "cause": either("host_cause", "device_cause", _on_host),
     "advice": first(
         ("balance_host_work", lambda v: _on_host(v) and _cause(v) == "compute"),

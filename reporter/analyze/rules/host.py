@@ -95,6 +95,8 @@ def _foreach_timed(f: Finding, timed: dict[str, Any]) -> None:
 _SAYS_SINGLE_TENSOR_OPTIMIZER = {
     "steps": OVER_STEPS,
     "foreach": first(("foreach_no_faster", f("foreach_slower")), ("or_foreach", f("fused"))),
+    # kernels on a GPU; on a CPU "ядер" reads as cores (review RR12)
+    "small_work": either("small_kernels", "small_operations", on_gpu),
 }
 
 
