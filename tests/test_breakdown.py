@@ -417,7 +417,7 @@ def test_stragglers_of_a_stored_cpu_run_by_hand():
     rules = {f.rule for f, _ in analyses[0].main + analyses[0].minor}
     assert "straggler-rank" in rules
     header = {"en": "| Rank | Step | Compute | Communication (not hidden) | Data loading |",
-              "ru": "| Ранг | Шаг | Вычисления | Коммуникация (не скрытая) | Загрузка данных |",
+              "ru": "| Ранг | Шаг | Вычисления | Коммуникация (не перекрытая) | Загрузка данных |",
               "zh": "| Rank | 单步 | 计算 | 通信（未重叠） | 数据加载 |"}
     for lang in LANGUAGES:
         md = render_markdown(run_view(run, lang, analyses))
