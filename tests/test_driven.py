@@ -11,7 +11,7 @@ import pytest
 
 from conftest import FIXTURES, cli
 
-SAYS = {"en": "Step as reporter ran it", "ru": "Как reporter выполнял шаг",
+SAYS = {"en": "Step as reporter ran it", "ru": "Шаг в том виде, как его выполнял reporter",
         "zh": "reporter 执行单步的方式"}
 
 
