@@ -105,7 +105,7 @@ def test_untimed_the_peaks_ratio_is_an_upper_bound_in_every_language():
     reports = {lang: _report(run, lang) for lang in LANGS}
     assert "up to **" in reports["en"] and "by the peaks' ratio: an upper bound, not timed here" \
         in reports["en"]
-    assert "не больше **" in reports["ru"] and "верхняя оценка по отношению пиков" in reports["ru"]
+    assert "не больше **" in reports["ru"] and "верхняя оценка из отношения пиков" in reports["ru"]
     assert "最多可节省 **" in reports["zh"] and "按峰值之比得出的上限" in reports["zh"]
     # the lever's sentence says so too, never "about" for the peaks' ratio
     assert "the peaks' ratio, an upper bound" in reports["en"]

@@ -54,7 +54,7 @@ UNPROFILED = {
     "ru": [rf"шаг без профайлера длится (?P<t>{_TIME})",
            rf"без профайлера шаг занял (?P<t>{_TIME})",
            rf"в шаге без профайлера \((?P<t>{_TIME})\)",
-           rf"без профайлера те же шаги длились (?P<t>{_TIME})"],
+           rf"page faults, без профайлера — (?P<t>{_TIME})"],
     "zh": [rf"，关闭 profiler 时单步耗时 (?P<t>{_TIME})",
            rf"：关闭 profiler 时单步耗时 (?P<t>{_TIME})",
            rf"在关闭 profiler 计时的单步（(?P<t>{_TIME})）",
