@@ -116,11 +116,12 @@ def _dominant_saving(w: Worth) -> Saving:
         s = savings.beyond_roofline(w)
         if s.saving_us is not None:
             return s
-    loop_us = float(e.get("loop_us") or 0.0) / max(w.steps, 1)
-    if w.accounts_us is not None and loop_us > w.accounts_us:
+    if e.get("loop_us") and w.accounts_us is not None:
         # the fix rewrites the loop: it takes away more than the operator's own time
         # (the growing copies' memory traffic slows the code around them: growing_cat's
-        # fix saved 84% of a step whose torch.cat took 78%, 2026-12-05)
+        # fix saved 84% of a step whose torch.cat took 78%, 2026-12-05), and no more than
+        # the loop's module's own code (the words say which bound: f.loop)
+        loop_us = float(e["loop_us"]) / max(w.steps, 1)
         return savings.upper_bound(dataclasses.replace(w, accounts_us=loop_us))
     return savings.upper_bound(w)
 
@@ -203,8 +204,12 @@ def dominant_operator(profile: Profile, limits: dict[str, float]) -> Finding | N
             read.update(first_elements=calls.first_elements,
                         last_elements=calls.last_elements)
             loop = _loop_us(profile, calls.module) if calls.module else None
-            if loop is not None:  # per step, as evidence times are over the steps
-                read.update(loop_us=loop * max(profile.steps, 1))
+            steps = max(profile.steps, 1)
+            # over the steps, as evidence times are; only where the loop holds more than
+            # the operator's own time (the operator's calls all inside it), and on the
+            # CPU: the module marks time the host, not the device's kernels
+            if b.name == "cpu" and loop is not None and loop * steps > top.self_cpu_us:
+                read.update(loop_us=loop * steps)
     return Finding("dominant-operator", "medium",
                    {"basis": b.name, "share": s, "threshold": limits["share"],
                     **op_evidence(top, b), "matrix_op": matrix,
