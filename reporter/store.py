@@ -11,6 +11,7 @@ import contextlib
 import errno
 import glob
 import gzip
+import hashlib
 import json
 import os
 import secrets
@@ -124,7 +125,10 @@ def staging(root: Path) -> Iterator[Path]:
     root = Path(root)
     work_begins()
     root.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=f".{os.getpid()}-", suffix=STAGING_SUFFIX, dir=root))
+    # the name says who made it too (``_made_here``): a kill between making the folder
+    # and writing its owner file leaves an empty folder that only its name can prove gone
+    path = Path(tempfile.mkdtemp(prefix=f".{os.getpid()}-{_here_tag()}-",
+                                 suffix=STAGING_SUFFIX, dir=root))
     try:
         os.chmod(path, 0o777 & ~_umask())  # mkdtemp makes 0700
         (path / OWNER_FILE).write_text(json.dumps(owner_record()), encoding="utf-8")
@@ -205,7 +209,35 @@ def _owner_gone(path: Path) -> bool:
             pid = owner["pid"]
             return not _alive(pid) or (owner.get("start") is not None
                                        and _start_time(pid) not in (None, owner["start"]))
+    if owner is None and _made_here_by_the_dead(path):
+        return True  # killed between making the folder and writing its owner file
     return _untouched_for(path, STALE_AFTER_S)  # another host or container, or no owner
+
+
+def _here_tag() -> str:
+    """This boot and pid namespace, in ten hex digits for a staging folder's name (None
+    parts: "none", which no folder's name is checked against)."""
+    boot, ns = _boot_id(), _pid_ns()
+    if boot is None or ns is None:
+        return "none"
+    return hashlib.sha1(f"{boot}|{ns}".encode()).hexdigest()[:10]
+
+
+def _made_here_by_the_dead(path: Path) -> bool:
+    """An empty staging folder whose name (``staging``: ``.<pid>-<tag>-XXXX.partial``)
+    says this boot and pid namespace made it, by a pid not alive here: its maker was
+    killed in the instant between making it and writing its owner file (a compare killed
+    with SIGKILL as it began, tests/test_crash_consistency.py). Empty, it holds nothing."""
+    pid, _, rest = path.name[1:].partition("-")
+    tag = rest.partition("-")[0]
+    if not pid.isdigit() or tag == "none" or tag != _here_tag():
+        return False
+    try:
+        if any(path.iterdir()):
+            return False
+    except OSError:
+        return False
+    return not _alive(int(pid))
 
 
 def _untouched_for(path: Path, seconds: float) -> bool:

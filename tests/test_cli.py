@@ -40,7 +40,7 @@ def test_bloat_names_mul_or_copy_and_the_fixed_twin_is_faster(runs):
     # The blow-up comes first, named by its largest element-wise operator: mul or the
     # copies on a quiet machine, sum when other work stretched the reductions.
     assert re.match(r"- \*\*`aten::(mul|copy_|sum)`\*\*", first), problems
-    assert "раздуванием тензоров" in first, problems
+    assert "раздувание тензоров" in first, problems
     assert "`aten::mul`" not in _main_problems(fast_md)
     assert "`aten::copy_`" not in _main_problems(fast_md)
     slow_run, fast_run = load(_report_path(slow).parent), load(_report_path(fast).parent)

@@ -278,7 +278,7 @@ def test_a_graph_break_and_its_eager_time_are_found_on_a_real_trace(tmp_path):
                    "Graph breaks split the compiled model"),
             "ru": ("Из-за graph breaks скомпилированный код прерывается 1 раз за шаг",
                    "Скомпилированная модель разбита graph breaks на части"),
-            "zh": ("graph break 每步将编译代码切断 1 次", "graph break 把编译后的模型切成多段")}
+            "zh": ("每步有 1 次 graph break 切断编译代码", "graph break 把编译后的模型切成多段")}
     for lang in LANGUAGES:
         text = render_markdown(profiles_view([p], "break.json", lang))
         assert all(words in text for words in said[lang]), (lang, text)

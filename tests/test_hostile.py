@@ -664,6 +664,27 @@ def test_staging_folders_of_other_hosts_and_containers_are_never_removed(tmp_pat
     assert not reused.exists() and not abandoned.exists()  # a reused pid; untouched for 8 days
 
 
+def test_an_empty_staging_folder_its_name_proves_gone_is_removed(tmp_path):
+    """Killed between making its staging folder and writing the owner file, a process
+    leaves an empty folder whose name alone (pid, and a tag of this boot and pid
+    namespace) proves its maker gone; one of another machine or container, or not
+    empty, stays."""
+    from reporter.store import _here_tag
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = tmp_path / f".{dead.pid}-{_here_tag()}-abc.partial"
+    other = tmp_path / f".{dead.pid}-0123456789-abc.partial"
+    full = tmp_path / f".{dead.pid}-{_here_tag()}-def.partial"
+    alive = tmp_path / f".{os.getpid()}-{_here_tag()}-ghi.partial"
+    for folder in (gone, other, full, alive):
+        folder.mkdir()
+    (full / "trace-train.json").write_text("{}")
+    res = cli("list", "--runs", tmp_path)
+    assert res.code == 0 and "removed 1 unfinished" in res.err, res.err
+    assert not gone.exists() and other.exists() and full.exists() and alive.exists()
+
+
 def _pid_namespaces() -> bool:
     try:
         return subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"],

@@ -105,7 +105,7 @@ def test_which_findings_the_profiler_distorts():
 
 
 WORDS = {"en": ("The profiler distorts these shares", "first touch"),
-         "ru": ("Доли шага в этой оценке искажает сам профайлер", "первого обращения"),
+         "ru": ("Эти доли шага искажает сам профайлер", "первого обращения"),
          "zh": ("以上占比受 profiler 影响而失真", "首次访问")}
 
 
