@@ -95,3 +95,19 @@ def render_finding(finding, lang: str) -> str:
     return render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
                             "f": _finding_view(finding, fmt)},
                            template=f"findings/{finding.rule}.md.j2")
+
+
+def with_a_slower_rank(run, factor: float = 1.3, comm_us: float = 2000.0):
+    """The stored ``run`` (changed in place) as rank 0 beside a copy of its sections whose
+    steps take ``factor`` times as long, with ``comm_us`` of communication a step and none
+    of it overlapped, as rank 1: the copy's sections."""
+    import copy
+
+    other = copy.deepcopy(run.sections)
+    for s in other:
+        b = s.profile.breakdown
+        b.steps_us = [us * factor for us in b.steps_us]
+        s.profile.comm_us, s.profile.comm_overlap_us = comm_us * len(b.steps_us), 0.0
+    run.ranks = [{"rank": 0, "status": "ok", "error": None, "main": True, "sections": None},
+                 {"rank": 1, "status": "ok", "error": None, "main": False, "sections": other}]
+    return other

@@ -383,22 +383,14 @@ def test_stragglers_of_a_stored_cpu_run_by_hand():
     by side (stragglers.of_run, called by analyze_run): rank 1 is 30% slower, its causes
     from the host (communication, data loading, compute the rest); straggler-rank fires,
     and each language's report shows the table without the GPU's queued-waits column."""
-    import copy
-
     from reporter.analyze.analyzer import analyze_run
     from reporter.render.report import render_markdown
     from reporter.render.view import LANGUAGES, Fmt, run_view
     from reporter.store import load
-    from conftest import FIXTURES
+    from conftest import FIXTURES, with_a_slower_rank
 
     run = load(FIXTURES / "runs" / "cpu-transformer")
-    other = copy.deepcopy(run.sections)
-    for s in other:
-        b = s.profile.breakdown
-        b.steps_us = [us * 1.3 for us in b.steps_us]
-        s.profile.comm_us, s.profile.comm_overlap_us = 2000.0 * len(b.steps_us), 0.0
-    run.ranks = [{"rank": 0, "status": "ok", "error": None, "main": True, "sections": None},
-                 {"rank": 1, "status": "ok", "error": None, "main": False, "sections": other}]
+    other = with_a_slower_rank(run)
     analyses = analyze_run(run)
     train = run.sections[0].profile
     assert not train.stragglers  # the analysis carries the ranks; the run is as it was read

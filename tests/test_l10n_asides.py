@@ -21,7 +21,7 @@ import re
 
 import pytest
 
-from conftest import FIXTURES, cli
+from conftest import FIXTURES, cli, with_a_slower_rank
 from reporter.analyze.analyzer import analyze_run
 from reporter.pipeline import report_view
 from reporter.render.keytable import format_table
@@ -135,13 +135,7 @@ def test_straggler_ranks_advice_is_its_own_paragraph(lang):
     """The stored CPU run beside a copy of itself whose steps take 30% longer, as a
     second rank: straggler-rank fires, and its advice starts a paragraph."""
     run = load(RUNS / "cpu-transformer")
-    other = copy.deepcopy(run.sections)
-    for s in other:
-        b = s.profile.breakdown
-        b.steps_us = [us * 1.3 for us in b.steps_us]
-        s.profile.comm_us, s.profile.comm_overlap_us = 2000.0 * len(b.steps_us), 0.0
-    run.ranks = [{"rank": 0, "status": "ok", "error": None, "main": True, "sections": None},
-                 {"rank": 1, "status": "ok", "error": None, "main": False, "sections": other}]
+    with_a_slower_rank(run)
     analyses = analyze_run(run)
     assert "straggler-rank" in {f.rule for f, _ in analyses[0].main + analyses[0].minor}
     md = render_markdown(run_view(run, lang, analyses))
