@@ -159,10 +159,10 @@ class _PairScores(nn.Module):
 def pairwise_broadcast(device: str = "cpu", preset: str = "default") -> Target:
     """Token-pair scores made by broadcasting a multiply (no repeat): a blow-up."""
     torch.manual_seed(0)
-    return _train(_PairScores(64, pairs=True).to(device), 4, 64)
+    return _train(_PairScores(64, pairs=True).to(device), 4, 128)
 
 
 def gelu_only(device: str = "cpu", preset: str = "default") -> Target:
     """The same model without the pair scores: its quick_gelu only."""
     torch.manual_seed(0)
-    return _train(_PairScores(64, pairs=False).to(device), 4, 64)
+    return _train(_PairScores(64, pairs=False).to(device), 4, 128)
