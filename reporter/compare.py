@@ -127,7 +127,7 @@ class Comparison:
 
 def load_step(arg: str, runs_root: Path) -> Step:
     """A comparison input: a run (folder, run.json, id, 'latest') or a table/trace file."""
-    from .inputs import read_profiles, run_folder
+    from .inputs import read_sections, run_folder
     from .store import load
 
     folder = run_folder(arg, runs_root)
@@ -136,9 +136,7 @@ def load_step(arg: str, runs_root: Path) -> Step:
         return Step(name=run.target.get("name") or run.id, source=run.id,
                     sections=run.sections, run=run)
     path = Path(arg)
-    profiles = read_profiles(path)
-    return Step(name=path.name, source=str(path),
-                sections=[Section(label=p.label, throughput=None, profile=p) for p in profiles])
+    return Step(name=path.name, source=str(path), sections=read_sections(path))
 
 
 def _self_times(profile: Profile, basis: str) -> dict[str, float]:

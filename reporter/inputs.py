@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .errors import BadInput
 from .model.profile import Profile
+from .model.run import Section
 
 # Longer names are refused rather than carried through every table and chart: the
 # longest real operator and kernel names (templated CUDA kernels) are a few KB.
@@ -35,39 +36,16 @@ def run_folder(arg: str, runs: Path) -> Path | None:
     return find(arg, runs)  # a run id, a part of one, or "latest"
 
 
-def read_profiles(path: Path) -> list[Profile]:
-    """Profiles from a table file, a Chrome trace, or a folder of per-rank traces."""
-    from .ingest.tables import parse_tables, read_text
-    from .ingest.traces import is_trace, read_trace_folder
-
-    if path.is_dir():
-        profiles = read_trace_folder(path, costs=costs_wanted(), progress=_progress())
-    elif is_trace(path):
-        profiles = _trace_or_table(path)
-    else:
-        profiles = parse_tables(read_text(path), source=str(path))
-    check_names(profiles, str(path))
+def read_sections(path: Path) -> list[Section]:
+    """The sections of a table file, a Chrome trace, or a folder of per-rank traces, read
+    by the reader that knows the input (reporter.ingest.readers), checked and scrubbed."""
+    from .ingest.readers import ReadOptions
+    from .ingest.readers import read_sections as read
     from .validate import scrub
 
-    return scrub(profiles)  # lone surrogates (a JSON "\ud800", a file name) become U+FFFD
-
-
-def _trace_or_table(path: Path) -> list[Profile]:
-    """A file that looks like JSON: a trace if it reads as one, else a table (lines that
-    start with "[0] ", as mpirun -l prints them, look like JSON too)."""
-    from .ingest.tables import parse_tables, read_text
-    from .ingest.traces import is_gzip, read_trace
-
-    try:
-        return [read_trace(path, costs=costs_wanted())]
-    except BadInput as as_trace:
-        if is_gzip(path) or as_trace.error_id == "too-big":
-            raise
-        try:
-            return parse_tables(read_text(path), source=str(path))
-        except BadInput:
-            raise BadInput(f"{as_trace} (tried as a Chrome trace, then as a profiler table: "
-                           "no table either)", error_id=as_trace.error_id) from as_trace
+    sections = read(path, ReadOptions(costs=costs_wanted(), progress=_progress()))
+    check_names([s.profile for s in sections], str(path))
+    return scrub(sections)  # lone surrogates (a JSON "\ud800", a file name) become U+FFFD
 
 
 def _progress():

@@ -234,14 +234,21 @@ def report_view(run: Run, lang: str, log_rows: int | None = None) -> ReportView:
 
 
 def profiles_view(profiles: list[Profile], source: str, lang: str) -> ReportView:
-    """Profiles read from someone's tables or traces, analyzed and made ready to render."""
+    """Profiles built or read elsewhere, as imported sections, made ready to render."""
+    from .ingest.readers import sections_of
+
+    return sections_view(sections_of(profiles), source, lang)
+
+
+def sections_view(sections: list[Section], source: str, lang: str) -> ReportView:
+    """Sections read from someone's tables or traces (reporter.ingest.readers), analyzed
+    and made ready to render."""
     from .analyze.analyzer import analyze_section
     from .analyze.reading import ranks_of_profiles
     from .render.view import import_view
 
-    sections = [Section(label=p.label, throughput=None, profile=p) for p in profiles]
     return import_view(sections, source, lang, [analyze_section(s) for s in sections],
-                       ranks_of_profiles(profiles))
+                       ranks_of_profiles([s.profile for s in sections]))
 
 
 def _report_stored(folder: Path, output: Output) -> list[Path]:
@@ -254,14 +261,14 @@ def _report_stored(folder: Path, output: Output) -> list[Path]:
 def analysis_json(path: str, runs: Path) -> dict[str, Any]:
     """``analyze --json``: {profiles: [...]} of a stored run or of recorded profiles."""
     from .analyze.analyzer import analyze_run, analyze_section, profiles_json
-    from .inputs import read_profiles, run_folder
+    from .inputs import read_sections, run_folder
     from .store import load
 
     folder = run_folder(path, runs)
     if folder is None:
-        profiles = read_profiles(Path(path))
-        return profiles_json(profiles, [analyze_section(Section(p.label, None, p))
-                                        for p in profiles])
+        sections = read_sections(Path(path))
+        return profiles_json([s.profile for s in sections],
+                             [analyze_section(s) for s in sections])
     run = load(folder)
     return profiles_json(
         [s.profile for s in run.sections], analyze_run(run),
@@ -273,13 +280,13 @@ def analysis_json(path: str, runs: Path) -> dict[str, Any]:
 def analyze(path: str, runs: Path, out: Path, output: Output) -> list[Path]:
     """Reports of a stored run (into its folder) or of profiler tables and traces (into
     ``out``, named after the file)."""
-    from .inputs import read_profiles, run_folder
+    from .inputs import read_sections, run_folder
 
     folder = run_folder(path, runs)
     if folder is not None:
         return _report_stored(folder, output)
     source = Path(path)
-    view = profiles_view(read_profiles(source), source.name, output.lang)
+    view = sections_view(read_sections(source), source.name, output.lang)
     return output.write(view, out, stem=report_stem(source))
 
 
