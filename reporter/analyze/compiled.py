@@ -99,6 +99,9 @@ class Compiled:
     break_lookup_us: float = 0.0  # Dynamo's guard checks in that time
     break_pairs: dict[str, int] = field(default_factory=dict)  # "0/0 → 1/0": times
     step_compiled_us: list[float] = field(default_factory=list)  # compiled_us per step
+    # compiled_device_us by how it was launched (a trace only): "graphs" (replayed by a
+    # CUDA graph, generated kernels included), "copies" (copies and sets), "kernels"
+    device_split_us: dict[str, float] = field(default_factory=dict)
 
     @property
     def frames(self) -> int:
@@ -234,6 +237,8 @@ def compiled(profile: Profile) -> Compiled | None:
         if isinstance(pairs := facts.get("break_pairs"), dict) else {},
         step_compiled_us=[_num(v) for v in steps]
         if isinstance(steps := facts.get("step_us"), list) else [],
+        device_split_us={str(k): _num(v) for k, v in split.items()}
+        if isinstance(split := facts.get("compiled_device_split_us"), dict) else {},
     )
 
 

@@ -11,7 +11,15 @@ from collections import defaultdict
 from typing import Any
 
 from ..analyze.breakdown import MODULE_MARK, overlap, union
-from ..analyze.compiled import BACKWARD, CACHE_LOOKUP, FORWARD, GENERATED, REGION, UNNAMED_TRITON
+from ..analyze.compiled import (
+    BACKWARD,
+    CACHE_LOOKUP,
+    FORWARD,
+    GENERATED,
+    GRAPH_LAUNCHES,
+    REGION,
+    UNNAMED_TRITON,
+)
 from ..analyze.flops import MATRIX, cost, modelled
 from ..model.profile import KIND_ANNOTATION, KIND_OP, KIND_RUNTIME, Breakdown, OpCalls, classify
 from .trace_events import (
@@ -261,18 +269,26 @@ def _compiled_facts(records: list[list], aggs: dict, device: list[_Event],
                 k[1] += rec[_DUR]
     in_graph = graph_work | ({id(bwd)} if bwd is not None else set())
     device_us = 0.0
+    # how that work was launched: replayed by a CUDA graph, copies and sets launched
+    # one by one, kernels launched one by one (the graphs' generated kernels are in
+    # the first: the parts add up to compiled_device_us)
+    split = {"graphs": 0.0, "copies": 0.0, "kernels": 0.0}
     for e in device:
         rt = (correlation_rt.get(e.args.corr) if e.args is not None
               and e.args.corr is not None else None)
         node = rt
         while node is not None and id(node[_AGG]) not in in_graph:
             node = node[_PARENT]
-        if node is not None:
-            device_us += max(0.0, e.dur)
+        if node is not None and rt is not None:
+            dur = max(0.0, e.dur)
+            device_us += dur
+            split["graphs" if rt[_AGG].name in GRAPH_LAUNCHES else
+                  "kernels" if e.cat in ("kernel", "Kernel") else "copies"] += dur
     return {"kernels": [{"name": n, "region": r, "calls": int(c), "time_us": t * scale}
                         for (n, r), (c, t) in kernels.items()],
             "compiled_us": max(0.0, outermost_us - break_us) * scale,
             "compiled_device_us": device_us * scale,
+            "compiled_device_split_us": {k: us * scale for k, us in split.items()},
             "step_us": [max(0.0, us) * scale for us in per_step],
             "breaks": breaks, "break_us": break_us * scale,
             "break_lookup_us": break_lookup_us * scale, "break_pairs": dict(pairs)}

@@ -188,6 +188,7 @@ def _unprofiled_path(c: dict[str, Any], busy_us: float, timed_us: float | None, 
 
 
 SOURCE_LINES = 3  # lines of model code shown per generated kernel
+REGION_PARTS = ("graphs", "copies", "kernels")  # how compiled regions launched their GPU work
 
 
 def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, Any]:
@@ -219,6 +220,10 @@ def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, 
                         if device and c.compiled_device_us else None),
         "device_share": (fmt.pct(min(1.0, c.compiled_device_us / total))
                          if device and c.compiled_device_us and total else None),
+        # that time by how it was launched, where more than one way holds some of it
+        "device_parts": [{"part": part, "time": fmt.time(us / n)} for part, us in parts]
+        if device and len(parts := [(p, c.device_split_us[p]) for p in REGION_PARTS
+                                    if c.device_split_us.get(p, 0.0) > 0]) > 1 else [],
         "lookups": count(c.cache_lookups / n) if c.cache_lookups else None,
         "lookups_n": c.cache_lookups / n,
         "lookup_time": fmt.time(c.cache_lookup_us / n),

@@ -160,6 +160,7 @@ REPORT: dict[str, Choice] = {
                                lambda v: of("loop.first")(v) and of("loop.length")(v) == 1),
                               ("long_steps_lead", of("loop.first"))),
     # torch.compile (k)
+    "region_parts": when("region_device_parts", of("device_parts")),
     "regions": first(("regions_gpu_share", of("device_share")),
                      ("regions_step_share", of("share"))),
     "guards": when("guard_checks", of("lookups")),
