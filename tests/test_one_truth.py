@@ -34,7 +34,7 @@ STEP = {
     "en": [rf"\((?:{_TIME}) of (?P<step>{_TIME}) on average over (?P<n>{_N}) profiled",
            rf"mean over (?P<n>{_N}) steps? of (?P<step>{_TIME})\)",
            rf"of the profiled step \((?P<step>{_TIME})\)",
-           rf"\*\* instead of (?P<step>{_TIME}):"],
+           rf"\*\* instead of (?P<step>{_TIME}) \(its other"],
     "ru": [rf"\((?:{_TIME}) из (?P<step>{_TIME}), в среднем за (?P<n>{_N}) шаг",
            rf"в среднем за (?P<n>{_N}) шаг\w*, шаг длится (?P<step>{_TIME})\)",
            rf"шага под профайлером \((?P<step>{_TIME})\)",
@@ -72,12 +72,13 @@ OVERLAP = {
 MFU = rf"MFU[:：]?\s*\**\s*(?P<v>{_PCT})"
 SOL = {
     "en": (rf"speed of light (?P<sol>{_TIME}), (?P<share>{_PCT}) of the profiled step",
-           rf"would take \*\*(?P<sol>{_TIME})\*\* instead of (?:{_TIME}): (?P<share>{_PCT})"),
+           rf"would take \*\*(?P<sol>{_TIME})\*\* instead of (?:{_TIME}) \(its other "
+           rf"(?:{_TIME}), [^)]*\): (?P<share>{_PCT})"),
     "ru": (rf"\(speed of light\) — (?P<sol>{_TIME}), или (?P<share>{_PCT}) шага",
-           rf"занял бы \*\*(?P<sol>{_TIME})\*\* вместо (?:{_TIME}) \((?P<share>{_PCT})\)"),
+           rf"занял бы \*\*(?P<sol>{_TIME})\*\* вместо (?:{_TIME}) \((?P<share>{_PCT});"),
     "zh": (rf"（speed of light）为 (?P<sol>{_TIME})，是开启 profiler 时单步耗时（(?:{_TIME})）的 "
            rf"(?P<share>{_PCT})",
-           rf"只需 \*\*(?P<sol>{_TIME})\*\*（目前为 (?:{_TIME})，即缩短到 (?P<share>{_PCT})）"),
+           rf"只需 \*\*(?P<sol>{_TIME})\*\*（目前为 (?:{_TIME})，即缩短到 (?P<share>{_PCT})；"),
 }
 BUSY = {
     "en": rf"The GPU is busy (?P<busy>{_PCT}) of the step and idle (?P<idle>{_PCT})",

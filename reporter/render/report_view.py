@@ -299,7 +299,11 @@ def _efficiency_view(e: Any, fmt: Fmt, counts: Any = None) -> dict[str, Any]:
             "flops_per_step": fmt.si(e.model_flops_per_step, "FLOP"),
             "step": fmt.time(e.step_us), "step_timed": e.step_timed,
             "profiled_step": fmt.time(e.profiled_step_us),
-            "sol": fmt.time(sol), "sol_share": fmt.pct(sol / e.profiled_step_us)
+            "sol": fmt.time(sol),
+            # the rest of the profiled step, which the speed of light keeps as it is: work
+            # not modelled, idle time, the host's (C-L of the last native read)
+            "sol_kept": fmt.time(max(0.0, e.profiled_step_us - e.modelled_us)),
+            "sol_share": fmt.pct(sol / e.profiled_step_us)
             if e.profiled_step_us else "—",
             "sol_speedup": fmt.times(e.profiled_step_us / sol) if sol > 0 else "—",
             "coverage": fmt.pct(e.coverage), "tf32_inferred": e.tf32_inferred,
