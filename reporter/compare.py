@@ -15,6 +15,8 @@ beyond it.
 
 from __future__ import annotations
 
+import sys
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,12 +129,11 @@ class Comparison:
 
 def load_step(arg: str, runs_root: Path) -> Step:
     """A comparison input: a run (folder, run.json, id, 'latest') or a table/trace file."""
-    from .inputs import read_sections, run_folder
-    from .store import load
+    from .inputs import load_run, read_sections, run_folder
 
     folder = run_folder(arg, runs_root)
     if folder is not None:
-        run = load(folder)
+        run = load_run(folder, lambda line: print(line, file=sys.stderr))
         return Step(name=run.target.get("name") or run.id, source=run.id,
                     sections=run.sections, run=run)
     path = Path(arg)

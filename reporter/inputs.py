@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .errors import BadInput
 from .model.profile import Profile
-from .model.run import Section
+from .model.run import Run, Section
 
 # Longer names are refused rather than carried through every table and chart: the
 # longest real operator and kernel names (templated CUDA kernels) are a few KB.
@@ -78,3 +78,58 @@ def check_names(profiles: list[Profile], source: str) -> None:
                 raise BadInput(f"{source}: an operator name of {len(op.name):,} characters, "
                                f"over the limit of {MAX_NAME:,}: not a profiler's output",
                                error_id="too-long")
+
+
+# A Profile's fields that its trace's timeline gives (reporter.ingest.traces): what a
+# stored run's kept trace gives again, read by today's code.
+TIMELINE_FIELDS = ("breakdown", "comm_us", "comm_overlap_us", "costs", "cost_basis",
+                   "not_modelled_us", "shapes_recorded", "graph_kernels", "graph_kernel_us",
+                   "compiled", "peak_live_b", "timeline")
+
+
+def load_run(folder: Path, say=None) -> Run:
+    """The run stored in ``folder``, its timeline analyses today's: a section read by
+    other code than today's (its profile's timeline stamp differs, or it has none) whose
+    trace the run kept has them read again from that trace (the step breakdown, critical
+    path, compile facts, FLOP costs, calls read one by one; the operator tables stay as
+    stored). ``say`` hears how many sections were read again. run.json is not changed:
+    the run stays as it was stored, and each render reads again."""
+    from .store import load
+
+    run = load(folder)
+    again = todays_timeline(run, Path(folder))
+    if again and say is not None:
+        say(f"reporter: run {run.id}: {again} section(s) analysed by another reporter "
+            "version; their timelines were read again from the traces the run kept")
+    return run
+
+
+def todays_timeline(run: Run, folder: Path) -> int:
+    """Read again, from the traces ``run`` kept in ``folder``, the timeline analyses of
+    each section (and each rank's) read by other code than today's; how many were. A
+    trace that is gone or no longer reads leaves its section as stored."""
+    from .ingest.traces import read_trace, timeline_stamp
+
+    stamp, again = timeline_stamp(), 0
+    sections = list(run.sections) + [s for r in run.ranks or [] if not r.get("main")
+                                     for s in r.get("sections") or []]
+    for section in sections:
+        p = section.profile
+        path = folder / section.trace if section.trace else None
+        if p.timeline == stamp or path is None or not path.is_file():
+            continue
+        try:
+            fresh = read_trace(path, shapes=True)
+        except BadInput:
+            continue
+        # where the runner placed each module's forward: from the live model, not the trace
+        placed = {name: c.forward_at for name, c in p.op_calls.items() if c.forward_at}
+        for name in TIMELINE_FIELDS:
+            setattr(p, name, getattr(fresh, name))
+        for name, calls in fresh.op_calls.items():
+            old = p.op_calls.get(name)
+            if name in placed and old is not None and old.module == calls.module:
+                calls.forward_at = placed[name]
+        p.op_calls = fresh.op_calls
+        again += 1
+    return again

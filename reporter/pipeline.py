@@ -253,23 +253,22 @@ def sections_view(sections: list[Section], source: str, lang: str) -> ReportView
 
 def _report_stored(folder: Path, output: Output) -> list[Path]:
     """The reports of the run stored in ``folder``, written into it."""
-    from .store import load
+    from .inputs import load_run
 
-    return output.write(report_view(load(folder), output.lang), folder)
+    return output.write(report_view(load_run(folder, _stderr), output.lang), folder)
 
 
 def analysis_json(path: str, runs: Path) -> dict[str, Any]:
     """``analyze --json``: {profiles: [...]} of a stored run or of recorded profiles."""
     from .analyze.analyzer import analyze_run, analyze_section, profiles_json
-    from .inputs import read_sections, run_folder
-    from .store import load
+    from .inputs import load_run, read_sections, run_folder
 
     folder = run_folder(path, runs)
     if folder is None:
         sections = read_sections(Path(path))
         return profiles_json([s.profile for s in sections],
                              [analyze_section(s) for s in sections])
-    run = load(folder)
+    run = load_run(folder, _stderr)
     return profiles_json(
         [s.profile for s in run.sections], analyze_run(run),
         [{**s.memory, "tensors": asdict(s.tensor_memory) if s.tensor_memory else None,

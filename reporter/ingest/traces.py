@@ -18,7 +18,10 @@ from here too.
 
 from __future__ import annotations
 
+import functools
 import gc
+import hashlib
+import importlib.util
 import io
 import json
 import math
@@ -485,10 +488,42 @@ def read_trace(path: Path, shapes: bool = False, costs: bool = True) -> Profile:
         raise BadInput(f"{path}: distributedInfo.rank is {str(rank)[:40]!r}, not a rank number",
                        error_id="bad-trace")
     profile.label = f"rank {rank}" if rank is not None else path.name
+    profile.timeline = timeline_stamp()
     if not profile.ops:
         raise BadInput(f"{path}: a Chrome trace without profiler events (no cpu_op, "
                        "runtime or kernel events)", error_id="bad-trace")
     return profile
+
+
+# The modules whose code turns a trace's events into a Profile's timeline analyses (the
+# step breakdown, critical path, compile facts, FLOP costs, calls read one by one): their
+# source, hashed, stamps each profile read from a trace (Profile.timeline).
+TIMELINE_CODE = ("reporter.ingest.traces", "reporter.ingest.trace_events",
+                 "reporter.ingest.trace_timeline", "reporter.ingest.trace_costs",
+                 "reporter.analyze.breakdown", "reporter.analyze.critical_path",
+                 "reporter.analyze.compiled", "reporter.analyze.flops",
+                 "reporter.analyze.shapes")
+
+
+@functools.cache
+def timeline_stamp() -> str:
+    """A stamp of today's timeline code: the hash of TIMELINE_CODE's source. Any change
+    to it gives another stamp, so that a stored run read by other code is read again
+    (reporter.inputs.load_run); where a module's source cannot be read, its name and
+    reporter's version stand for it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    h = hashlib.sha256()
+    for name in TIMELINE_CODE:
+        spec = importlib.util.find_spec(name)
+        try:
+            h.update(Path(spec.origin).read_bytes())  # type: ignore[union-attr, arg-type]
+        except (OSError, TypeError, AttributeError):
+            try:
+                h.update(f"{name} {version('reporter')}".encode())
+            except PackageNotFoundError:
+                h.update(name.encode())
+    return h.hexdigest()[:16]
 
 
 @contextmanager

@@ -226,6 +226,11 @@ class Profile:
     # reporter.analyze.analyzer.analyze_section for the rules as host_faults is. Empty for
     # imported profiles and runs stored before it. Not stored: the section holds it.
     process: dict[str, Any] = field(default_factory=dict)
+    # From a trace: the stamp of the code that read its timeline
+    # (reporter.ingest.traces.timeline_stamp). A stored run whose stamp is not today's,
+    # and which kept its trace, has its timeline read again when it is rendered
+    # (reporter.inputs.load_run). None for tables and runs stored before it.
+    timeline: str | None = None
 
     @property
     def has_device(self) -> bool:
@@ -277,6 +282,7 @@ class Profile:
             op_calls={k: OpCalls.from_dict(v) for k, v in data["op_calls"].items()
                       if isinstance(v, dict)}
             if isinstance(data.get("op_calls"), dict) else {},
+            timeline=data.get("timeline"),
         )
 
 
