@@ -6,15 +6,17 @@ torch names every GPU it drives through CUDA's API ``cuda``, ROCm's included (a 
 build of torch keeps the ``cuda`` device type and its profiler's CUDA activity); what
 tells them apart is the build (``torch.version.hip``), the device's name ("AMD Instinct
 MI250X", "NVIDIA H100 80GB HBM3"), or, in a trace, the runtime's calls (``hipLaunchKernel``
-against ``cudaLaunchKernel``). Vendor knowledge (datasheets, kernel names, links) is kept
-in tables by vendor (reporter.analyze.peaks, reporter.analyze.rules.precision), keyed by
-``Device.vendor``.
+against ``cudaLaunchKernel``). Vendor knowledge (kernel and library names, runtime calls,
+matrix-engine architectures) is kept in one table by vendor (reporter.model.vendors), the
+datasheets and links in reporter.analyze.peaks, both keyed by ``Device.vendor``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterable
+
+from .vendors import AMD
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,11 @@ KINDS = {d.kind: d for d in (CPU, CUDA, ROCM, XPU)}
 
 # torch's device types, as a device string starts ("cuda:1", "xpu"): the GPUs' API.
 _TORCH_TYPES = ("cuda", "xpu")
-# What names an AMD device: its marketing name, or the generic name a HIP trace gives.
-_AMD_NAMES = ("AMD", "INSTINCT", "RADEON")
-# Runtime calls only HIP makes (a ROCm trace's cuda_runtime events hold them).
-_HIP_PREFIX = "hip"
+# What names an AMD device (its marketing name, or the generic name a HIP trace gives),
+# and the runtime calls only HIP makes (a ROCm trace's cuda_runtime events hold them):
+# AMD's row of the vendor table.
+_AMD_NAMES = AMD.device_names
+_HIP_PREFIX = AMD.runtime_calls
 
 
 def is_gpu(device: str | None) -> bool:
