@@ -79,3 +79,12 @@ def of(device: str | None, name: str | None = None, hip: bool = False,
             or any(str(c).startswith(_HIP_PREFIX) for c in runtime_calls)):
         return ROCM
     return CUDA
+
+
+def named(device_type: str | None) -> Device:
+    """The GPU record a profile's device type names ("cuda", "rocm", "xpu"): what a
+    report names device time and kernels by ("Self ROCm", "Top XPU kernels"). CUDA's for
+    a type the record does not know, or none (the words are printed only where there is
+    device time), as reports said before there was a record."""
+    record = KINDS.get(device_type or "", CUDA)
+    return record if record.is_gpu else CUDA
