@@ -31,7 +31,8 @@ _VENDOR_WORDS = re.compile(
     "|".join(re.escape(w) for w in (*vendors.names("kernel_hints"), *vendors.names("libraries"),
                                     *vendors.names("collectives")))
     + r"|cudnn|miopen|cublas|hipblas|rocblas|tensile|cijk|nvjet|cutlass|onednn|xmx|scudnn|"
-    r"\b(volta|turing|ampere|hopper|blackwell|maxwell|kepler|pascal)_|\bsm\d{2,3}_",
+    r"\b(volta|turing|ampere|hopper|blackwell|maxwell|kepler|pascal)(_|\b)|\bsm\d{2,3}_|"
+    r"_sm\d|nchwtonhwc|nhwctonchw|nchw2nhwc|V100|\bT4\b|RTX 20",
     re.IGNORECASE)
 
 
