@@ -212,3 +212,38 @@ def test_a_rocm_profile_built_in_code_reads_rocm_in_every_language(lang):
     assert "ROCm" in text.splitlines()[1]  # the title: the device is its runtime
     for phrase in _ROCM_PHRASES[lang]:
         assert phrase in text, phrase
+
+
+def test_a_hip_builds_table_says_cuda_but_its_kernels_are_amds():
+    """torch's table under ROCm names its GPU columns CUDA; Tensile's kernels ("Cijk_",
+    AMD's row of the vendor table) say whose GPU it was. NVIDIA's kernels leave it CUDA."""
+    from reporter.ingest.tables import parse_tables
+    from reporter.render.keytable import format_table
+
+    def table(kernel: str) -> str:
+        return format_table(Profile(device_type="cuda", self_cpu_us=900.0, self_device_us=600.0,
+                                    ops=[Op("aten::mm", calls=2, self_cpu_us=900.0,
+                                            cpu_total_us=900.0, device_total_us=600.0),
+                                         Op(kernel, calls=2, self_device_us=600.0,
+                                            device_total_us=600.0, kind=KIND_KERNEL)]),
+                            "self_cuda_time_total")
+
+    amd = table("Cijk_Alik_Bljk_SB_MT64x64x32_MI32x32x2x1_SE_1LDSB0")
+    assert "Self CUDA time total" in amd
+    assert [p.device_type for p in parse_tables(amd)] == ["rocm"]
+    nvidia = table("volta_sgemm_128x64_nn")
+    assert [p.device_type for p in parse_tables(nvidia)] == ["cuda"]
+    assert devices.of("cuda", kernels=["Cijk_Ailk_Bljk_S"]) is devices.ROCM
+
+
+TABLE_11 = SHARED / "corpus" / "tables" / "11_rocm-blog-mi210-simplenet.txt"
+
+
+@pytest.mark.skipif(not TABLE_11.is_file(), reason="../shared/corpus is absent")
+def test_corpus_table_11_a_rocm_blogs_mi210_table_reads_as_rocm(tmp_path: Path):
+    res = cli("analyze", TABLE_11, "--lang", "en", "--out", tmp_path)
+    assert res.code == 0, res.err
+    text = next(tmp_path.glob("*.en.md")).read_text(encoding="utf-8")
+    assert "on ROCm" in text.splitlines()[1]
+    assert _RUNTIME_CUDA.findall(text) == []
+    assert "Self ROCm time total" in text and "Top ROCm kernels" in text

@@ -65,10 +65,12 @@ def torch_type(device: str) -> str:
 
 
 def of(device: str | None, name: str | None = None, hip: bool = False,
-       runtime_calls: Iterable[str] = ()) -> Device:
+       runtime_calls: Iterable[str] = (), kernels: Iterable[str] = ()) -> Device:
     """The record of a device: its torch device string (or a profile's device type),
     with what tells the vendor apart where the string cannot: the device's name, the torch
-    build (``hip``: torch.version.hip is set) or a trace's runtime calls."""
+    build (``hip``: torch.version.hip is set), a trace's runtime calls, or the names of its
+    kernels (a HIP build's table names its GPU columns CUDA, but its GEMMs are Tensile's
+    "Cijk_...": AMD's kernel hints in the vendor table)."""
     base = torch_type(device) if device else "cpu"
     if base == "xpu":
         return XPU
@@ -76,7 +78,8 @@ def of(device: str | None, name: str | None = None, hip: bool = False,
         return CPU
     upper = (name or "").upper()
     if (base == "rocm" or hip or any(n in upper for n in _AMD_NAMES)
-            or any(str(c).startswith(_HIP_PREFIX) for c in runtime_calls)):
+            or any(str(c).startswith(_HIP_PREFIX) for c in runtime_calls)
+            or any(h in str(k) for k in kernels for h in AMD.kernel_hints)):
         return ROCM
     return CUDA
 
