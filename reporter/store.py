@@ -523,7 +523,7 @@ def _check_run(run: Run) -> None:
     if not run.id.strip():  # a report without it reads as one of an imported profile
         raise ValueError("run.id: empty")
     validate.check_fields(run.env, {k: str | None for k in (
-        "torch", "cuda", "driver", "device_name", "cpu", "python")}
+        "torch", "cuda", "hip", "driver", "device_name", "cpu", "python")}
         | {"device_memory_b": int | None, "cpu_count": int | None, "threads": int | None},
         "run.env")
     if not run.sections:

@@ -34,6 +34,7 @@ from bisect import bisect_right
 from itertools import accumulate
 from typing import Any, Iterable
 
+from ..model import vendors
 from ..model.profile import LATENCY_US, Breakdown
 
 Interval = tuple[float, float]
@@ -52,7 +53,8 @@ DEVICE_ACTIVITIES = ("compute", "communication", "copy_h2d", "copy_d2h", "copy_d
 # A stream's own split: busy, then idle by cause (no data/sync split: that is the host's).
 STREAM_ACTIVITIES = ("busy", "idle_latency", "idle_queued", "idle_host")
 
-_COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
+# the collective libraries' kernels (NCCL, RCCL: reporter.model.vendors)
+_COMM_KERNEL = re.compile("|".join(vendors.names("collectives")), re.IGNORECASE)
 _UNSEEN = object()  # a name not seen yet
 _SYNC_CALL = re.compile(r"Synchronize|^(cuda|hip)Memcpy(Async)?$|^(cuda|hip)StreamWaitEvent$")
 

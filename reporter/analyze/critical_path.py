@@ -49,6 +49,7 @@ import re
 from bisect import bisect_left, bisect_right
 from typing import Any
 
+from ..model import vendors
 from ..model.profile import LATENCY_US
 from .breakdown import (
     HOST_PHASES,
@@ -71,7 +72,7 @@ WAITS = re.compile(r"Synchronize$|^(cuda|hip)Memcpy(Async)?$")
 BLOCKED_LAUNCH_US = 100.0
 _RUNTIME = {"cuda_runtime", "Runtime", "cuda_driver", "Driver", "xpu_runtime",
             "mtia_runtime", "privateuse1_runtime"}
-_COMM = re.compile(r"nccl|rccl", re.IGNORECASE)
+_COMM = re.compile("|".join(vendors.names("collectives")), re.IGNORECASE)  # NCCL, RCCL
 _STEP, _WAIT, _UNSEEN = "step", "wait", object()
 
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Optional
 
 from ..model import device as devices
+from ..model import vendors
 
 T, G = 1e12, 1e9
 
@@ -187,18 +188,20 @@ AMD_TABLE: tuple[_Entry, ...] = (
 )
 
 
+# The datasheet tables by vendor (Device.vendor, the rows of reporter.model.vendors).
+DATASHEETS: dict[str, tuple[_Entry, ...]] = {"NVIDIA": TABLE, "AMD": AMD_TABLE}
+
+
 def lookup(name: str | None, memory_b: int | None = None) -> Peaks | None:
     """The datasheet peaks of a device by its name (torch.cuda.get_device_name, or a
     trace's deviceProperties) and memory size, or None for a device not in the table of
-    its vendor (NVIDIA's, AMD's)."""
+    its vendor (NVIDIA's, AMD's), or whose name names no vendor."""
     if not name:
         return None
     upper = name.upper()
-    if any(v in upper for v in ("NVIDIA", "TESLA", "GEFORCE")):
-        table = TABLE
-    elif devices.of("cuda", name).vendor == "AMD":
-        table = AMD_TABLE
-    else:
+    vendor = vendors.by_device_name(name)
+    table = DATASHEETS.get(vendor.name) if vendor is not None else None
+    if table is None:
         return None
     if "MIG" in upper.split():
         return None  # a slice of the GPU ("... MIG 1g.10gb"): not the datasheet's, measured

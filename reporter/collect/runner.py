@@ -110,6 +110,7 @@ def environment(device: str) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "cuda": torch.version.cuda,
+        "hip": getattr(torch.version, "hip", None),  # a ROCm build's HIP version
         "cudnn": None,
         "driver": None,
         "device_name": "CPU",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import BadInput, read_error
 from ..model import device as devices
-from ..model.profile import Op, Profile, classify
+from ..model.profile import KIND_KERNEL, Op, Profile, classify
 
 # Cells are separated by two or more spaces (or tabs); any other character, a vertical tab
 # or U+2028 in an operator's name included, belongs to the cell.
@@ -346,8 +346,12 @@ def parse_tables(text: str, source: str = "input") -> list[Profile]:
     for p in profiles:
         if not p.ops:  # only grouped-by-shape views: they are the operators
             p.ops = list(p.ops_by_shape)
-        if p.device_type is None and p.self_device_us > 0:
-            p.device_type = devices.of("cuda", runtime_calls=(o.name for o in p.ops)).kind
+        if p.device_type in (None, devices.CUDA.kind) and p.self_device_us > 0:
+            # "Self CUDA" columns: NVIDIA's, or AMD's under a HIP build (its calls and
+            # kernels tell)
+            p.device_type = devices.of("cuda", runtime_calls=(o.name for o in p.ops),
+                                       kernels=(o.name for o in p.ops
+                                                if o.kind == KIND_KERNEL)).kind
     return profiles
 
 

@@ -21,6 +21,7 @@ from ..analyze.compiled import (
     UNNAMED_TRITON,
 )
 from ..analyze.flops import MATRIX, cost, modelled
+from ..model import vendors
 from ..model.profile import KIND_ANNOTATION, KIND_OP, KIND_RUNTIME, Breakdown, OpCalls, classify
 from .trace_events import (
     OP_CATS,
@@ -403,7 +404,10 @@ def _dims(args: Any) -> Any:
     return dims if dims is not None else getattr(args, "dims_old", None)
 
 
-_COMM_WORK = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):|^nccl\w*Kernel|^ncclDevKernel|^rccl", re.I)
+# the host's ranges of the process group's backends ("nccl:all_reduce"), or the device's
+# collective kernels (the vendors' table: NCCL's, RCCL's)
+_COMM_WORK = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):|"
+                        + vendors.pattern("collective_kernels").pattern, re.I)
 _COMM_CALL = re.compile(r"^c10d::|^c10d_functional::|^_c10d_functional::|record_param_comms")
 
 

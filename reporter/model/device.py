@@ -6,15 +6,17 @@ torch names every GPU it drives through CUDA's API ``cuda``, ROCm's included (a 
 build of torch keeps the ``cuda`` device type and its profiler's CUDA activity); what
 tells them apart is the build (``torch.version.hip``), the device's name ("AMD Instinct
 MI250X", "NVIDIA H100 80GB HBM3"), or, in a trace, the runtime's calls (``hipLaunchKernel``
-against ``cudaLaunchKernel``). Vendor knowledge (datasheets, kernel names, links) is kept
-in tables by vendor (reporter.analyze.peaks, reporter.analyze.rules.precision), keyed by
-``Device.vendor``.
+against ``cudaLaunchKernel``). Vendor knowledge (kernel and library names, runtime calls,
+matrix-engine architectures) is kept in one table by vendor (reporter.model.vendors), the
+datasheets and links in reporter.analyze.peaks, both keyed by ``Device.vendor``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterable
+
+from .vendors import AMD
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,11 @@ KINDS = {d.kind: d for d in (CPU, CUDA, ROCM, XPU)}
 
 # torch's device types, as a device string starts ("cuda:1", "xpu"): the GPUs' API.
 _TORCH_TYPES = ("cuda", "xpu")
-# What names an AMD device: its marketing name, or the generic name a HIP trace gives.
-_AMD_NAMES = ("AMD", "INSTINCT", "RADEON")
-# Runtime calls only HIP makes (a ROCm trace's cuda_runtime events hold them).
-_HIP_PREFIX = "hip"
+# What names an AMD device (its marketing name, or the generic name a HIP trace gives),
+# and the runtime calls only HIP makes (a ROCm trace's cuda_runtime events hold them):
+# AMD's row of the vendor table.
+_AMD_NAMES = AMD.device_names
+_HIP_PREFIX = AMD.runtime_calls
 
 
 def is_gpu(device: str | None) -> bool:
@@ -62,10 +65,12 @@ def torch_type(device: str) -> str:
 
 
 def of(device: str | None, name: str | None = None, hip: bool = False,
-       runtime_calls: Iterable[str] = ()) -> Device:
+       runtime_calls: Iterable[str] = (), kernels: Iterable[str] = ()) -> Device:
     """The record of a device: its torch device string (or a profile's device type),
     with what tells the vendor apart where the string cannot: the device's name, the torch
-    build (``hip``: torch.version.hip is set) or a trace's runtime calls."""
+    build (``hip``: torch.version.hip is set), a trace's runtime calls, or the names of its
+    kernels (a HIP build's table names its GPU columns CUDA, but its GEMMs are Tensile's
+    "Cijk_...": AMD's kernel hints in the vendor table)."""
     base = torch_type(device) if device else "cpu"
     if base == "xpu":
         return XPU
@@ -73,6 +78,16 @@ def of(device: str | None, name: str | None = None, hip: bool = False,
         return CPU
     upper = (name or "").upper()
     if (base == "rocm" or hip or any(n in upper for n in _AMD_NAMES)
-            or any(str(c).startswith(_HIP_PREFIX) for c in runtime_calls)):
+            or any(str(c).startswith(_HIP_PREFIX) for c in runtime_calls)
+            or any(h in str(k) for k in kernels for h in AMD.kernel_hints)):
         return ROCM
     return CUDA
+
+
+def named(device_type: str | None) -> Device:
+    """The GPU record a profile's device type names ("cuda", "rocm", "xpu"): what a
+    report names device time and kernels by ("Self ROCm", "Top XPU kernels"). CUDA's for
+    a type the record does not know, or none (the words are printed only where there is
+    device time), as reports said before there was a record."""
+    record = KINDS.get(device_type or "", CUDA)
+    return record if record.is_gpu else CUDA

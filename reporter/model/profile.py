@@ -10,6 +10,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from . import vendors
+
 # What an operator row is. The analyzer shares time among "op" and
 # "dataloader" rows; kernels and runtime calls are views of the same time.
 KIND_OP = "op"
@@ -24,10 +26,12 @@ KIND_DEVICE_ANNOTATION = "device_annotation"
 # Marks the runner puts around the phases of a step.
 PHASE_MARKS = ("data_loading", "input_copy", "forward", "loss", "backward", "optimizer_step")
 
-_RUNTIME_RE = re.compile(r"^(cuda|hip|cu|hsa|ze|ur|xpu|mtia)[A-Z]\w*")
+# The vendors' runtime calls and kernel names are their table's (reporter.model.vendors).
+_RUNTIME_RE = re.compile(
+    rf"^({'|'.join(vendors.names('runtime_calls') + vendors.OTHER_RUNTIME_CALLS)})[A-Z]\w*")
 TRITON_PREFIX = "triton_"
-_KERNEL_HINTS = ("void ", "Memcpy", "Memset", "volta_", "ampere_", "sm80_", "sm90_",
-                 "turing_", "cutlass", "Cijk_", "triton_", "nvjet", "Kernel", "kernel")
+_KERNEL_HINTS = ("void ", "Memcpy", "Memset", TRITON_PREFIX, "Kernel", "kernel",
+                 *vendors.names("kernel_hints"))
 
 
 def classify(name: str, device_side: bool = False, host_side: bool = False) -> str:

@@ -425,7 +425,7 @@ def _draw_each(view: View, folder: Path, terms: Any, stem: str, fonts: Sequence[
         if not rows:
             continue
         basis = "device" if s.has_device else "cpu"
-        title = terms.chart["share"][basis]
+        title = terms.chart["share"][basis].replace("{runtime}", s.runtime)  # CUDA, ROCm
         name = f"{stem}-chart-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
         written[(i, "share")] = name
         write_atomic(folder / name, share_chart(rows, title, fonts))
@@ -475,7 +475,8 @@ def _mermaid(view: View, terms: Any) -> dict[int, str]:
         rows = s.chart_rows
         if not rows:
             continue
-        title = terms.chart["share"][s.chart_basis].replace('"', "'")
+        title = terms.chart["share"][s.chart_basis].replace("{runtime}", s.runtime
+                                                            ).replace('"', "'")
         lines = [f"pie showData title {title}"]
         for name, share, _ in rows:
             lines.append(f'    "{mermaid_label(name)}" : {100 * share:.1f}')

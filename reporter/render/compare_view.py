@@ -13,7 +13,7 @@ from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 from ..model.run import Section
 from . import markup
 from .fmt import Fmt, check_language, md_name
-from .report_view import Row, _finding_view
+from .report_view import Row, _finding_view, device_words
 
 
 @dataclass
@@ -34,6 +34,7 @@ class ModeView:
     confidence: str | None
     basis: str
     time_unit: str
+    runtime: str  # the name of the runtime of the runs' device ("CUDA", "ROCm", "XPU")
     changed: list[Row]
     appeared: list[Row]
     disappeared: list[Row]
@@ -122,6 +123,9 @@ def compare_view(comparison: Any, lang: str) -> CompareView:
                       "batch": fmt.int(step.batch_size) if step.batch_size else "—"})
     modes = []
     for m in comparison.modes:
+        # the runtime of the first side with device time (the sides differ: a mismatch)
+        runtime = device_words(next((s.profile.device_type for s in m.sections
+                                     if s.profile.has_device), None)).runtime
         rows: list[dict[str, Any]] = []
         previous: float | None = None
         for i, (step, s) in enumerate(zip(comparison.steps, m.sections), 1):
@@ -153,7 +157,8 @@ def compare_view(comparison: Any, lang: str) -> CompareView:
             ratio_low=fmt.span(p.ratio.low, p.ratio.high, 2)[0] if p.ratio else None,
             ratio_high=fmt.span(p.ratio.low, p.ratio.high, 2)[1] if p.ratio else None,
             confidence=fmt.pct(p.ratio.confidence) if p.ratio else None,
-            basis=p.basis, time_unit="CUDA" if p.basis == "device" else "CPU",
+            basis=p.basis, time_unit=runtime if p.basis == "device" else "CPU",
+            runtime=runtime,
             changed=[{"name": md_name(c.name), "before": fmt.time(c.before_us),
                       "after": fmt.time(c.after_us),
                       "delta": ("+" if c.delta_us > 0 else "−") + fmt.time(abs(c.delta_us)),

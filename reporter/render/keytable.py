@@ -10,6 +10,7 @@ profiler's output.
 
 from __future__ import annotations
 
+from ..model import device as devices
 from ..model.profile import Op, Profile
 
 _SORT_KEYS = {"self_cpu_time_total": "self_cpu_us", "self_cuda_time_total": "self_device_us",
@@ -62,11 +63,13 @@ def format_table(profile: Profile, sort_by: str = "self_cpu_time_total",
     cut = max(0, len(rows) - row_limit) if row_limit > 0 else 0
     rows = rows[:row_limit] if row_limit > 0 else rows
     header = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"]
+    # torch's columns, named by the device's runtime (a HIP build of torch says CUDA)
+    rt = devices.named(profile.device_type).runtime
     if device:
-        header += ["Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg"]
+        header += [f"Self {rt}", f"Self {rt} %", f"{rt} total", f"{rt} time avg"]
     header += ["CPU Mem", "Self CPU Mem"]
     if device:
-        header += ["CUDA Mem", "Self CUDA Mem"]
+        header += [f"{rt} Mem", f"Self {rt} Mem"]
     header.append("# of Calls")
     if shapes:
         header.append("Input Shapes")
@@ -101,5 +104,5 @@ def format_table(profile: Profile, sort_by: str = "self_cpu_time_total",
     lines.append(sep)
     lines.append(f"Self CPU time total: {_time(cpu)}")
     if device:
-        lines.append(f"Self CUDA time total: {_time(dev)}")
+        lines.append(f"Self {rt} time total: {_time(dev)}")
     return "\n".join(lines) + "\n"

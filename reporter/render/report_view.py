@@ -20,6 +20,7 @@ from ..analyze.reading import RankRow, RanksReading
 from ..analyze.efficiency import Efficiency
 from ..model.contention import mean_share
 from ..model import device as devices
+from ..model import vendors
 from ..model.finding import BOUNDS, MINOR_SHARE, UP_TO_PEAKS, Finding, Saving
 from ..model.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from ..model.run import MEMORY_CATEGORIES, Run, Section
@@ -403,6 +404,11 @@ class SectionView:
     roofline_points: Any  # analyze.efficiency.Efficiency, for the chart
     # Findings and tables
     has_device: bool
+    # The device's runtime as the report names it ("CUDA", "ROCm", "XPU": model.device)
+    # and the library its kernels are recorded through ("CUPTI", "roctracer", "PTI":
+    # model.vendors), where device time and kernels are spoken of
+    runtime: str
+    tracer: str
     time_column: str
     findings: list[Row]
     minor_findings: list[Row]
@@ -447,7 +453,8 @@ class ReportView:
     created: str | None
     created_iso: str
     torch: str | None
-    cuda: str | None
+    cuda: str | None  # the version of the runtime torch was built with (CUDA's, or HIP's)
+    build_runtime: str  # its name: "CUDA", "ROCm"
     driver: str | None
     cpu: str | None
     cpu_count: int | None
@@ -524,6 +531,7 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
     spread = fmt.span(min(tt.used), max(tt.used)) if tt else (None, None)
     tf32 = section.precision.get("tf32") or {}
     state = {True: "on", False: "off", None: "unknown"}
+    words = device_words(p.device_type)
     return SectionView(
         tf32=({"matmul": state[tf32.get("matmul")], "conv": state[tf32.get("conv")],
                "override": bool(tf32.get("override"))} if tf32 else None),
@@ -567,7 +575,9 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         **_compiled_view(section, analysis.compiled, fmt),
         **_efficiency_view(eff, fmt, analysis.counts),
         has_device=device,
-        time_column="Self CUDA" if device else "Self CPU",  # the profiler's own words
+        runtime=words.runtime, tracer=words.tracer,
+        # the profiler's own words, with the runtime's name (torch says "CUDA" under ROCm)
+        time_column=f"Self {words.runtime}" if device else "Self CPU",
         findings=[_finding_view(f, fmt, s) for f, s in main],
         minor_findings=[_finding_view(f, fmt, s) for f, s in minor],
         minor_share=fmt.whole_pct(MINOR_SHARE),
@@ -589,6 +599,22 @@ def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
         whatifs_failed=_whatifs_failed_view(
             section, fmt, {f.rule for f, sv in [*main, *minor] if sv.saving_us is not None}),
     )
+
+
+@dataclass(frozen=True)
+class DeviceWords:
+    runtime: str  # "CUDA", "ROCm", "XPU"
+    tracer: str  # "CUPTI", "roctracer", "PTI"
+
+
+def device_words(device_type: str | None) -> DeviceWords:
+    """What a report names a profile's device time and kernels by: its device record's
+    runtime (reporter.model.device) and its vendor's tracer (reporter.model.vendors).
+    CUDA's for a profile without a device, or of a device type the record does not know
+    (model.device.named)."""
+    record = devices.named(device_type)
+    row = vendors.of(record.vendor)
+    return DeviceWords(record.runtime, row.tracer if row is not None else "")
 
 
 def _whatifs_failed_view(section: Section, fmt: Fmt, estimated: set[str]
@@ -668,7 +694,9 @@ def run_view(run: Run, lang: str, analyses: list[Analysis], ranks: RanksReading 
         device_memory=(fmt.bytes(env.get("device_memory_b"))
                        if env.get("device_memory_b") else None),
         created=fmt.date(run.created), created_iso=run.created,
-        torch=env.get("torch"), cuda=env.get("cuda"), driver=env.get("driver"),
+        torch=env.get("torch"), cuda=env.get("hip") or env.get("cuda"),
+        build_runtime=devices.ROCM.runtime if env.get("hip") else devices.CUDA.runtime,
+        driver=env.get("driver"),
         cpu=env.get("cpu"), cpu_count=env.get("cpu_count"), threads=env.get("threads"),
         python=env.get("python"),
         sections=sections,
@@ -701,7 +729,8 @@ def import_view(sections_in: list[Section], source: str, lang: str,
         preset=None, larger_preset=False, batch_size=None, on_gpu=device is not None,
         device_name=devices.KINDS[device].runtime if device in devices.KINDS else (
             device.upper() if device else "CPU"), device_memory=None,
-        created=None, torch=None, cuda=None, driver=None, cpu=None,
+        created=None, torch=None, cuda=None, build_runtime=devices.CUDA.runtime, driver=None,
+        cpu=None,
         created_iso=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         cpu_count=None, threads=None, python=None,
         sections=sections, multi=len(sections) > 1, plural=fmt.plural,

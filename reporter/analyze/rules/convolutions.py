@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ...model import vendors
 from ...model.choice import OVER_STEPS, either, f, when
 from ...model.finding import Finding, Saving
 from ...model.profile import Op, Profile
@@ -22,11 +23,11 @@ _CONV_LEVELS = (("aten::conv1d", "aten::conv2d", "aten::conv3d"), ("aten::convol
                 ("aten::_convolution",))
 # BatchNorm's rows, outermost first (aten::batch_norm calls _batch_norm_impl_index, which
 # calls the backend's).
-_BN_LEVELS = (("aten::batch_norm",), ("aten::native_batch_norm", "aten::cudnn_batch_norm",
-                                      "aten::miopen_batch_norm", "aten::_native_batch_norm_legit"))
+_BN_LEVELS = (("aten::batch_norm",), ("aten::native_batch_norm", *vendors.names("batch_norm_ops"),
+                                      "aten::_native_batch_norm_legit"))
 # Operators of a training step's backward that say BatchNorm used the batch's statistics.
-_BACKWARD = ("aten::native_batch_norm_backward", "aten::cudnn_batch_norm_backward",
-             "aten::miopen_batch_norm_backward", "aten::convolution_backward")
+_BACKWARD = ("aten::native_batch_norm_backward", *vendors.names("batch_norm_backward_ops"),
+             "aten::convolution_backward")
 
 
 def _outermost(rows: list[Op], levels: tuple[tuple[str, ...], ...]) -> list[Op]:
@@ -142,8 +143,7 @@ def conv_bias_before_bn(profile: Profile, limits: dict[str, float]) -> Finding |
 
 # Convolutions' own rows on a GPU: the ATen operators whose device time is the
 # convolutions' kernels (forward at the outermost level, and the backward).
-_CONV_BACKWARD = ("aten::convolution_backward", "aten::cudnn_convolution_backward",
-                  "aten::miopen_convolution_backward")
+_CONV_BACKWARD = ("aten::convolution_backward", *vendors.names("convolution_backward_ops"))
 
 
 def _conv_device_us(profile: Profile) -> tuple[list[Op], float]:
@@ -210,7 +210,7 @@ def cudnn_benchmark_off(profile: Profile, limits: dict[str, float]) -> Finding |
 # (cudnn::ops::nchw2nhwc_params_t<float>, float const*, float*)", "void nhwcToNchwKernel<...>
 # (int, int, int, int, float const*, float*, float, float)" (corpus traces 06, 08, 10:
 # A100s, 2022-2023).
-LAYOUT_KERNEL = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw", re.IGNORECASE)
+LAYOUT_KERNEL = vendors.pattern("layout_kernels", re.IGNORECASE)
 
 
 def _layout_timed(f: Finding, timed: dict[str, Any]) -> None:

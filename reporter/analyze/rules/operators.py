@@ -7,6 +7,7 @@ import dataclasses
 
 from typing import Any
 
+from ...model import vendors
 from ...model.choice import OVER_STEPS, always, either, f, first, when
 from ...model.finding import Finding, Saving
 from ...model.profile import Op, Profile
@@ -224,7 +225,7 @@ _SOFTMAX_OPS = ("aten::_softmax", "aten::softmax")
 
 
 _FUSED_ATTENTION = ("scaled_dot_product", "flash_attention", "efficient_attention",
-                    "cudnn_attention", "fmha", "flash_fwd", "flash_bwd")
+                    *vendors.names("fused_attention"))
 
 
 def _attention_timed(f: Finding, timed: dict[str, Any]) -> None:

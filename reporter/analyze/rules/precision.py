@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ...model import vendors
 from ...model.choice import OVER_STEPS, always, either, f, first, when
 from ...model.finding import Finding
 from ...model.profile import Profile
@@ -22,22 +23,14 @@ def _runs_products(gemms: Finding, dominant: Finding) -> bool:
 # fp32 implicit GEMMs). A GEMV is fp32 when its third template argument, the matrix's
 # element type, is float: "gemv2T_kernel_val<int, int, float, ...>",
 # "internal::gemvx::kernel<int, int, float, ...>" (not "<int, int, __nv_bfloat16, ...>").
-_FP32_GEMM = re.compile(r"sgemm|gemv2?[NT]?_kernel\w*<[^,<>]*, ?[^,<>]*, ?float\b|"
-                        r"gemvx::kernel<[^,<>]*, ?[^,<>]*, ?float\b|gemmSN_\w*kernel<float|"
-                        r"gemm(_indexed)?_f32f32_f32|Cijk_Ailk_Bljk_S|Cijk_Alik_Bljk_S|"
-                        # cuDNN's fp32 convolutions by their other names (below)
-                        r"_scudnn_(?!fp16)|cudnn::detail::\w*(dgrad|wgrad)\w*<float\b|"
-                        r"winograd\w*<float\b|fft2d_[rc]2[rc]_\w*<float\b|_gcgemm_|"
-                        # fp32 attention (below)
-                        r"fmha_cutlass[FB]_f32_|AttentionKernel<float\b|"
-                        r"AttentionBackwardKernel<cutlass::arch::Sm\d+, ?float\b")
+_FP32_GEMM = vendors.pattern("fp32_gemm")
 
 
 # Architectures whose GEMM kernels name themselves and that have tensor cores.
-_TC_ARCH = re.compile(r"^(volta|turing|ampere|sm[789]\d|hopper|ada|blackwell|sm1\d\d)_")
+_TC_ARCH = vendors.pattern("matrix_archs")
 
 
-_NO_TC_ARCH = re.compile(r"^(maxwell|kepler|pascal)_")
+_NO_TC_ARCH = vendors.pattern("no_matrix_archs")
 
 
 # fp32 GEMM kernels that compute convolutions: cuDNN's implicit GEMMs (fprop, dgrad, wgrad:
@@ -50,8 +43,7 @@ _NO_TC_ARCH = re.compile(r"^(maxwell|kepler|pascal)_")
 # dgrad_engine<float, ...>", "wgrad_alg0_engine<float, ...>", "winograd3x3Kernel<float,
 # ...>"), or the FFT convolution's transforms and complex GEMM ("fft2d_r2c_32x32<float, ...>",
 # "ampere_gcgemm_64x64_nt"). Under autocast all of them give way to tensor-core implicit GEMMs.
-_CONV_KERNEL = re.compile(r"fprop|dgrad|wgrad|convolve|scudnn|winograd|fft2d_|gcgemm",
-                          re.IGNORECASE)
+_CONV_KERNEL = vendors.pattern("convolution_kernels", re.IGNORECASE)
 
 
 # fp32 attention: PyTorch's memory-efficient kernels in fp32 ("fmha_cutlassF_f32_aligned_
@@ -63,13 +55,13 @@ _CONV_KERNEL = re.compile(r"fprop|dgrad|wgrad|convolve|scudnn|winograd|fft2d_|gc
 # several times slower than the same kernel in bf16.
 # Kernels built for Volta or Turing by their suffix (fmha_cutlassF_f32_aligned_64x64_rf_sm70),
 # and those GPUs by name: tensor cores in fp16 only.
-_FP16_ONLY_SM = re.compile(r"_sm7[05]\b")
+_FP16_ONLY_SM = vendors.pattern("fp16_only_kernels")
 
 
-_FP16_ONLY_GPU = re.compile(r"V100|Titan V|\bT4\b|RTX 20\d0|Quadro RTX|GTX 16\d0", re.IGNORECASE)
+_FP16_ONLY_GPU = vendors.pattern("fp16_only_devices", re.IGNORECASE)
 
 
-_ATTENTION_KERNEL = re.compile(r"fmha_cutlass|AttentionKernel<|AttentionBackwardKernel<")
+_ATTENTION_KERNEL = vendors.pattern("attention_kernels")
 
 
 def _fp16_only(profile: Profile, arch: str | None, kernel: str = "") -> bool:
@@ -82,7 +74,7 @@ def _fp16_only(profile: Profile, arch: str | None, kernel: str = "") -> bool:
     known = lookup(profile.device_name, profile.device_mem_capacity_b)
     if known is not None:
         return "bf16" not in known.flops and "tf32" not in known.flops
-    return (arch in ("volta_", "turing_") or bool(_FP16_ONLY_SM.search(kernel))
+    return (arch in vendors.names("fp16_only_archs") or bool(_FP16_ONLY_SM.search(kernel))
             or bool(_FP16_ONLY_GPU.search(profile.device_name or "")))
 
 
