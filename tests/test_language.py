@@ -20,7 +20,7 @@ from reporter.pipeline import profiles_view
 
 def _finding_text(finding: Finding, lang: str) -> str:
     fmt = Fmt(lang)
-    view = {"lang": lang, "on_gpu": finding.evidence.get("basis") == "device",
+    view = {"lang": lang, "on_gpu": finding.evidence.basis == "device",
             "plural": fmt.plural, "f": _finding_view(finding, fmt)}
     return render_markdown(view, template=f"findings/{finding.rule}.md.j2")
 
@@ -140,4 +140,4 @@ def test_fp16_only_advice_is_told_by_the_device_not_the_kernels_prefix(device, f
     profile = _gemm_profile("volta_sgemm_128x64_nn")
     profile.device_name = device
     [finding] = [f for f in analyze(profile) if f.rule == "fp32-gemm"]
-    assert finding.evidence["fp16_only"] is fp16_only
+    assert finding.evidence.fp16_only is fp16_only

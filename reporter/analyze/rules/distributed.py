@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ...model.choice import Values, OVER_STEPS, always, either, first
-from ...model.finding import Finding
+from ...model.finding import Evidence, Finding, opt
 from ...model.profile import Profile
 from .. import savings
 from ..findings import rule, step_share
@@ -42,7 +43,31 @@ _SAYS_STRAGGLER_RANK = {
 }
 
 
-@rule("straggler-rank", says=_SAYS_STRAGGLER_RANK,
+@dataclass(kw_only=True)
+class StragglerRank(Evidence):
+    basis: str  # "step"
+    share: float  # the slowest rank's extra time, of its step
+    threshold: float
+    rank: str  # the slowest rank
+    ranks: int
+    cause: str  # what most of its extra time is (stragglers.CAUSES)
+    device: bool  # the ranks ran on a device (else on the CPU: gloo)
+    op_time_us: float  # its extra time a step
+    saving_us: float  # the same: what the others wait for it
+    slowest_step_us: float
+    reference_step_us: float  # the others' median step (the other rank's, of two)
+    # its extra time by cause (stragglers.CAUSES)
+    compute_us: float | None = opt()
+    communication_us: float | None = opt()
+    host_us: float | None = opt()
+    waiting_us: float | None = opt()
+    calls: int  # 0
+
+
+_CAUSES = ("compute", "communication", "host", "waiting")
+
+
+@rule("straggler-rank", says=_SAYS_STRAGGLER_RANK, evidence=StragglerRank,
       saving=savings.stated, share=0.05, high=0.20)
 def straggler_rank(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """One rank's step is longer than the others' by more than ``share``: in every
@@ -52,19 +77,35 @@ def straggler_rank(profile: Profile, limits: dict[str, float]) -> Finding | None
         return None
     by = s["extra_by_cause_us"]
     return Finding("straggler-rank", severity(s["extra_share"], limits["high"]),
-                   {"basis": "step", "share": s["extra_share"], "threshold": limits["share"],
-                    "rank": str(s["slowest"]).replace("rank ", ""), "ranks": len(s["ranks"]),
-                    "cause": s["cause"], "device": bool(s.get("device", True)),
-                    "op_time_us": s["extra_us"],
-                    "saving_us": s["extra_us"], "slowest_step_us": s["slowest_step_us"],
-                    "reference_step_us": s["reference_step_us"],
-                    **{f"{cause}_us": by[cause] for cause in by}, "calls": 0})
+                   StragglerRank(basis="step", share=s["extra_share"], threshold=limits["share"],
+                                 rank=str(s["slowest"]).replace("rank ", ""),
+                                 ranks=len(s["ranks"]), cause=s["cause"],
+                                 device=bool(s.get("device", True)), op_time_us=s["extra_us"],
+                                 saving_us=s["extra_us"], slowest_step_us=s["slowest_step_us"],
+                                 reference_step_us=s["reference_step_us"],
+                                 compute_us=by.get("compute"),
+                                 communication_us=by.get("communication"),
+                                 host_us=by.get("host"), waiting_us=by.get("waiting"),
+                                 calls=0,
+                                 extra={f"{c}_us": us for c, us in by.items() if c not in _CAUSES}))
 
 
 _SAYS_COMMUNICATION_BOUND = {"steps": OVER_STEPS}
 
 
-@rule("communication-bound", says=_SAYS_COMMUNICATION_BOUND,
+@dataclass(kw_only=True)
+class CommunicationBound(Evidence):
+    basis: str  # "step"
+    share: float  # the collectives' share of the profiled steps
+    threshold: float
+    op_time_us: float  # the collectives' time
+    step_us: float
+    overlap_share: float  # of it, hidden behind compute
+    exposed_us: float  # the rest
+    calls: int  # 0
+
+
+@rule("communication-bound", says=_SAYS_COMMUNICATION_BOUND, evidence=CommunicationBound,
       saving=savings.waited("communication"), share=0.10,
       high=0.30)
 def communication_bound(profile: Profile, limits: dict[str, float]) -> Finding | None:
@@ -76,10 +117,12 @@ def communication_bound(profile: Profile, limits: dict[str, float]) -> Finding |
         return None
     overlap = (profile.comm_overlap_us or 0.0) / profile.comm_us
     return Finding("communication-bound", severity(s, limits["high"]),
-                   {"basis": "step", "share": s, "threshold": limits["share"],
-                    "op_time_us": profile.comm_us, "step_us": wall, "overlap_share": overlap,
-                    "exposed_us": profile.comm_us - (profile.comm_overlap_us or 0.0),
-                    "calls": 0})
+                   CommunicationBound(basis="step", share=s, threshold=limits["share"],
+                                      op_time_us=profile.comm_us, step_us=wall,
+                                      overlap_share=overlap,
+                                      exposed_us=profile.comm_us - (profile.comm_overlap_us
+                                                                    or 0.0),
+                                      calls=0))
 
 
 # nn.DataParallel's autograd functions (torch/nn/parallel/_functions.py), recorded by their
@@ -90,8 +133,19 @@ def communication_bound(profile: Profile, limits: dict[str, float]) -> Finding |
 DATA_PARALLEL = ("Broadcast", "Scatter", "Gather", "ReduceAddCoalesced")
 
 
-@rule("data-parallel", says={"steps": OVER_STEPS}, saving=savings.unquantified, share=0.10,
-      high=0.30)
+@dataclass(kw_only=True)
+class DataParallel(Evidence):
+    basis: str  # "step"
+    share: float  # nn.DataParallel's copies, of the profiled steps
+    threshold: float
+    op: str  # the largest of its functions
+    op_time_us: float
+    step_us: float
+    calls: int
+
+
+@rule("data-parallel", says={"steps": OVER_STEPS}, evidence=DataParallel,
+      saving=savings.unquantified, share=0.10, high=0.30)
 def data_parallel(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """nn.DataParallel's per-step copies (its Broadcast, Scatter, Gather and
     ReduceAddCoalesced functions, inclusive host time, each call once: the backward's
@@ -108,7 +162,7 @@ def data_parallel(profile: Profile, limits: dict[str, float]) -> Finding | None:
     if s <= limits["share"]:
         return None
     return Finding("data-parallel", severity(s, limits["high"]),
-                   {"basis": "step", "share": min(s, 1.0), "threshold": limits["share"],
-                    "op": rows[0].name, "op_time_us": time_us, "step_us": wall,
-                    "calls": sum(o.calls for o in rows)},
+                   DataParallel(basis="step", share=min(s, 1.0), threshold=limits["share"],
+                                op=rows[0].name, op_time_us=time_us, step_us=wall,
+                                calls=sum(o.calls for o in rows)),
                    ops=[o.name for o in rows])

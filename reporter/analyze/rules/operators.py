@@ -4,11 +4,11 @@ unfused attention, dropout."""
 from __future__ import annotations
 
 import dataclasses
-
+from dataclasses import dataclass
 from typing import Any
 
 from ...model.choice import OVER_STEPS, always, either, f, first, when
-from ...model.finding import Finding, Saving
+from ...model.finding import Evidence, Finding, Saving, opt
 from ...model.profile import Op, Profile
 from .. import savings
 from ..findings import MATMUL_OPS, WhatIf, Worth, basis, op_evidence, operators, rule, share
@@ -36,9 +36,33 @@ def _fused_attention_saving(w: Worth) -> Saving:
     the fused kernel. Not on torch's fast path of the modules: off it, the attention is
     fused and the rest of the layer no longer is, which the profile cannot weigh (the
     step timed with the fast path off, whatif.attention_step, can)."""
-    if w.finding.evidence.get("fast_path"):
+    ev = w.finding.evidence
+    if not isinstance(ev, UnfusedAttention) or ev.fast_path:
         return w.unquantified()
     return savings.work_removed(w, keep_us=savings.matrix_roof(w.finding.ops, w.eff))
+
+
+@dataclass(kw_only=True)
+class ElementwiseBlowup(Evidence):
+    basis: str
+    share: float  # the element-wise operators' and their copies' share of the basis
+    threshold: float
+    op: str  # the largest element-wise operator (op_evidence)
+    op_share: float
+    op_time_us: float
+    calls: int
+    mem_per_call_b: int
+    materialisers: list[str]  # the operators that made the blown-up tensors
+    materialised_share: float  # their copies' share of the basis
+    others: list[str]  # the next element-wise operators
+    # with recorded shapes: the share on the pairwise tensors they show
+    pairwise_share: float | None = opt()
+
+    def fresh_ops(self) -> list[str]:
+        return [str(m) for m in self.materialisers]
+
+    def copies_share(self) -> float:
+        return float(self.materialised_share or 0.0)
 
 
 _SAYS_ELEMENTWISE_BLOWUP = {
@@ -58,7 +82,7 @@ _SAYS_ELEMENTWISE_BLOWUP = {
 }
 
 
-@rule("elementwise-blowup", says=_SAYS_ELEMENTWISE_BLOWUP,
+@rule("elementwise-blowup", says=_SAYS_ELEMENTWISE_BLOWUP, evidence=ElementwiseBlowup,
       saving=savings.removed, frees=True,
       whatif=WhatIf("blowup-matmul", replaces_all=True, of_recorded=True), share=0.30,
       high=0.50)
@@ -97,10 +121,11 @@ def elementwise_blowup(profile: Profile, limits: dict[str, float]) -> Finding | 
         return None
     present += dense
     return Finding("elementwise-blowup", severity(total + made, limits["high"]),
-                   {"basis": b.name, "share": total + made, "threshold": limits["share"],
-                    **op_evidence(ops[0], b), "materialisers": present,
-                    "materialised_share": made, "others": [o.name for o in ops[1:4]],
-                    **({"pairwise_share": pairwise} if pairwise is not None else {})},
+                   ElementwiseBlowup(basis=b.name, share=total + made,
+                                     threshold=limits["share"], **op_evidence(ops[0], b),
+                                     materialisers=present, materialised_share=made,
+                                     others=[o.name for o in ops[1:4]],
+                                     pairwise_share=pairwise),
                    ops=[o.name for o in ops[:3]])
 
 
@@ -112,16 +137,17 @@ def _dominant_saving(w: Worth) -> Saving:
     the roofline does not price (a growing torch.cat, 87% of the CPU time, ranked below a
     5-8% page-fault finding, issue 66)."""
     e = w.finding.evidence
-    if not e.get("growing"):
+    growing = isinstance(e, DominantOperator) and bool(e.growing)
+    if not growing:
         s = savings.beyond_roofline(w)
         if s.saving_us is not None:
             return s
-    if e.get("loop_us") and w.accounts_us is not None:
+    if isinstance(e, DominantOperator) and e.loop_us and w.accounts_us is not None:
         # the fix rewrites the loop: it takes away more than the operator's own time
         # (the growing copies' memory traffic slows the code around them: growing_cat's
         # fix saved 84% of a step whose torch.cat took 78%, 2026-12-05), and no more than
         # the loop's module's own code (the words say which bound: f.loop)
-        loop_us = float(e["loop_us"]) / max(w.steps, 1)
+        loop_us = float(e.loop_us) / max(w.steps, 1)
         return savings.upper_bound(dataclasses.replace(w, accounts_us=loop_us))
     return savings.upper_bound(w)
 
@@ -144,6 +170,35 @@ def _loop_us(profile: Profile, module: str) -> float | None:
         return (name.startswith(module + ".")
                 and name.count(".") == module.count(".") + 1)
     return max(0.0, fwd[module] - sum(us for name, us in fwd.items() if child(name)))
+
+
+@dataclass(kw_only=True)
+class DominantOperator(Evidence):
+    basis: str
+    share: float  # the operator's share of the basis
+    threshold: float
+    op: str  # op_evidence
+    op_share: float
+    op_time_us: float
+    calls: int
+    mem_per_call_b: int
+    matrix_op: bool  # a matrix product or a convolution
+    most: bool  # over DOMINANT_MOST of the basis
+    # read call by call from a trace (Profile.op_calls), where it has the calls; then all
+    # six are in the JSON, null or not
+    calls_per_step: float | None = opt()
+    step_calls: int | None = opt()
+    growing: bool | None = opt()  # its inputs grow within a step
+    module: str | None = opt()
+    forward_at: str | None = opt()
+    source: str | None = opt()
+    # where they grow: the elements of the first and the last call's input
+    first_elements: int | None = opt()
+    last_elements: int | None = opt()
+    loop_us: float | None = opt()  # its module's own code, over the steps (CPU only)
+
+
+_READ = ("calls_per_step", "step_calls", "growing", "module", "forward_at", "source")
 
 
 _SAYS_DOMINANT_OPERATOR = {
@@ -176,7 +231,8 @@ _SAYS_DOMINANT_OPERATOR = {
 DOMINANT_MOST = 0.50
 
 
-@rule("dominant-operator", says=_SAYS_DOMINANT_OPERATOR, about_products=True,
+@rule("dominant-operator", says=_SAYS_DOMINANT_OPERATOR, evidence=DominantOperator,
+      about_products=True,
       saving=_dominant_saving, catch_all=True, share=0.30)
 def dominant_operator(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """One operator holds a large share of the self time (30% or more) and no other
@@ -195,25 +251,24 @@ def dominant_operator(profile: Profile, limits: dict[str, float]) -> Finding | N
     # precision is advice to time both ways (BART's step took 15 times as long in bf16)
     matrix = top.name in MATMUL_OPS or top.name in MATRIX_CALLS or "convolution" in top.name
     calls = profile.op_calls.get(top.name)
-    read: dict[str, Any] = {}
+    ev = DominantOperator(basis=b.name, share=s, threshold=limits["share"],
+                          **op_evidence(top, b), matrix_op=matrix, most=s > DOMINANT_MOST)
     if calls is not None and calls.step_calls > 0:
-        read = {"calls_per_step": calls.calls_per_step, "step_calls": calls.step_calls,
-                "growing": calls.growing, "module": calls.module,
-                "forward_at": calls.forward_at, "source": calls.source}
+        ev.calls_per_step, ev.step_calls = calls.calls_per_step, calls.step_calls
+        ev.growing, ev.module = calls.growing, calls.module
+        ev.forward_at, ev.source = calls.forward_at, calls.source
+        ev.keep(*_READ)
         if calls.growing:
-            read.update(first_elements=calls.first_elements,
-                        last_elements=calls.last_elements)
+            ev.first_elements = calls.first_elements
+            ev.last_elements = calls.last_elements
             loop = _loop_us(profile, calls.module) if calls.module else None
             steps = max(profile.steps, 1)
             # over the steps, as evidence times are; only where the loop holds more than
             # the operator's own time (the operator's calls all inside it), and on the
             # CPU: the module marks time the host, not the device's kernels
             if b.name == "cpu" and loop is not None and loop * steps > top.self_cpu_us:
-                read.update(loop_us=loop * steps)
-    return Finding("dominant-operator", "medium",
-                   {"basis": b.name, "share": s, "threshold": limits["share"],
-                    **op_evidence(top, b), "matrix_op": matrix,
-                    "most": s > DOMINANT_MOST, **read}, ops=[top.name])
+                ev.loop_us = loop * steps
+    return Finding("dominant-operator", "medium", ev, ops=[top.name])
 
 
 _ATTENTION_PARTS = ("aten::bmm", "aten::baddbmm", "aten::_softmax", "aten::softmax",
@@ -232,9 +287,33 @@ def _attention_timed(f: Finding, timed: dict[str, Any]) -> None:
     SDPA (whatif.attention_step): a transformers model's attn_implementation, an
     nn.MultiheadAttention's need_weights. The advice names the switch."""
     switched = (timed.get("switched") or []) if timed.get("fix") == "attention-sdpa" else []
-    f.evidence["sdpa_transformers"] = "transformers" in switched
-    f.evidence["sdpa_need_weights"] = "need_weights" in switched
-    f.evidence["sdpa_fastpath_off"] = "fastpath" in switched
+    if isinstance(f.evidence, UnfusedAttention):
+        f.evidence.sdpa_transformers = "transformers" in switched
+        f.evidence.sdpa_need_weights = "need_weights" in switched
+        f.evidence.sdpa_fastpath_off = "fastpath" in switched
+
+
+@dataclass(kw_only=True)
+class UnfusedAttention(Evidence):
+    basis: str
+    share: float  # the attention's parts' share of the basis
+    threshold: float
+    op: str  # its largest part (op_evidence)
+    op_share: float
+    op_time_us: float
+    calls: int
+    mem_per_call_b: int
+    softmax_calls: int
+    fast_path: bool  # every attention ran in torch's fast path of the modules
+    fast_path_encoder: bool  # each inside an nn.TransformerEncoderLayer's
+    scale_b: float | None = opt()  # what scaling the scores allocates (_scale_bytes)
+    # what the model's own attention was switched to SDPA with (whatif: _attention_timed)
+    sdpa_transformers: bool | None = opt()
+    sdpa_need_weights: bool | None = opt()
+    sdpa_fastpath_off: bool | None = opt()
+
+    def freed_b(self) -> float:
+        return float(self.scale_b or 0.0)
 
 
 # the model's own attention switched to SDPA for the timing (whatif.attention_step); a
@@ -267,7 +346,7 @@ _SAYS_UNFUSED_ATTENTION = {
 _FAST_PATH_OPS = ("aten::_native_multi_head_attention", "aten::_transformer_encoder_layer_fwd")
 
 
-def _fast_path(profile: Profile, softmax_calls: int) -> dict[str, bool]:
+def _fast_path(profile: Profile, softmax_calls: int) -> tuple[bool, bool]:
     """Whether every attention the profile shows ran in torch's fast path of the modules
     ("fast_path": a call of aten::_native_multi_head_attention for each softmax call), and
     each of those inside an nn.TransformerEncoderLayer's ("fast_path_encoder": one
@@ -275,10 +354,10 @@ def _fast_path(profile: Profile, softmax_calls: int) -> dict[str, bool]:
     nn.MultiheadAttention's called directly, which may ask for them."""
     native, layer = (sum(o.calls for o in profile.ops if o.name == n) for n in _FAST_PATH_OPS)
     fast = native > 0 and native >= softmax_calls
-    return {"fast_path": fast, "fast_path_encoder": fast and layer >= native}
+    return fast, fast and layer >= native
 
 
-@rule("unfused-attention", says=_SAYS_UNFUSED_ATTENTION,
+@rule("unfused-attention", says=_SAYS_UNFUSED_ATTENTION, evidence=UnfusedAttention,
       saving=_fused_attention_saving,
       whatif=WhatIf("attention", notes=_attention_timed), frees=True, share=0.10)
 def unfused_attention(profile: Profile, limits: dict[str, float]) -> Finding | None:
@@ -299,11 +378,12 @@ def unfused_attention(profile: Profile, limits: dict[str, float]) -> Finding | N
     softmax_calls = sum(o.calls for o in parts if "softmax" in o.name
                         and "backward" not in o.name)
     scale_b = _scale_bytes(profile)
+    fast, encoder = _fast_path(profile, softmax_calls)
     return Finding("unfused-attention", "medium",
-                   {"basis": b.name, "share": s, "threshold": limits["share"],
-                    **op_evidence(parts[0], b), "softmax_calls": softmax_calls,
-                    **_fast_path(profile, softmax_calls),
-                    **({"scale_b": scale_b} if scale_b > 0 else {})},
+                   UnfusedAttention(basis=b.name, share=s, threshold=limits["share"],
+                                    **op_evidence(parts[0], b), softmax_calls=softmax_calls,
+                                    fast_path=fast, fast_path_encoder=encoder,
+                                    scale_b=scale_b if scale_b > 0 else None),
                    ops=[o.name for o in parts])
 
 
@@ -350,7 +430,23 @@ def dropout_calls(profile: Profile) -> int:
 def _dropout_timed(f: Finding, timed: dict[str, Any]) -> None:
     """Whether the saving was timed with dropout off altogether (whatif.dropout_step): the
     report says so beside the advice's gentler options."""
-    f.evidence["timed_off"] = timed.get("fix") == "dropout-off"
+    if isinstance(f.evidence, DropoutCost):
+        f.evidence.timed_off = timed.get("fix") == "dropout-off"
+
+
+@dataclass(kw_only=True)
+class DropoutCost(Evidence):
+    basis: str
+    share: float  # dropout's share of the basis, its masks' backward included
+    threshold: float
+    op: str  # the largest top-level dropout call
+    op_time_us: float
+    calls: int
+    backward_us: float  # an unfused dropout's mask multiplied in the backward
+    mask_backward: bool
+    fused: bool  # aten::native_dropout
+    inference: bool  # found in an inference step
+    timed_off: bool | None = opt()  # timed with dropout off (whatif: _dropout_timed)
 
 
 _SAYS_DROPOUT_COST = {
@@ -363,7 +459,7 @@ _SAYS_DROPOUT_COST = {
 }
 
 
-@rule("dropout-cost", says=_SAYS_DROPOUT_COST,
+@rule("dropout-cost", says=_SAYS_DROPOUT_COST, evidence=DropoutCost,
       saving=savings.removed, frees=True,
       whatif=WhatIf("dropout-off", notes=_dropout_timed),
       share=0.05, high=0.25)
@@ -384,11 +480,11 @@ def dropout_cost(profile: Profile, limits: dict[str, float]) -> Finding | None:
         return None
     first = max(top, key=lambda o: getattr(o, inclusive))
     return Finding("dropout-cost", severity(s, limits["high"]),
-                   {"basis": b.name, "share": s, "threshold": limits["share"],
-                    "op": first.name, "op_time_us": time_us, "calls": calls,
-                    "backward_us": backward_us, "mask_backward": backward_us > 0,
-                    "fused": "aten::native_dropout" in rows,
-                    "inference": profile.label == "inference"},
+                   DropoutCost(basis=b.name, share=s, threshold=limits["share"],
+                               op=first.name, op_time_us=time_us, calls=calls,
+                               backward_us=backward_us, mask_backward=backward_us > 0,
+                               fused="aten::native_dropout" in rows,
+                               inference=profile.label == "inference"),
                    ops=sorted({*rows, *(o.name for o in operators(profile)
                                         if o.name in _DROPOUT_PARTS)}))
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from ...model.choice import OVER_STEPS, always, either, f, first, when
-from ...model.finding import Finding
+from ...model.finding import Evidence, Finding, nullable, opt
 from ...model.profile import Profile
 from .. import savings
 from ..findings import MATMUL_OPS, WhatIf, basis, rule
@@ -116,7 +117,24 @@ _SAYS_FP32_GEMM = {
 }
 
 
-@rule("fp32-gemm", says=_SAYS_FP32_GEMM, about_products=True,
+@dataclass(kw_only=True)
+class Fp32Gemm(Evidence):
+    basis: str  # "device"
+    share: float  # the fp32 GEMM kernels' share of the device time
+    threshold: float
+    op: str  # the longest kernel
+    op_share: float
+    op_time_us: float
+    calls: int  # the kernels' calls
+    kernels: int  # kernels
+    arch: str | None = nullable()  # the architecture a kernel's name gives ("ampere_")
+    convolutions: bool  # what they compute: convolutions, fused attention, products
+    attention: bool
+    products: bool
+    fp16_only: bool  # tensor cores in fp16 only (Volta, Turing)
+
+
+@rule("fp32-gemm", says=_SAYS_FP32_GEMM, evidence=Fp32Gemm, about_products=True,
       saving=savings.faster_dtype, explains=_runs_products,
       whatif=WhatIf("gemm-precision", of_recorded=True), share=0.50, high=0.70)
 def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
@@ -135,23 +153,38 @@ def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
     top = gemms[0]
     arch = (_TC_ARCH.match(top.name) or [None])[0]
     return Finding("fp32-gemm", severity(s, limits["high"]),
-                   {"basis": "device", "share": s, "threshold": limits["share"],
-                    "op": top.name, "op_share": top.self_device_us / profile.self_device_us,
-                    "op_time_us": top.self_device_us, "calls": sum(o.calls for o in gemms),
-                    "kernels": len(gemms), "arch": arch,
-                    # what the kernels compute: convolutions, matrix products, or both
-                    "convolutions": any(_CONV_KERNEL.search(o.name) for o in gemms),
-                    "attention": any(_ATTENTION_KERNEL.search(o.name) for o in gemms),
-                    "products": any(not _CONV_KERNEL.search(o.name)
-                                    and not _ATTENTION_KERNEL.search(o.name) for o in gemms),
-                    # Volta (V100) and Turing (T4) tensor cores do fp16 only: no bf16, no TF32
-                    "fp16_only": _fp16_only(profile, arch, top.name)},
+                   Fp32Gemm(basis="device", share=s, threshold=limits["share"],
+                            op=top.name, op_share=top.self_device_us / profile.self_device_us,
+                            op_time_us=top.self_device_us, calls=sum(o.calls for o in gemms),
+                            kernels=len(gemms), arch=arch,
+                            # what the kernels compute: convolutions, matrix products, or both
+                            convolutions=any(_CONV_KERNEL.search(o.name) for o in gemms),
+                            attention=any(_ATTENTION_KERNEL.search(o.name) for o in gemms),
+                            products=any(not _CONV_KERNEL.search(o.name)
+                                         and not _ATTENTION_KERNEL.search(o.name)
+                                         for o in gemms),
+                            # Volta (V100) and Turing (T4) tensor cores do fp16 only: no
+                            # bf16, no TF32
+                            fp16_only=_fp16_only(profile, arch, top.name)),
                    ops=[o.name for o in gemms])
 
 
 def _fp64_timed(f: Finding, timed: dict[str, Any]) -> None:
     """Whether the saving was timed with the model in float32 (whatif.single_step)."""
-    f.evidence["timed_fp32"] = timed.get("fix") == "float32"
+    if isinstance(f.evidence, Fp64Compute):
+        f.evidence.timed_fp32 = timed.get("fix") == "float32"
+
+
+@dataclass(kw_only=True)
+class Fp64Compute(Evidence):
+    basis: str
+    share: float  # the float64 operators' share of the basis
+    threshold: float
+    op: str  # the one taking longest
+    op_time_us: float  # all of them
+    calls: int
+    operators: int  # how many operators compute in float64
+    timed_fp32: bool | None = opt()  # timed with the model in float32 (_fp64_timed)
 
 
 _SAYS_FP64_COMPUTE = {
@@ -161,7 +194,8 @@ _SAYS_FP64_COMPUTE = {
 }
 
 
-@rule("fp64-compute", says=_SAYS_FP64_COMPUTE, saving=savings.unquantified,
+@rule("fp64-compute", says=_SAYS_FP64_COMPUTE, evidence=Fp64Compute,
+      saving=savings.unquantified,
       whatif=WhatIf("single-precision", notes=_fp64_timed), share=0.10, high=0.30)
 def fp64_compute(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Operators computing in float64 take a share of the time: a model or its inputs
@@ -182,7 +216,7 @@ def fp64_compute(profile: Profile, limits: dict[str, float]) -> Finding | None:
         by_op[c["name"]] = by_op.get(c["name"], 0.0) + float(c["time_us"])
     top = max(by_op, key=lambda n: by_op[n])
     return Finding("fp64-compute", severity(s, limits["high"]),
-                   {"basis": b.name, "share": s, "threshold": limits["share"],
-                    "op": top, "op_time_us": time_us,
-                    "calls": sum(int(c["calls"]) for c in rows), "operators": len(by_op)},
+                   Fp64Compute(basis=b.name, share=s, threshold=limits["share"],
+                               op=top, op_time_us=time_us,
+                               calls=sum(int(c["calls"]) for c in rows), operators=len(by_op)),
                    ops=sorted(by_op, key=lambda n: -by_op[n]))
