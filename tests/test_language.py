@@ -48,9 +48,11 @@ def test_fp32_gemm_advice_matches_the_architecture(kernel, fp16_only):
 
 
 def _rule_finding(rule: str, basis: str) -> Finding:
+    # the fields both rules' evidence classes need (their words read them typed)
     evidence = {"basis": basis, "share": 0.5, "threshold": 0.3, "op": "aten::mul",
-                "op_share": 0.4, "calls": 3, "softmax_calls": 3, "materialisers": [],
-                "mem_per_call_b": 0}
+                "op_share": 0.4, "op_time_us": 100.0, "calls": 3, "softmax_calls": 3,
+                "materialisers": [], "materialised_share": 0.0, "others": [],
+                "fast_path": False, "fast_path_encoder": False, "mem_per_call_b": 0}
     return Finding(rule, "high", evidence)
 
 

@@ -35,7 +35,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ..model.choice import OVER_STEPS, f, when
+from ..model.choice import OVER_STEPS, of, when
 from ..model.finding import Evidence, Finding, Saving, opt
 from ..model.profile import KIND_ANNOTATION, KIND_KERNEL, KIND_OP, Op, Profile
 from . import savings
@@ -245,7 +245,8 @@ def _compile_time(w: Worth) -> Saving:
     return Saving(us, us, us, us, w.step_us, host_saving=True)
 
 
-_SAYS_RECOMPILATION = {"steps": OVER_STEPS, "ids": when("compile_ids", f("compile_ids"))}
+_SAYS_RECOMPILATION = {"steps": OVER_STEPS,
+                       "ids": when("compile_ids", lambda v: of(Recompilation)(v).compile_ids)}
 
 
 @dataclass(kw_only=True)
@@ -281,8 +282,8 @@ def recompilation(profile: Profile, limits: dict[str, float]) -> Finding | None:
 
 _SAYS_GRAPH_BREAK = {
     "steps": OVER_STEPS,
-    "pairs": when("break_pairs", f("pairs")),
-    "lookup": when("guard_checks_after", f("lookup")),
+    "pairs": when("break_pairs", lambda v: of(GraphBreak)(v).pairs),
+    "lookup": when("guard_checks_after", lambda v: of(GraphBreak)(v).lookup_us is not None),
 }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from ..model.choice import always, either, f, first, when
+from ..model.choice import Values, always, either, first, of, when
 from ..model.finding import Evidence, Finding, nullable, opt
 from . import savings
 from .findings import RULES, Rule, WhatIf, statement
@@ -28,19 +28,23 @@ DEVICE_BOUND = 0.5
 LEVER_DTYPES = ("tf32", "bf16", "fp16")
 
 
+def _near(v: Values) -> NearRoofline:
+    return of(NearRoofline)(v)
+
+
 _SAYS_NEAR_ROOFLINE = {
-    "what": either("products_at_roofline", "operator_at_roofline", f("products")),
-    "which": either("these_products", "this_operator", f("products")),
-    "how": either("with_tf32", "with_autocast", lambda v: v["f"]["faster_dtype"] == "tf32"),
+    "what": either("products_at_roofline", "operator_at_roofline", lambda v: _near(v).products),
+    "which": either("these_products", "this_operator", lambda v: _near(v).products),
+    "how": either("with_tf32", "with_autocast", lambda v: _near(v).faster_dtype == "tf32"),
     # the lever timed on the model (the step under autocast or TF32, whatif.lever_step),
     # else the peaks' ratio, an upper bound
     "lever": first(("lower_precision_not_faster",
-                    lambda v: v["f"].get("lever_timed") and not v["f"].get("lever_faster")),
-                   ("lower_precision_timed", f("lever_timed")),
-                   ("lower_precision", f("faster_dtype")),
+                    lambda v: _near(v).lever_timed and not _near(v).lever_faster),
+                   ("lower_precision_timed", lambda v: _near(v).lever_timed),
+                   ("lower_precision", lambda v: _near(v).faster_dtype),
                    ("no_faster_dtype", always)),
-    "also": when("also", lambda v: v["f"].get("faster_dtype") and (
-        not v["f"].get("lever_timed") or v["f"].get("lever_faster"))),
+    "also": when("also", lambda v: _near(v).faster_dtype and (
+        not _near(v).lever_timed or _near(v).lever_faster)),
 }
 
 

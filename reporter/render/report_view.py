@@ -77,7 +77,8 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
     (``x_share``) become percentages, ``x_fps`` a FLOP/s rate, ints get an ``x_text``
     with digit grouping, operator names become inline code.
     """
-    view: dict[str, Any] = {"rule": f.rule, "severity": f.severity}
+    # the evidence itself, for the rule's sentence choices (reporter.model.choice.of)
+    view: dict[str, Any] = {"rule": f.rule, "severity": f.severity, "evidence": f.evidence}
     ev = f.evidence.as_dict()  # its fields by name, as the JSON has them
     for key, value in ev.items():
         if key.endswith("_us"):

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...model.choice import OVER_STEPS, either, f, when
+from ...model.choice import OVER_STEPS, either, of, when
 from ...model.finding import Evidence, Finding, Saving, opt
 from ...model.profile import Op, Profile
 from .. import savings
@@ -100,8 +100,9 @@ def _bias_saving(w: Worth) -> Saving:
 
 _SAYS_CONV_BIAS = {
     "steps": OVER_STEPS,
-    "bias": either("bias_added_apart", "bias_in_the_kernel", f("bias_visible")),
-    "timed": when("timed_without_the_bias", f("timed_no_bias")),
+    "bias": either("bias_added_apart", "bias_in_the_kernel",
+                   lambda v: of(ConvBiasBeforeBn)(v).bias_visible),
+    "timed": when("timed_without_the_bias", lambda v: of(ConvBiasBeforeBn)(v).timed_no_bias),
 }
 
 
@@ -203,8 +204,8 @@ class CudnnBenchmarkOff(Evidence):
 _SAYS_CUDNN_BENCHMARK = {
     "steps": OVER_STEPS,
     "shapes": either("same_shapes_each_step", "shapes_not_recorded",
-                     lambda v: v["f"]["shapes_known"]),
-    "timed": when("timed_with_benchmark", f("timed_benchmark")),
+                     lambda v: of(CudnnBenchmarkOff)(v).shapes_known),
+    "timed": when("timed_with_benchmark", lambda v: of(CudnnBenchmarkOff)(v).timed_benchmark),
 }
 
 
@@ -265,7 +266,8 @@ class ChannelsLast(Evidence):
 
 _SAYS_CHANNELS_LAST = {
     "steps": OVER_STEPS,
-    "timed": when("timed_in_channels_last", f("timed_channels_last")),
+    "timed": when("timed_in_channels_last",
+                  lambda v: of(ChannelsLast)(v).timed_channels_last),
 }
 
 

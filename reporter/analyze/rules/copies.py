@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...model.choice import always, either, f, first, kind, when
+from ...model.choice import always, either, first, of, when
 from ...model.finding import Evidence, Finding, Saving
 from ...model.profile import Profile
 from .. import savings
@@ -45,10 +45,11 @@ class CopyHeavy(Evidence):
 
 
 _SAYS_COPY_HEAVY = {
-    "pageable": when("from_pageable_memory", f("pageable")),
-    "slice_assignment": when("slice_assignment_cause", kind("copyslices")),
-    "transfer": when("transfer_cause", kind("transfer")),
-    "layout_copies": when("layout_copies_cause", kind("layout")),
+    "pageable": when("from_pageable_memory", lambda v: of(CopyHeavy)(v).pageable),
+    "slice_assignment": when("slice_assignment_cause",
+                             lambda v: "copyslices" in of(CopyHeavy)(v).kinds),
+    "transfer": when("transfer_cause", lambda v: "transfer" in of(CopyHeavy)(v).kinds),
+    "layout_copies": when("layout_copies_cause", lambda v: "layout" in of(CopyHeavy)(v).kinds),
 }
 
 
@@ -150,12 +151,15 @@ class SlowCopies(Evidence):
 
 
 _SAYS_SLOW_COPIES = {
-    "direction": either("host_to_device", "device_to_host", lambda v: v["f"]["direction"] == "h2d"),
-    "mean": when("mean_copy", f("mean_copy")),
-    "why": first(("staged_from_pageable", f("pageable")), ("small_copies", f("small"))),
+    "direction": either("host_to_device", "device_to_host",
+                        lambda v: of(SlowCopies)(v).direction == "h2d"),
+    # a mean copy of 1 KiB or more (less is not said: report_view)
+    "mean": when("mean_copy", lambda v: of(SlowCopies)(v).mean_copy_b >= 1024),
+    "why": first(("staged_from_pageable", lambda v: of(SlowCopies)(v).pageable),
+                 ("small_copies", lambda v: of(SlowCopies)(v).small)),
     "advice": first(
-        ("pin_memory", f("pageable")),
-        ("fewer_larger_copies", f("small")),
+        ("pin_memory", lambda v: of(SlowCopies)(v).pageable),
+        ("fewer_larger_copies", lambda v: of(SlowCopies)(v).small),
         ("check_the_link", always),
     ),
 }

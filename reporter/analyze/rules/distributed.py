@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from ...model.choice import Values, OVER_STEPS, always, either, first
+from ...model.choice import Values, OVER_STEPS, always, either, first, of
 from ...model.finding import Evidence, Finding, opt
 from ...model.profile import Profile
 from .. import savings
@@ -13,24 +12,26 @@ from ..findings import rule, step_share
 from ._common import severity
 
 
-def _cause(v: Values) -> Any:
+def _cause(v: Values) -> str:
     """What made the straggler's extra time (stragglers.of_traces: compute, host, ...)."""
-    return v["f"]["cause"]
+    return of(StragglerRank)(v).cause
 
 
 def _on_host(v: Values) -> bool:
     """The ranks ran on the CPU (gloo): no device time to split."""
-    return v["f"]["device"] is False
+    return of(StragglerRank)(v).device is False
 
 
 _SAYS_STRAGGLER_RANK = {
-    "others": either("the_other_rank", "the_other_ranks", lambda v: v["f"]["ranks"] == 2),
+    "others": either("the_other_rank", "the_other_ranks",
+                     lambda v: of(StragglerRank)(v).ranks == 2),
     "others_wait": either(
-        "the_other_rank_waits", "the_other_ranks_wait", lambda v: v["f"]["ranks"] == 2
+        "the_other_rank_waits", "the_other_ranks_wait",
+        lambda v: of(StragglerRank)(v).ranks == 2
     ),
     # two ranks: the other one's step, not "the others' median" (review C-E)
     "reference": either("than_the_other_rank", "than_the_others_median",
-                        lambda v: v["f"]["ranks"] == 2),
+                        lambda v: of(StragglerRank)(v).ranks == 2),
     "cause": either("host_cause", "device_cause", _on_host),
     "advice": first(
         ("balance_host_work", lambda v: _on_host(v) and _cause(v) == "compute"),

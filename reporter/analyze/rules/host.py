@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...model.choice import OVER_STEPS, either, f, first, on_gpu, when
+from ...model.choice import OVER_STEPS, either, evidence, first, of, on_gpu, when
 from ...model.finding import Evidence, Finding, Saving, opt
 from ...model.profile import KIND_ANNOTATION, Op, Profile
 from .. import savings
@@ -39,7 +39,8 @@ _PADDING = ("aten::pad_sequence", "aten::_pad_packed_sequence", "aten::pad",
 LOOP = {
     "steps": OVER_STEPS,
     "launch": when("and_a_kernel_launch", on_gpu),
-    "loop_fix": either("unroll_inside_compiled", "compile_the_loop", f("compiled")),
+    "loop_fix": either("unroll_inside_compiled", "compile_the_loop",
+                       lambda v: evidence(v).compiled),
 }
 
 
@@ -122,7 +123,8 @@ class SingleTensorOptimizer(Evidence):
 
 _SAYS_SINGLE_TENSOR_OPTIMIZER = {
     "steps": OVER_STEPS,
-    "foreach": first(("foreach_no_faster", f("foreach_slower")), ("or_foreach", f("fused"))),
+    "foreach": first(("foreach_no_faster", lambda v: of(SingleTensorOptimizer)(v).foreach_slower),
+                     ("or_foreach", lambda v: of(SingleTensorOptimizer)(v).fused)),
     # kernels on a GPU; on a CPU "ядер" reads as cores (review RR12)
     "small_work": either("small_kernels", "small_operations", on_gpu),
 }
@@ -204,7 +206,8 @@ class PerSampleLoop(Evidence):
         return self.faults_added_us
 
 
-_SAYS_PER_SAMPLE_LOOP = {**LOOP, "faults_added": when("less_faults_added", f("faults_added"))}
+_SAYS_PER_SAMPLE_LOOP = {**LOOP, "faults_added": when(
+    "less_faults_added", lambda v: of(PerSampleLoop)(v).faults_added_us is not None)}
 
 
 @rule("per-sample-loop", says=_SAYS_PER_SAMPLE_LOOP, evidence=PerSampleLoop, host_work=True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...model.choice import f, when
+from ...model.choice import of, when
 from ...model.finding import IN_OTHERS, Evidence, Finding, Saving, nullable
 from ...model.profile import Profile
 from .. import savings
@@ -26,7 +26,8 @@ class MemoryPressure(Evidence):
     per_call_share: float  # that operator's allocation a call, of the peak
 
 
-_SAYS_MEMORY_PRESSURE = {"largest": when("largest_allocation", f("op"))}
+_SAYS_MEMORY_PRESSURE = {"largest": when("largest_allocation",
+                                         lambda v: of(MemoryPressure)(v).op)}
 
 
 @rule("memory-pressure", says=_SAYS_MEMORY_PRESSURE, evidence=MemoryPressure,

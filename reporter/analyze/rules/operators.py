@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ...model.choice import OVER_STEPS, always, either, f, first, when
+from ...model.choice import OVER_STEPS, Values, always, either, first, of, on_gpu, steps, when
 from ...model.finding import Evidence, Finding, Saving, opt
 from ...model.profile import Op, Profile
 from .. import savings
@@ -66,19 +66,23 @@ class ElementwiseBlowup(Evidence):
 
 
 _SAYS_ELEMENTWISE_BLOWUP = {
-    "memory": when("memory_per_call", f("mem_per_call")),
+    # memory a call of 1 KiB or more (less is not said: report_view)
+    "memory": when("memory_per_call", lambda v: of(ElementwiseBlowup)(v).mem_per_call_b >= 1024),
     "materialisers_verb": either(
-        "several_make", "one_makes", lambda v: len(v["f"]["materialisers"]) > 1
+        "several_make", "one_makes", lambda v: len(of(ElementwiseBlowup)(v).materialisers) > 1
     ),
-    "together": either("with_the_copies", "without_copies", f("materialisers")),
-    "why": either("tensors_blown_up", "memory_bound", f("materialisers")),
+    "together": either("with_the_copies", "without_copies",
+                       lambda v: of(ElementwiseBlowup)(v).materialisers),
+    "why": either("tensors_blown_up", "memory_bound",
+                  lambda v: of(ElementwiseBlowup)(v).materialisers),
     # the advice by what was there: a repeat or a dense expand to undo; else a pairwise
     # product the recorded shapes show (broadcast, no copy); else element-wise work alone
     # (a lone aten::pow got the repeat and einsum advice)
-    "advice": first(("broadcast_not_repeat", f("materialisers")),
-                    ("products_as_matmul", lambda v: v["f"].get("pairwise_share")),
+    "advice": first(("broadcast_not_repeat", lambda v: of(ElementwiseBlowup)(v).materialisers),
+                    ("products_as_matmul",
+                     lambda v: of(ElementwiseBlowup)(v).pairwise_share is not None),
                     ("fewer_intermediates", always)),
-    "compile": when("fuse_with_compile", lambda v: not v["f"]["compiled"]),
+    "compile": when("fuse_with_compile", lambda v: not of(ElementwiseBlowup)(v).compiled),
 }
 
 
@@ -201,30 +205,35 @@ class DominantOperator(Evidence):
 _READ = ("calls_per_step", "step_calls", "growing", "module", "forward_at", "source")
 
 
+def _dominant(v: Values) -> DominantOperator:
+    return of(DominantOperator)(v)
+
+
 _SAYS_DOMINANT_OPERATOR = {
-    "per_step": when("calls_per_step", lambda v: v["f"].get("calls_per_step")
-                     and v["f"]["steps"] > 1),
-    "memory": when("memory_per_call", f("mem_per_call")),
+    "per_step": when("calls_per_step", lambda v: _dominant(v).calls_per_step is not None
+                     and steps(v) > 1),
+    # memory a call of 1 KiB or more (less is not said: report_view)
+    "memory": when("memory_per_call", lambda v: _dominant(v).mem_per_call_b >= 1024),
     # over half the time: any speed-up is its; from 30%, the largest cost no other
     # finding explains
-    "lead": either("speedup_from_it", "largest_unexplained", f("most")),
-    "growth": when("inputs_grow", f("growing")),
-    "module": when("called_in_module", f("module")),
-    "forward_at": when("module_forward_at", f("forward_at")),
-    "source": when("source_line", f("source")),
-    "advice": either("join_once", "look_at_call_site", f("growing")),
+    "lead": either("speedup_from_it", "largest_unexplained", lambda v: _dominant(v).most),
+    "growth": when("inputs_grow", lambda v: _dominant(v).growing),
+    "module": when("called_in_module", lambda v: _dominant(v).module),
+    "forward_at": when("module_forward_at", lambda v: _dominant(v).forward_at),
+    "source": when("source_line", lambda v: _dominant(v).source),
+    "advice": either("join_once", "look_at_call_site", lambda v: _dominant(v).growing),
     # bf16 products on a CPU without bf16 matrix units: BART's
     # training step took 15 times as long under bf16 autocast
     "precision": either(
         "lower_precision_timed_first",
         "lower_precision",
-        lambda v: not v["on_gpu"] and v["f"]["matrix_op"],
+        lambda v: not on_gpu(v) and _dominant(v).matrix_op,
     ),
-    "fuse": when("fuse_with_compile", lambda v: not v["f"]["compiled"]),
+    "fuse": when("fuse_with_compile", lambda v: not _dominant(v).compiled),
     # the same caveat, said after the question where a language words it apart (ru)
     "precision_caveat": when("time_bf16_first",
-                             lambda v: not v["on_gpu"] and v["f"]["matrix_op"]),
-    "compiled": when("compiled_already", f("compiled")),
+                             lambda v: not on_gpu(v) and _dominant(v).matrix_op),
+    "compiled": when("compiled_already", lambda v: _dominant(v).compiled),
 }
 
 # From this share of the basis time an operator is "the" cost: any speed-up is its.
@@ -321,21 +330,25 @@ class UnfusedAttention(Evidence):
 # fast path, is told so, not told to use them
 _SAYS_UNFUSED_ATTENTION = {
     "advice": first(
-        ("sdpa_in_transformers", f("sdpa_transformers")),
-        ("mha_without_weights", f("sdpa_need_weights")),
-        ("encoder_fast_path", f("fast_path_encoder")),
-        ("mha_fast_path", lambda v: v["f"].get("fast_path") or v["f"].get("sdpa_fastpath_off")),
+        ("sdpa_in_transformers", lambda v: of(UnfusedAttention)(v).sdpa_transformers),
+        ("mha_without_weights", lambda v: of(UnfusedAttention)(v).sdpa_need_weights),
+        ("encoder_fast_path", lambda v: of(UnfusedAttention)(v).fast_path_encoder),
+        ("mha_fast_path", lambda v: of(UnfusedAttention)(v).fast_path
+         or of(UnfusedAttention)(v).sdpa_fastpath_off),
         ("call_sdpa", always),
     ),
     "mha_too": when(
         "and_mha_without_weights",
-        lambda v: v["f"].get("sdpa_transformers") and v["f"].get("sdpa_need_weights"),
+        lambda v: of(UnfusedAttention)(v).sdpa_transformers
+        and of(UnfusedAttention)(v).sdpa_need_weights,
     ),
     "fast_path_timed": either(
-        "timed_without_fast_path", "time_both_ways", f("sdpa_fastpath_off")),
+        "timed_without_fast_path", "time_both_ways",
+        lambda v: of(UnfusedAttention)(v).sdpa_fastpath_off),
     "fast_path_too": when(
         "and_fast_path_off",
-        lambda v: v["f"].get("sdpa_need_weights") and v["f"].get("sdpa_fastpath_off"),
+        lambda v: of(UnfusedAttention)(v).sdpa_need_weights
+        and of(UnfusedAttention)(v).sdpa_fastpath_off,
     ),
 }
 
@@ -451,11 +464,12 @@ class DropoutCost(Evidence):
 
 _SAYS_DROPOUT_COST = {
     "steps": OVER_STEPS,
-    "mask_backward": when("mask_multiplied_backward", f("mask_backward")),
-    "unfused": when("mask_scaled_and_multiplied", lambda v: not v["f"]["fused"]),
-    "compile": when("compile_fuses_the_mask", lambda v: not v["f"]["compiled"]),
-    "advice": either("call_eval", "weigh_the_rate", f("inference")),
-    "timed_off": when("timed_with_dropout_off", f("timed_off")),
+    "mask_backward": when("mask_multiplied_backward",
+                          lambda v: of(DropoutCost)(v).mask_backward),
+    "unfused": when("mask_scaled_and_multiplied", lambda v: not of(DropoutCost)(v).fused),
+    "compile": when("compile_fuses_the_mask", lambda v: not of(DropoutCost)(v).compiled),
+    "advice": either("call_eval", "weigh_the_rate", lambda v: of(DropoutCost)(v).inference),
+    "timed_off": when("timed_with_dropout_off", lambda v: of(DropoutCost)(v).timed_off),
 }
 
 

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...model.choice import OVER_STEPS, always, either, f, first, when
+from ...model.choice import OVER_STEPS, Values, always, either, first, of, when
 from ...model.finding import Evidence, Finding, nullable, opt
 from ...model.profile import Profile
 from .. import savings
@@ -95,25 +95,29 @@ def fp32_convolution_share(profile: Profile) -> float:
     return conv / total if total > 0 else 0.0
 
 
+def _gemm(v: Values) -> Fp32Gemm:
+    return of(Fp32Gemm)(v)
+
+
 _SAYS_FP32_GEMM = {
     "attention": first(
         (
             "fused_attention_too",
-            lambda v: v["f"]["attention"] and (v["f"]["convolutions"] or v["f"]["products"]),
+            lambda v: _gemm(v).attention and (_gemm(v).convolutions or _gemm(v).products),
         ),
-        ("memory_efficient_attention", f("attention")),
+        ("memory_efficient_attention", lambda v: _gemm(v).attention),
     ),
     "runs": first(
-        ("convolutions_and_products_run", lambda v: v["f"]["convolutions"] and v["f"]["products"]),
-        ("convolutions_run", f("convolutions")),
-        ("products_run", f("products")),
+        ("convolutions_and_products_run", lambda v: _gemm(v).convolutions and _gemm(v).products),
+        ("convolutions_run", lambda v: _gemm(v).convolutions),
+        ("products_run", lambda v: _gemm(v).products),
         ("attention_runs", always),
     ),
-    "arch": when("on_tensor_core_gpu", f("arch")),
-    "fp16_attention": when("attention_in_fp16", f("attention")),
-    "convolutions_tf32": when("convolutions_in_tf32", f("convolutions")),
-    "bf16_attention": when("attention_in_bf16", f("attention")),
-    "advice": either("autocast_fp16", "autocast_bf16", f("fp16_only")),
+    "arch": when("on_tensor_core_gpu", lambda v: _gemm(v).arch),
+    "fp16_attention": when("attention_in_fp16", lambda v: _gemm(v).attention),
+    "convolutions_tf32": when("convolutions_in_tf32", lambda v: _gemm(v).convolutions),
+    "bf16_attention": when("attention_in_bf16", lambda v: _gemm(v).attention),
+    "advice": either("autocast_fp16", "autocast_bf16", lambda v: _gemm(v).fp16_only),
 }
 
 
@@ -189,8 +193,8 @@ class Fp64Compute(Evidence):
 
 _SAYS_FP64_COMPUTE = {
     "steps": OVER_STEPS,
-    "why": either("fp64_on_gpu", "fp64_on_cpu", lambda v: v["f"]["basis"] == "device"),
-    "timed": when("timed_in_fp32", f("timed_fp32")),
+    "why": either("fp64_on_gpu", "fp64_on_cpu", lambda v: of(Fp64Compute)(v).basis == "device"),
+    "timed": when("timed_in_fp32", lambda v: of(Fp64Compute)(v).timed_fp32),
 }
 
 

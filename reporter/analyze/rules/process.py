@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...model.choice import OVER_STEPS, either, f, when
+from ...model.choice import OVER_STEPS, either, of, when
 from ...model.finding import Evidence, Finding, opt
 from ...model.profile import Profile
 from .. import savings
@@ -65,10 +65,11 @@ class DebugMode(Evidence):
 
 _SAYS_DEBUG_MODE = {
     "steps": OVER_STEPS,
-    "seen": either("checks_in_profile", "mode_observed", f("checks")),
-    "observed": when("runner_saw_it", lambda v: v["f"]["observed"] and v["f"]["checks"]),
+    "seen": either("checks_in_profile", "mode_observed", lambda v: of(DebugMode)(v).checks),
+    "observed": when("runner_saw_it",
+                     lambda v: of(DebugMode)(v).observed and of(DebugMode)(v).checks),
     "stacks": when("stacks_not_separable",
-                   lambda v: v["f"]["checks"] and not v["f"]["timed_off"]),
+                   lambda v: of(DebugMode)(v).checks and not of(DebugMode)(v).timed_off),
 }
 
 
@@ -112,9 +113,11 @@ class InferenceAutograd(Evidence):
 
 
 _SAYS_INFERENCE_AUTOGRAD = {
-    "saved": either("graph_saved", "graph_built", f("saved")),
-    "modes": when("modules_in_training", lambda v: v["f"]["training_layers"]),
-    "eval": when("call_eval_too", lambda v: v["f"]["training_layers"]),
+    # a graph of 1 KiB or more (less is not said: report_view)
+    "saved": either("graph_saved", "graph_built",
+                    lambda v: of(InferenceAutograd)(v).saved_b >= 1024),
+    "modes": when("modules_in_training", lambda v: of(InferenceAutograd)(v).training_layers),
+    "eval": when("call_eval_too", lambda v: of(InferenceAutograd)(v).training_layers),
 }
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...model.choice import OVER_STEPS, OVER_STEPS_OR_ALL, always, either, f, first, on_gpu, when
+from ...model.choice import (OVER_STEPS, OVER_STEPS_OR_ALL, always, either, first, of, on_gpu,
+                             steps, when)
 from ...model.finding import Evidence, Finding, opt
 from ...model.profile import KIND_KERNEL, Profile
 from .. import savings
@@ -36,7 +37,8 @@ class DataloaderBound(Evidence):
 _SAYS_DATALOADER_BOUND = {
     "steps": OVER_STEPS_OR_ALL,
     "idles": either("the_gpu_idles", "the_model_idles", on_gpu),
-    "why": either("workers_fall_behind", "main_process_prepares", f("multiprocess")),
+    "why": either("workers_fall_behind", "main_process_prepares",
+                  lambda v: of(DataloaderBound)(v).multiprocess),
 }
 
 
@@ -71,7 +73,8 @@ class SyncStall(Evidence):
     item_calls: int  # .item() calls among them (a value read back to the host)
 
 
-_SAYS_SYNC_STALL = {"steps": OVER_STEPS, "item": when("item_calls", f("item_calls"))}
+_SAYS_SYNC_STALL = {"steps": OVER_STEPS,
+                    "item": when("item_calls", lambda v: of(SyncStall)(v).item_calls)}
 
 
 @rule("sync-stall", says=_SAYS_SYNC_STALL, evidence=SyncStall,
@@ -144,16 +147,19 @@ class LaunchOverhead(Evidence):
 
 _SAYS_LAUNCH_OVERHEAD = {
     "steps": OVER_STEPS,
-    "per_launch": either("graph_launch_work", "average_kernel", f("graphs")),
-    "delays": when("launch_delays", lambda v: "delay_median" in v["f"]),
+    "per_launch": either("graph_launch_work", "average_kernel",
+                         lambda v: of(LaunchOverhead)(v).graphs),
+    "delays": when("launch_delays",
+                   lambda v: of(LaunchOverhead)(v).delay_median_us is not None),
     # "in every step", not "in 4 of 4 steps" (never in no step: the rule fires on none)
-    "dry": first(("dry_in_the_step", lambda v: v["f"]["steps"] == 1),
+    "dry": first(("dry_in_the_step", lambda v: steps(v) == 1),
                  # two steps: "in both steps", not "in all 2 steps"
                  ("dry_in_both_steps",
-                  lambda v: v["f"]["steps"] == 2 and v["f"].get("dry_steps") == 2),
-                 ("dry_in_all_steps", lambda v: v["f"].get("dry_steps") == v["f"]["steps"]),
+                  lambda v: steps(v) == 2 and of(LaunchOverhead)(v).dry_steps == 2),
+                 ("dry_in_all_steps", lambda v: of(LaunchOverhead)(v).dry_steps == steps(v)),
                  ("dry_in_some_steps", always)),
-    "fix": either("replay_as_cuda_graphs", "compile_the_model", f("compiled")),
+    "fix": either("replay_as_cuda_graphs", "compile_the_model",
+                  lambda v: of(LaunchOverhead)(v).compiled),
 }
 
 
@@ -223,8 +229,10 @@ class LowDeviceUtilization(Evidence):
 
 _SAYS_LOW_DEVICE_UTILIZATION = {
     "steps": OVER_STEPS_OR_ALL,
-    "rest": either("waits_on_dependency", "waits_for_cpu", f("queued_most")),
-    "advice": either("find_the_dependency", "feed_the_gpu", f("queued_most")),
+    "rest": either("waits_on_dependency", "waits_for_cpu",
+                   lambda v: of(LowDeviceUtilization)(v).queued_most),
+    "advice": either("find_the_dependency", "feed_the_gpu",
+                     lambda v: of(LowDeviceUtilization)(v).queued_most),
 }
 
 
