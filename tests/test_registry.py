@@ -222,6 +222,20 @@ def test_evidence_fields_that_hold_quantities_name_their_units():
     assert found == []
 
 
+def test_a_field_named_for_a_unit_holds_a_number():
+    """The other way round: ``*_us``, ``*_b``, ``share``... hold a number (a flag or a
+    name under a unit's name reads as a quantity in the words and the JSON)."""
+    found = []
+    for rule_id, cls in EVIDENCE.items():
+        hints = typing.get_type_hints(cls)
+        for fld in dataclasses.fields(cls):
+            named = fld.name == "share" or fld.name.endswith(("_share", *UNITS))
+            kinds = set(typing.get_args(hints[fld.name]) or (hints[fld.name],)) - {type(None)}
+            if named and not kinds <= {int, float}:
+                found.append(f"{rule_id}: {cls.__name__}.{fld.name}")
+    assert found == []
+
+
 def test_the_unit_check_sees_a_float_without_its_unit(monkeypatch):
     @dataclasses.dataclass(kw_only=True)
     class Bad(Evidence):
