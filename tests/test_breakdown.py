@@ -366,7 +366,7 @@ def test_stragglers_by_hand(tmp_path):
                                       "waiting": 0}
     assert s["cause"] == "compute" and not profiles[1].stragglers
     f = next(f for f in analyze(profiles[0]) if f.rule == "straggler-rank")
-    assert f.evidence["rank"] == "1" and f.evidence["saving_us"] == 30
+    assert f.evidence.rank == "1" and f.evidence.saving_us == 30
     words = {"en": "Rank 1 holds the other rank back", "ru": "Ранг 1 тормозит другой ранг",
              "zh": "Rank 1 拖慢了另一个 rank"}
     for lang in LANGUAGES:

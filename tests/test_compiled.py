@@ -156,10 +156,10 @@ def test_launch_overhead_counts_a_cuda_graph_as_one_launch(tmp_path):
     assert stats["dry_steps"] == 1
     f = launch_overhead(p, {"ratio": 0.5, "short_kernel_us": 10.0, "min_launches": 100,
                             "host_idle": 0.1})
-    assert f is not None and f.evidence["calls"] == 120
-    assert f.evidence["op_time_us"] == 120 * 8
-    assert f.evidence["mean_kernel_us"] == (60 * 5 * 2 + 60 * 2) / 120  # device time a launch
-    assert f.evidence["graphs"] == 60
+    assert f is not None and f.evidence.calls == 120
+    assert f.evidence.op_time_us == 120 * 8
+    assert f.evidence.mean_kernel_us == (60 * 5 * 2 + 60 * 2) / 120  # device time a launch
+    assert f.evidence.graphs == 60
     said = {"en": "60 of them replay a CUDA graph", "ru": "60 из них воспроизводят CUDA graph",
             "zh": "其中 60 次为 CUDA Graphs 重放"}
     for lang in LANGUAGES:
@@ -198,9 +198,9 @@ def test_a_recompilation_inside_the_window_is_found_on_a_real_trace(tmp_path):
     assert c.recompiled == ["0"]
     found = {f.rule: f for f in analyze(recompiled)}
     assert "recompilation" in found
-    assert found["recompilation"].evidence["op_time_us"] == c.compile_us
+    assert found["recompilation"].evidence.op_time_us == c.compile_us
     # Every finding of a compiled profile knows it, so none of them says "compile it".
-    assert all(f.evidence.get("compiled") for f in found.values())
+    assert all(f.evidence.compiled for f in found.values())
 
 
 @torch._dynamo.disable
@@ -271,8 +271,8 @@ def test_a_graph_break_and_its_eager_time_are_found_on_a_real_trace(tmp_path):
     # machine can outlast the whole break; the 100 eager additions take most of the step.
     found = {f.rule: f for f in analyze(p)}
     assert "graph-break" in found, (c.break_us, c.step_us)
-    assert found["graph-break"].evidence["calls"] == 3
-    assert found["graph-break"].evidence["op_time_us"] == c.break_us
+    assert found["graph-break"].evidence.calls == 3
+    assert found["graph-break"].evidence.op_time_us == c.break_us
     # The report of the trace says so, in each language: the section and the finding.
     said = {"en": ("Graph breaks split the compiled code 1 time per step",
                    "Graph breaks split the compiled model"),
@@ -394,8 +394,8 @@ def test_a_graph_break_without_guard_checks_reads_in_every_language():
         compiled={"kernels": [], "breaks": 2, "break_us": 1500.0, "break_lookup_us": 0.0,
                   "break_pairs": {"0/0 → 1/0": 2}})
     f = graph_break(p, {"share": 0.03})
-    assert f is not None and "lookup_us" not in f.evidence
-    assert f.evidence["share"] == pytest.approx(0.15)
+    assert f is not None and "lookup_us" not in f.evidence.as_dict()
+    assert f.evidence.share == pytest.approx(0.15)
     for lang in LANGUAGES:
         fmt = Fmt(lang)
         text = render_markdown({"lang": lang, "on_gpu": False, "plural": fmt.plural,

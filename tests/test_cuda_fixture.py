@@ -77,9 +77,9 @@ def test_the_runners_own_drain_is_not_read_as_a_sync_stall(run):
                     if o.name in ("cudaStreamSynchronize", "aten::item",
                                   "aten::_local_scalar_dense", "cudaDeviceSynchronize",
                                   "cudaEventSynchronize"))
-        assert f.evidence["share"] == pytest.approx((syncs - drain) / s.profile.self_cpu_us,
+        assert f.evidence.share == pytest.approx((syncs - drain) / s.profile.self_cpu_us,
                                                     rel=1e-3)
-        assert f.evidence["op"] == "cudaStreamSynchronize"
+        assert f.evidence.op == "cudaStreamSynchronize"
         assert "cudaEventSynchronize" not in f.ops
 
 
@@ -168,7 +168,7 @@ def test_an_idle_gpu_leaves_the_host_work_another_finding_owns():
     steps = len(section.profile.breakdown.steps_us)
     profiled = section.profile.breakdown.mean(section.profile.breakdown.steps_us)
     ratio = s.unprofiled_step_us / profiled
-    assert s.others_us == pytest.approx(launches.evidence["op_time_us"] / steps * ratio)
+    assert s.others_us == pytest.approx(launches.evidence.op_time_us / steps * ratio)
     assert 0 < s.saving_us < s.saving_us + s.others_us <= s.unprofiled_step_us
     for lang in LANGUAGES:
         text = render_markdown(report_view(run, lang))
@@ -191,5 +191,5 @@ def test_the_summary_and_launch_overhead_give_one_mean_kernel_time():
     run = load(H200["t5"])
     a = analyze_section(run.sections[0], run.target["batch_size"])
     launches = next(f for f in a.findings if f.rule == "launch-overhead")
-    assert a.short_kernel_us == pytest.approx(launches.evidence["mean_kernel_us"])
+    assert a.short_kernel_us == pytest.approx(launches.evidence.mean_kernel_us)
     assert a.short_kernel_us == pytest.approx(2.95, abs=0.005)

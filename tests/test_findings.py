@@ -75,12 +75,12 @@ def test_no_finding_below_its_threshold():
     checked = 0
     for name, profile in _all_real_profiles():
         for f in analyze(profile):
-            share, limit = f.evidence["share"], f.evidence["threshold"]
+            share, limit = f.evidence.share, f.evidence.threshold
             if f.rule == "low-device-utilization":
                 assert share < limit, (name, f)
             elif f.rule == "launch-overhead":
                 assert (share >= limit
-                        or f.evidence["mean_kernel_us"] < f.evidence["short_kernel_us"])
+                        or f.evidence.mean_kernel_us < f.evidence.short_kernel_us)
             else:
                 assert share > limit, (name, f)
             assert f.severity in ("high", "medium", "low")
@@ -287,7 +287,7 @@ def test_every_rule_can_fire_and_reads_in_every_language(rule_id):
         assert RULES[rule_id].func is None or words[lang] in text, text  # statements: no advice
         # the evidence, in numbers: its share, or (a finding of what the runner observed
         # outside the profile: inference-autograd) the memory it states
-        ev = finding.evidence
+        ev = finding.evidence.as_dict()
         number = fmt.pct(ev["share"]) if "share" in ev else next(
             fmt.bytes(v) for k, v in ev.items() if k.endswith("_b"))
         assert number in text, (lang, text)
@@ -308,19 +308,19 @@ def test_a_total_over_several_profiled_steps_says_how_many(rule_id):
     """A time summed over the profiled steps is not a step's: each bullet that prints one
     says "over N steps" (a 13.5 ms optimizer in a 4.98 ms step read as one step's)."""
     finding = _finding_for(rule_id)
-    finding.evidence["steps"] = 4
+    finding.evidence.steps = 4
     for lang in LANGUAGES:
         fmt = Fmt(lang)
         text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
                                 "f": _finding_view(finding, fmt)},
                                template=f"findings/{rule_id}.md.j2")
         assert OVER_STEPS[lang] in text, (lang, text)
-        finding.evidence["steps"] = 1
+        finding.evidence.steps = 1
         text = render_markdown({"lang": lang, "on_gpu": True, "plural": fmt.plural,
                                 "f": _finding_view(finding, fmt)},
                                template=f"findings/{rule_id}.md.j2")
         assert OVER_STEPS[lang].replace("4", "1") not in text, (lang, text)
-        finding.evidence["steps"] = 4
+        finding.evidence.steps = 4
 
 
 def test_fp32_convolutions_are_tensor_core_eligible_work_by_kernel_name():
@@ -333,7 +333,7 @@ def test_fp32_convolutions_are_tensor_core_eligible_work_by_kernel_name():
                  Op(fp32, calls=10, self_device_us=9000, kind="kernel"),
                  Op("elementwise_kernel", calls=10, self_device_us=1000, kind="kernel")])
     f = next(f for f in analyze(conv) if f.rule == "fp32-gemm")
-    assert f.evidence["convolutions"] and not f.evidence["products"]
+    assert f.evidence.convolutions and not f.evidence.products
     opening = {"en": "Convolutions run in full fp32", "ru": "Свёртки считаются в полном fp32",
                "zh": "卷积以 fp32 全精度计算"}
     for lang in LANGUAGES:
@@ -405,7 +405,7 @@ def test_fp32_convolutions_and_attention_count_by_their_recorded_names(name, fp3
     found = [f for f in analyze(profile) if f.rule == "fp32-gemm"]
     assert bool(found) is fp32, name
     if found:
-        ev = found[0].evidence
+        ev = found[0].evidence.as_dict()
         assert ev[what] and not ev["products"], ev
         assert not ({"convolutions", "attention"} - {what}) & {k for k in ev if ev[k] is True}
 
@@ -421,8 +421,8 @@ def test_fp32_attention_on_a_v100_is_told_and_advised_in_each_language():
                     Op(conv, calls=10, self_device_us=4000, kind="kernel"),
                     Op("elementwise_kernel", calls=10, self_device_us=1000, kind="kernel")])
     f = next(f for f in analyze(profile) if f.rule == "fp32-gemm")
-    assert f.evidence["attention"] and f.evidence["convolutions"] and f.evidence["fp16_only"]
-    assert f.evidence["share"] == pytest.approx(0.9)
+    assert f.evidence.attention and f.evidence.convolutions and f.evidence.fp16_only
+    assert f.evidence.share == pytest.approx(0.9)
     words = {"en": ("the fused attention kernels too", "memory-efficient kernel in fp16"),
              "ru": ("как и fused-ядра attention", "memory-efficient-ядром в fp16"),
              "zh": ("融合 Attention kernel 也是如此", "以 fp16 运行 memory-efficient kernel")}
@@ -474,7 +474,7 @@ def test_a_compiled_model_is_not_told_to_compile(rule_id):
         fmt = Fmt(lang)
         texts = {}
         for compiled in (False, True):
-            finding.evidence["compiled"] = compiled
+            finding.evidence.compiled = compiled
             texts[compiled] = render_markdown(
                 {"lang": lang, "on_gpu": True, "plural": fmt.plural,
                  "f": _finding_view(finding, fmt)}, template=f"findings/{rule_id}.md.j2")
@@ -482,7 +482,7 @@ def test_a_compiled_model_is_not_told_to_compile(rule_id):
         assert "`torch.compile`" not in texts[True] and "torch.compile(model)`" not in texts[True]
         assert words[lang] in texts[True], (lang, texts[True])
         assert "{{" not in texts[True] and "None" not in texts[True]
-    finding.evidence.pop("compiled")
+    finding.evidence.compiled = None
 
 
 def test_launch_overhead_reads_the_launch_statistics_of_a_trace():
@@ -500,7 +500,7 @@ def test_launch_overhead_reads_the_launch_statistics_of_a_trace():
         return p
     assert "launch-overhead" not in {f.rule for f in analyze(with_launch(0))}
     f = next(f for f in analyze(with_launch(3)) if f.rule == "launch-overhead")
-    assert f.evidence["dry_steps"] == 3 and f.evidence["launches_per_step"] == 1250.0
+    assert f.evidence.dry_steps == 3 and f.evidence.launches_per_step == 1250.0
     words = {"en": "ran out of queued work in 3 of 4 steps",
              "ru": "очередь GPU пустела в 3 шагах из 4",
              "zh": "4 个单步中有 3 个出现过 GPU 队列排空"}
@@ -523,7 +523,7 @@ def test_slow_copies_reads_the_copies_against_their_link_and_is_worth_the_gap():
     from reporter.analyze.savings import estimate
     p = SYNTHETIC["slow-copies"]
     f = next(f for f in analyze(p) if f.rule == "slow-copies")
-    ev = f.evidence
+    ev = f.evidence.as_dict()
     assert ev["share"] == pytest.approx(0.8) and ev["pageable"] and not ev["small"]
     assert ev["achieved_gbps"] == 10.0 and ev["peak_share"] == pytest.approx(10 / 31.5)
     saving = estimate(f, p)
@@ -537,7 +537,7 @@ def test_slow_copies_reads_the_copies_against_their_link_and_is_worth_the_gap():
     assert "slow-copies" not in {f.rule for f in analyze(brief)}
     small = _with_copies([{**_PAGEABLE_H2D, "kind": "pinned", "bytes": 20 * 4096.0}])
     g = next(f for f in analyze(small) if f.rule == "slow-copies")
-    assert g.evidence["small"] and not g.evidence["pageable"]
+    assert g.evidence.small and not g.evidence.pageable
     advice = {"en": ("pin_memory=True", "fewer, larger buffers"),
               "ru": ("pin_memory=True", "реже и крупнее"),
               "zh": ("pin_memory=True", "减少拷贝次数")}
@@ -590,8 +590,8 @@ def test_lower_precision_on_a_cpu_matrix_product_is_advice_to_time_first(lang):
             Op(op, calls=40, self_cpu_us=6000, cpu_total_us=6000),
             Op("aten::add", calls=40, self_cpu_us=4000, cpu_total_us=4000)])
         f = dominant_operator(p, {"share": 0.5})
-        assert f is not None and f.evidence["op"] == op
-        f.evidence["steps"] = 1
+        assert f is not None and f.evidence.op == op
+        f.evidence.steps = 1
         fmt = Fmt(lang)
         return render_markdown({"lang": lang, "on_gpu": on_gpu, "plural": fmt.plural,
                                 "f": _finding_view(f, fmt)},
@@ -689,7 +689,7 @@ def test_an_idle_gpu_is_said_to_wait_for_what_its_idle_time_waited_for(queued, w
                             device_us={"compute": [2000.0] * 2, big: [6000.0] * 2,
                                        small: [2000.0] * 2})
     (f,) = [f for f in analyze(p) if f.rule == "low-device-utilization"]
-    assert f.evidence["queued_most"] is queued
+    assert f.evidence.queued_most is queued
     for lang, said in words.items():
         text = render_finding(f, lang)
         assert said in text

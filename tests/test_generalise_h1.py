@@ -94,8 +94,8 @@ def test_an_activation_chain_never_qualifies_however_large_its_share():
     assert BLOWUP not in {f.rule for f in analyze(small)}
     large = _rows(*GELU, (*pairwise, 600.0))
     (f,) = [f for f in analyze(large) if f.rule == BLOWUP]
-    assert f.evidence["pairwise_share"] == pytest.approx(600 / 1400)
-    assert f.evidence["share"] == pytest.approx(1000 / 1400)
+    assert f.evidence.pairwise_share == pytest.approx(600 / 1400)
+    assert f.evidence.share == pytest.approx(1000 / 1400)
 
 
 def test_a_repeat_that_materialises_a_broadcast_shows_the_pairwise_tensor():
@@ -106,7 +106,7 @@ def test_a_repeat_that_materialises_a_broadcast_shows_the_pairwise_tensor():
     repeat = ("aten::repeat", "[[4, 1, 64, 64], []]", 100.0)
     found = [f for f in analyze(_rows(product, repeat, ("aten::mm", "[[64, 64], [64, 64]]",
                                                         300.0))) if f.rule == BLOWUP]
-    assert found and found[0].evidence["materialisers"] == ["aten::repeat"]
+    assert found and found[0].evidence.materialisers == ["aten::repeat"]
     heads = ("aten::repeat", "[[4, 16, 64, 64], []]", 100.0)
     assert BLOWUP not in {f.rule for f in analyze(
         _rows(product, heads, ("aten::mm", "[[64, 64], [64, 64]]", 300.0)))}
@@ -119,7 +119,7 @@ def test_a_live_broadcast_pairwise_product_fires_and_its_activation_twin_does_no
     not."""
     section, batch = _section("pairwise_broadcast", tmp_path / "a")
     found = [f for f in analyze_section(section, batch).findings if f.rule == BLOWUP]
-    assert found and found[0].evidence["pairwise_share"] > 0.3
+    assert found and found[0].evidence.pairwise_share > 0.3
     section, _ = _section("gelu_only", tmp_path / "b")
     assert BLOWUP not in {f.rule for f in analyze(section.profile, {BLOWUP: {"share": 0.0}})}
 
@@ -145,7 +145,7 @@ def test_an_encoder_layer_in_inference_is_told_of_its_fast_path(tmp_path):
     names = {o.name for o in section.profile.ops}
     assert "aten::_transformer_encoder_layer_fwd" in names
     (f,) = [f for f in analyze_section(section, batch).findings if f.rule == ATTENTION]
-    assert f.evidence["fast_path"] and f.evidence["fast_path_encoder"]
+    assert f.evidence.fast_path and f.evidence.fast_path_encoder
     for lang, text in _advice(f).items():
         assert "set_fastpath_enabled(False)" in text and "_transformer_encoder_layer_fwd" in text
         assert "need_weights" not in text, lang  # the layer asks for no weights
@@ -169,7 +169,7 @@ def test_multihead_attention_on_the_fast_path_is_told_of_need_weights_and_the_fa
     fast path too, but the module's own call may ask for weights: the advice says both."""
     section, batch = _section("mha_weights_inference", tmp_path)
     (f,) = [f for f in analyze_section(section, batch).findings if f.rule == ATTENTION]
-    assert f.evidence["fast_path"] and not f.evidence["fast_path_encoder"]
+    assert f.evidence.fast_path and not f.evidence.fast_path_encoder
     text = _advice(f)["en"]
     assert "need_weights=False" in text and "set_fastpath_enabled(False)" in text
 
@@ -199,7 +199,8 @@ def test_the_advice_says_what_was_timed_off_the_fast_path():
     def finding(switched: list[str]) -> Finding:
         f = Finding(ATTENTION, "medium", {
             "basis": "cpu", "share": 0.4, "threshold": 0.1, "op": "aten::bmm",
-            "op_share": 0.2, "op_time_us": 100.0, "calls": 8, "softmax_calls": 4,
+            "op_share": 0.2, "op_time_us": 100.0, "calls": 8, "mem_per_call_b": 0,
+            "softmax_calls": 4,
             "fast_path": True, "fast_path_encoder": switched == ["fastpath"]},
             ops=["aten::bmm"])
         _attention_timed(f, {"fix": "attention-sdpa", "switched": switched})

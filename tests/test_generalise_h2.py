@@ -51,8 +51,8 @@ def test_a_growing_dominant_operator_is_worth_up_to_its_time_and_ranks_first():
     profile = _profile(growing)
     found = analyze(profile)
     f = next(f for f in found if f.rule == "dominant-operator")
-    assert f.evidence["growing"] and f.evidence["first_elements"] == 2048
-    assert f.evidence["module"] == "head" and f.evidence["forward_at"] == "model.py:24"
+    assert f.evidence.growing and f.evidence.first_elements == 2048
+    assert f.evidence.module == "head" and f.evidence.forward_at == "model.py:24"
     main, _ = ranked(found, profile)
     first, s = main[0]
     assert first.rule == "dominant-operator"
@@ -91,7 +91,7 @@ def test_the_words_say_what_the_calls_show_and_no_more():
         assert "262" in text[lang] and "`head`" in text[lang] and "`model.py:24`" in text[lang]
     # between 30% and 50%, from a table: the largest cost, no growth, module or call site
     f = next(f for f in analyze(_profile(None, 400.0)) if f.rule == "dominant-operator")
-    assert not f.evidence["most"]
+    assert not f.evidence.most
     text = _rendered(f)
     assert "largest single cost" in text["en"]
     assert "grow" not in text["en"] and "module" not in text["en"]
@@ -103,7 +103,7 @@ def test_a_table_says_nothing_of_calls_it_does_not_have():
     from reporter.analyze.analyzer import analyze
 
     f = next(f for f in analyze(_profile(None)) if f.rule == "dominant-operator")
-    assert not {"calls_per_step", "growing", "module", "first_elements"} & set(f.evidence)
+    assert not {"calls_per_step", "growing", "module", "first_elements"} & set(f.evidence.as_dict())
 
 
 def test_growth_is_told_from_the_inputs_call_by_call():
@@ -132,24 +132,24 @@ def test_live_a_growing_cat_is_found_ranked_first_and_its_fix_is_not(tmp_path):
 
     a_section, a = live("growing_cat")
     f, s = a.main[0]
-    assert f.rule == "dominant-operator" and f.evidence["op"] == "aten::cat"
-    assert f.evidence["growing"] and f.evidence["step_calls"] == 255
-    assert f.evidence["calls_per_step"] == pytest.approx(255)
+    assert f.rule == "dominant-operator" and f.evidence.op == "aten::cat"
+    assert f.evidence.growing and f.evidence.step_calls == 255
+    assert f.evidence.calls_per_step == pytest.approx(255)
     # the first call joins two pieces of 16 x 64, the last 255 of them and one more
-    assert f.evidence["first_elements"] == 2 * 16 * 64
-    assert f.evidence["last_elements"] == 256 * 16 * 64
-    assert f.evidence["module"] == "head"
-    assert f.evidence["forward_at"].endswith("planted_h2.py:24")
+    assert f.evidence.first_elements == 2 * 16 * 64
+    assert f.evidence.last_elements == 256 * 16 * 64
+    assert f.evidence.module == "head"
+    assert f.evidence.forward_at.endswith("planted_h2.py:24")
     assert s.note == UP_TO and s.saving_us is None
     # the upper bound is at least its share of the profiled step, brought to the step
-    assert s.share(s.high_us) >= f.evidence["share"] * 0.9
+    assert s.share(s.high_us) >= f.evidence.share * 0.9
     # the loop's module's own code bounds it (its fix saved 84% of a step whose cat took
     # 78%, 2026-12-05): head's forward less head.proj, from the runner's module marks
     b = a_section.profile.breakdown
     own = b.module_forward_us["head"] - b.module_forward_us["head.proj"]
-    assert f.evidence["loop_us"] == pytest.approx(own * a_section.profile.steps)
+    assert f.evidence.loop_us == pytest.approx(own * a_section.profile.steps)
     assert s.share(s.high_us) >= own / b.mean(b.steps_us) * 0.9
     _, fixed = live("growing_cat_fixed")
-    assert not any(f.rule == "dominant-operator" and f.evidence.get("growing")
+    assert not any(f.rule == "dominant-operator" and f.evidence.growing
                    for f in fixed.findings)
-    assert not any(f.evidence.get("op") == "aten::cat" for f in fixed.findings)
+    assert not any(f.evidence.op == "aten::cat" for f in fixed.findings)

@@ -114,7 +114,7 @@ def test_anomaly_mode_left_on_is_a_finding_worth_the_timed_fix(anomaly_run):
     found = _findings(anomaly_run)
     assert "debug-mode" in found
     f = found["debug-mode"]
-    assert f.evidence["checks"] and f.evidence["observed"] and f.evidence["calls"] >= 4
+    assert f.evidence.checks and f.evidence.observed and f.evidence.calls >= 4
     timed = section.whatif.get("debug-mode")
     if timed is None:
         pytest.skip(f"the what-ifs were disturbed in three runs: {section.whatif_disturbance}")
@@ -139,8 +139,8 @@ def test_the_checks_alone_find_the_mode_in_a_profile_without_the_runners_observa
     section = dataclasses.replace(anomaly_run.sections[0], process={}, whatif={})
     found = {f.rule: f for f in analyze_section(section, 64).findings}
     f = found["debug-mode"]
-    assert f.evidence["checks"] and not f.evidence["observed"]
-    assert 0 < f.evidence["share"] < 1
+    assert f.evidence.checks and not f.evidence.observed
+    assert 0 < f.evidence.share < 1
 
 
 @pytest.mark.slow
@@ -155,7 +155,7 @@ def test_the_twin_without_the_mode_is_clean_and_the_mode_entered_inside_the_step
     inside = _run("anomaly_in_step", tmp_path)
     assert inside.sections[0].process["anomaly"] is True
     f = _findings(inside)["debug-mode"]
-    assert f.evidence["observed"]
+    assert f.evidence.observed
 
 
 def test_anomaly_off_keeps_the_mode_off_even_inside_detect_anomaly():
@@ -192,7 +192,7 @@ def test_inference_that_builds_autograd_state_is_a_finding(inference_runs):
     assert p["probe_grad_fn"] is True and p["probe_saved_b"] >= 1 << 20
     assert p["training_modules"] == 9 and p["training_layers"] == 2
     f = _findings(built)["inference-autograd"]
-    assert f.evidence["saved_b"] == p["probe_saved_b"] and f.evidence["training_layers"] == 2
+    assert f.evidence.saved_b == p["probe_saved_b"] and f.evidence.training_layers == 2
     q = clean.sections[0].process
     assert q["probe_grad_fn"] is False and q["probe_saved_b"] == 0
     assert q["training_modules"] == 0

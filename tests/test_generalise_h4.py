@@ -112,7 +112,7 @@ def test_a_biased_convolution_before_batchnorm_is_found_only_in_training():
     step. Not in inference (BatchNorm's running statistics keep the bias), not without a
     bias, not when BatchNorm's channels are others, not under the threshold."""
     f = _found(conv_bn_profile())["conv-bias-before-bn"]
-    e = f.evidence
+    e = f.evidence.as_dict()
     assert e["op"] == "aten::conv2d" and e["calls"] == 4 and e["shapes"] == 1
     assert e["share"] == pytest.approx(0.4) and e["bias_visible"] is False
     assert e["bias_time_us"] == 0 and f.ops == [] and f.severity == "low"
@@ -132,7 +132,7 @@ def test_a_bias_added_apart_is_what_the_finding_accounts_for_and_saves():
     quantifiable."""
     p = conv_bn_profile(device=True, add_us=300.0)
     f = _found(p)["conv-bias-before-bn"]
-    assert f.evidence["bias_visible"] and f.evidence["bias_share"] == pytest.approx(0.03)
+    assert f.evidence.bias_visible and f.evidence.bias_share == pytest.approx(0.03)
     assert f.ops == ["aten::add_"]
     s = estimate(f, p)
     assert s.saving_us == pytest.approx(300.0 / 2)  # per step
@@ -274,7 +274,7 @@ def test_live_the_planted_cnn_has_the_finding_and_its_twin_not(tmp_path):
         found[name] = analyze_section(run.sections[0], 16)
     assert "conv-bias-before-bn" not in {f.rule for f in found["conv_no_bias_bn"].findings}
     f = next(f for f in found["conv_bias_bn"].findings if f.rule == "conv-bias-before-bn")
-    e = f.evidence
+    e = f.evidence.as_dict()
     # 7 convolutions a step, over the steps the runner profiled (3 or 4: it sizes the
     # profiled window by the step's time)
     steps = sections["conv_bias_bn"].profile.steps
@@ -297,7 +297,7 @@ def test_the_auto_tuner_off_is_a_finding_only_where_the_runner_saw_it_off():
     imported trace), none where a shape came back less than once a step, none on the
     CPU. To be verified on a GPU."""
     f = _found(gpu_conv_profile(False))["cudnn-benchmark-off"]
-    assert f.evidence["share"] == pytest.approx(0.6) and f.evidence["shapes_known"]
+    assert f.evidence.share == pytest.approx(0.6) and f.evidence.shapes_known
     assert f.severity == "high"
     assert "cudnn-benchmark-off" not in _found(gpu_conv_profile(True))
     assert "cudnn-benchmark-off" not in _found(gpu_conv_profile(None))
@@ -325,7 +325,7 @@ def test_the_auto_tuner_what_if_needs_cuda_and_puts_the_flag_back():
 
 def test_layout_conversions_beside_convolutions_are_a_finding_above_3_percent():
     f = _found(gpu_conv_profile(True, layout_us=1000.0))["channels-last"]
-    assert f.evidence["share"] == pytest.approx(0.1)
+    assert f.evidence.share == pytest.approx(0.1)
     assert f.ops[0].startswith("void cudnn::ops::nchwToNhwcKernel")
     p = gpu_conv_profile(True, layout_us=1000.0)
     assert estimate(f, p).saving_us == pytest.approx(1000.0 / 2)  # removed, per step
@@ -340,8 +340,8 @@ def test_a_recorded_a100_resnet_converts_layouts_around_its_convolutions():
 
     p = read_trace(CORPUS / "10_hta-nccl-a100.json.gz")
     f = _found(p)["channels-last"]
-    assert f.evidence["share"] == pytest.approx(0.0915, abs=0.001)
-    assert f.evidence["kernels"] == 2 and "nchwToNhwcKernel" in f.evidence["op"]
+    assert f.evidence.share == pytest.approx(0.0915, abs=0.001)
+    assert f.evidence.kernels == 2 and "nchwToNhwcKernel" in f.evidence.op
 
 
 def test_channels_last_on_converts_the_model_and_the_batch_and_puts_them_back():
@@ -374,7 +374,7 @@ def test_data_parallel_functions_over_a_tenth_of_the_step_are_a_finding():
     class names; the backward's nodes hold them under the same names and are not counted
     again): 30% of the step here, a finding; 5%, none."""
     f = _found(data_parallel_profile())["data-parallel"]
-    assert f.evidence["share"] == pytest.approx(0.3)
+    assert f.evidence.share == pytest.approx(0.3)
     assert set(f.ops) == {"Broadcast", "Scatter", "Gather", "ReduceAddCoalesced"}
     assert "data-parallel" not in _found(data_parallel_profile(500.0))
     assert RULES["data-parallel"].saving is not None

@@ -52,7 +52,7 @@ def test_no_false_alarm_on_library_models(profiled):
 def test_a_precision_worth_is_the_autocast_timing_on_the_model(profiled):
     name, section, analysis, _ = profiled
     for f, s in analysis.main + analysis.minor:
-        if f.rule != "near-roofline" or not f.evidence.get("faster_dtype"):
+        if f.rule != "near-roofline" or not f.evidence.faster_dtype:
             continue
         timed = (section.whatif or {}).get("near-roofline")
         if not timed:  # the machine was busy and the runner dropped its timings
@@ -60,7 +60,7 @@ def test_a_precision_worth_is_the_autocast_timing_on_the_model(profiled):
             continue
         assert str(timed["fix"]).startswith("autocast-"), (name, timed)
         measured = statistics.fmean(timed["saved_share"])
-        if f.evidence.get("lever_faster"):
+        if f.evidence.lever_faster:
             assert s.measured is not None and s.share(s.saving_us) == pytest.approx(
                 measured, rel=0.30), (name, s, timed)
         else:  # not faster: no precision advice, and no saving from the peaks
@@ -98,4 +98,4 @@ def test_a_dominant_operator_share_is_what_the_raw_trace_shows(profiled):
             self_us[e["name"]] = self_us.get(e["name"], 0.0) + e["dur"]
             stack.append(e)
     total = sum(self_us.values())
-    assert self_us[f.evidence["op"]] / total == pytest.approx(f.evidence["share"], abs=0.005), name
+    assert self_us[f.evidence.op] / total == pytest.approx(f.evidence.share, abs=0.005), name

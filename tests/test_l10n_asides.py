@@ -158,11 +158,12 @@ def test_elementwise_blowups_advice_is_for_what_was_there():
     run = load(RUNS / "cpu-transformer-bloat")
     (f,) = [f for f in analyze_section(run.sections[0], run.target.get("batch_size")).findings
             if f.rule == "elementwise-blowup"]
-    assert f.evidence["materialisers"]
+    assert f.evidence.materialisers
     no_repeat = copy.deepcopy(f)
-    no_repeat.evidence.update(materialisers=[], materialised_share=0.0, pairwise_share=0.4)
+    no_repeat.evidence.materialisers, no_repeat.evidence.materialised_share = [], 0.0
+    no_repeat.evidence.pairwise_share = 0.4
     alone = copy.deepcopy(no_repeat)
-    del alone.evidence["pairwise_share"]
+    alone.evidence.pairwise_share = None
     for lang in LANGUAGES:
         said = {name: render_finding(x, lang).split(ADVICE[lang])[1]
                 for name, x in (("repeat", f), ("no_repeat", no_repeat), ("alone", alone))}

@@ -20,7 +20,7 @@ from reporter.pipeline import profiles_view
 
 def _finding_text(finding: Finding, lang: str) -> str:
     fmt = Fmt(lang)
-    view = {"lang": lang, "on_gpu": finding.evidence.get("basis") == "device",
+    view = {"lang": lang, "on_gpu": finding.evidence.basis == "device",
             "plural": fmt.plural, "f": _finding_view(finding, fmt)}
     return render_markdown(view, template=f"findings/{finding.rule}.md.j2")
 
@@ -48,9 +48,11 @@ def test_fp32_gemm_advice_matches_the_architecture(kernel, fp16_only):
 
 
 def _rule_finding(rule: str, basis: str) -> Finding:
+    # the fields both rules' evidence classes need (their words read them typed)
     evidence = {"basis": basis, "share": 0.5, "threshold": 0.3, "op": "aten::mul",
-                "op_share": 0.4, "calls": 3, "softmax_calls": 3, "materialisers": [],
-                "mem_per_call_b": 0}
+                "op_share": 0.4, "op_time_us": 100.0, "calls": 3, "softmax_calls": 3,
+                "materialisers": [], "materialised_share": 0.0, "others": [],
+                "fast_path": False, "fast_path_encoder": False, "mem_per_call_b": 0}
     return Finding(rule, "high", evidence)
 
 
@@ -140,4 +142,4 @@ def test_fp16_only_advice_is_told_by_the_device_not_the_kernels_prefix(device, f
     profile = _gemm_profile("volta_sgemm_128x64_nn")
     profile.device_name = device
     [finding] = [f for f in analyze(profile) if f.rule == "fp32-gemm"]
-    assert finding.evidence["fp16_only"] is fp16_only
+    assert finding.evidence.fp16_only is fp16_only

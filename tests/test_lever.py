@@ -99,7 +99,7 @@ def test_untimed_the_peaks_ratio_is_an_upper_bound_in_every_language():
     found = _near(analyze_section(section, run.target.get("batch_size")))
     assert found is not None
     f, s = found
-    assert f.evidence["faster_dtype"] == "bf16"
+    assert f.evidence.faster_dtype == "bf16"
     assert s.note == UP_TO_PEAKS and s.measured is None and s.saving_us is None
     assert s.high_us
     reports = {lang: _report(run, lang) for lang in LANGS}
@@ -126,7 +126,7 @@ def test_a_timed_lever_is_worth_what_was_measured_not_the_peaks_ratio():
     f, s = _near(analyze_section(section, run.target.get("batch_size")))
     assert s.note is None and s.measured is not None
     assert s.saving_us == pytest.approx(0.25 * step_us, rel=1e-6)
-    assert f.evidence["lever_timed"] and f.evidence["lever_faster"]
+    assert f.evidence.lever_timed and f.evidence.lever_faster
     en = _report(run, "en")
     assert "timed here on the model's whole step" in en
     assert "25.0% shorter" in en
@@ -141,7 +141,7 @@ def test_a_lever_that_was_not_faster_gives_no_precision_advice():
     run = dataclasses.replace(run, sections=[section, *run.sections[1:]])
     f, s = _near(analyze_section(section, run.target.get("batch_size")))
     assert s.note == NOT_FASTER and not s.saving_us
-    assert f.evidence["lever_timed"] and not f.evidence["lever_faster"]
+    assert f.evidence.lever_timed and not f.evidence.lever_faster
     # a statement worth nothing is a minor line: measured, not faster
     en = _report(run, "en")
     assert "the replacement is not faster on this machine" in en
@@ -166,7 +166,7 @@ def test_live_the_lever_is_timed_on_the_model_itself():
         return
     assert found is not None, [f.rule for f in analysis.findings]
     f, s = found
-    if not f.evidence.get("faster_dtype"):
+    if not f.evidence.faster_dtype:
         assert "near-roofline" not in (section.whatif or {})  # no lever: nothing timed
         return
     disturbed = section.whatif_disturbance is not None and section.whatif_disturbance.disturbed
@@ -174,7 +174,7 @@ def test_live_the_lever_is_timed_on_the_model_itself():
         assert s.note == UP_TO_PEAKS and s.measured is None
         return
     timed = section.whatif["near-roofline"]
-    assert timed["whole_step"] and timed["fix"] == f"autocast-{f.evidence['faster_dtype']}"
+    assert timed["whole_step"] and timed["fix"] == f"autocast-{f.evidence.faster_dtype}"
     assert s.measured is not None and s.note in (None, NOT_FASTER)
     shares = timed["saved_share"]
     mean = sum(shares) / len(shares)

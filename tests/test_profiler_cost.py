@@ -88,20 +88,20 @@ def test_which_findings_the_profiler_distorts():
     assert "aten::fill_" in FIRST_TOUCH
     # 29 times the faults: every share is distorted
     profiler_distortion([fill, mm], COST)
-    assert fill.evidence["profiled_faults"] == 8700 and fill.evidence["first_touch"]
-    assert mm.evidence["unprofiled_faults"] == 300 and not mm.evidence["first_touch"]
+    assert fill.evidence.profiled_faults == 8700 and fill.evidence.first_touch
+    assert mm.evidence.unprofiled_faults == 300 and not mm.evidence.first_touch
     # twice the faults: only the first-touch operators' share
     fill, mm = _finding("aten::fill_"), _finding("aten::mm")
     profiler_distortion([fill, mm], {**COST, "profiled_minor_faults": 600.0})
-    assert fill.evidence["profiled_faults"] == 600 and "profiled_faults" not in mm.evidence
+    assert fill.evidence.profiled_faults == 600 and "profiled_faults" not in mm.evidence
     # a copy writes fresh memory as a fill does; the runner's cost per call goes along
     copy = _finding("aten::copy_")
     profiler_distortion([copy], {**COST, "profiled_minor_faults": 600.0, "call_us": 1.5})
-    assert copy.evidence["first_touch"] and copy.evidence["profiler_call_us"] == 1.5
+    assert copy.evidence.first_touch and copy.evidence.profiler_call_us == 1.5
     # no faults added: nothing said
     fill = _finding("aten::fill_")
     profiler_distortion([fill], {**COST, "profiled_minor_faults": 301.0})
-    assert "profiled_faults" not in fill.evidence
+    assert "profiled_faults" not in fill.evidence.as_dict()
 
 
 WORDS = {"en": ("The profiler distorts these shares", "first touch"),
@@ -182,15 +182,15 @@ def test_page_faults_every_step_are_found_and_their_fix_is_not(tmp_path):
     assert "page-faults" in found, [f.rule for f in analysis.findings]
     f, worth = found["page-faults"]
     faults = cost["unprofiled_minor_faults"] + cost["unprofiled_major_faults"]
-    assert f.evidence["faults"] == round(faults) > 0
+    assert f.evidence.faults == round(faults) > 0
     # a share of the step every share is of: the throughput's where it was timed quietly,
     # else the runner's own unprofiled steps
     t = section.throughput
     step = (t.step_us(run.target["batch_size"]) if t is not None and t.reliable
             else cost["unprofiled_step_us"])
     share = min(1.0, faults * cost["fault_us"] / step)
-    assert f.evidence["share"] == pytest.approx(share, rel=1e-9)
-    assert not f.evidence.get("profiled_faults")  # measured without the profiler
+    assert f.evidence.share == pytest.approx(share, rel=1e-9)
+    assert not f.evidence.profiled_faults  # measured without the profiler
     # the worth is that share of the step timed without the profiler (the throughput's),
     # at least at the cost of a fault spread over the threads: the faults' own time, short
     # of the step by its operators at their roofline, which the fixed step still runs
@@ -279,7 +279,7 @@ def test_the_analysis_estimates_with_the_faults_measured_without_the_profiler():
                                run.target["batch_size"])
     found = {f.rule: (f, s) for f, s in analysis.main + analysis.minor}
     f, worth = found["copy-heavy"]
-    assert f.evidence["first_touch"] and worth.step_us == real_step
+    assert f.evidence.first_touch and worth.step_us == real_step
     share = fault_share(profile, {"aten::copy_"})
     assert share == pytest.approx(120_400 / 130_796)
     assert worth.saving_us == pytest.approx(10_000 * 1.0 * share)

@@ -64,13 +64,13 @@ def test_matrix_bound_models_get_no_alarm(name, gemm, tmp_path):
     near = next(f for f in findings if f.rule == "near-roofline")
     assert near.ops[0] == gemm
     if near.ops == [gemm]:  # one product dominates the step
-        assert near.evidence["roofline_share"] == top.roofline_share
+        assert near.evidence.roofline_share == top.roofline_share
         products_us = top.time_us
     else:  # no single one dominates here (the 2-core machine, Llama): together they bound it
-        assert near.evidence["products"] == len(near.ops) > 1
+        assert near.evidence.products == len(near.ops) > 1
         products_us = sum(o.time_us for o in e.ops if o.name in near.ops)
-    if near.evidence["faster_dtype"]:  # a dtype with a higher measured peak: its saving
-        assert 0 < near.evidence["saving_us"] < products_us
+    if near.evidence.faster_dtype:  # a dtype with a higher measured peak: its saving
+        assert 0 < near.evidence.saving_us < products_us
     for lang, text in _rendered(near).items():
         assert gemm in text and "{{" not in text, (lang, text)
 
@@ -108,10 +108,10 @@ def test_a_step_bound_by_many_products_gets_their_lever(tmp_path):
     assert len(near) == (1 if roofline >= 0.5 else 0), (roofline, [f.rule for f in findings])
     near = [f for f in analyze(section.profile, {"near-roofline": {"roofline": 0.0}}, e)
             if f.rule == "near-roofline"]
-    assert len(near) == 1 and near[0].evidence["products"] == len(matrix) >= 2
-    assert near[0].evidence["roofline_share"] == pytest.approx(roofline)
-    if near[0].evidence["faster_dtype"]:  # a dtype with a higher peak here: its saving
-        assert 0 < near[0].evidence["saving_us"] < time_us
+    assert len(near) == 1 and near[0].evidence.products == len(matrix) >= 2
+    assert near[0].evidence.roofline_share == pytest.approx(roofline)
+    if near[0].evidence.faster_dtype:  # a dtype with a higher peak here: its saving
+        assert 0 < near[0].evidence.saving_us < time_us
     words = {"en": "Matrix products", "ru": "Матричные умножения", "zh": "矩阵乘"}
     for lang, text in _rendered(near[0]).items():
         assert words[lang] in text and "aten::mm" in text and "{{" not in text, text
@@ -135,5 +135,5 @@ def test_a_planted_blow_up_comes_first(tmp_path):
     main, _ = ranked(findings, section.profile, e)
     first, worth = main[0]
     assert first.rule == "elementwise-blowup", [f.rule for f, _ in main]
-    assert "aten::repeat" in first.evidence["materialisers"]
+    assert "aten::repeat" in first.evidence.materialisers
     assert worth.share(worth.saving_us) > 0.3

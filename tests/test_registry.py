@@ -4,8 +4,10 @@ that needs to know about a rule asks the registry instead of naming it."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,8 @@ import pytest
 from reporter.analyze.analyzer import analyze
 from reporter.analyze.findings import RULES, Worth, rule
 from reporter.collect.whatif import RECIPES, timeable
-from reporter.model.finding import Finding, Saving
+from reporter.model.finding import (EVIDENCE, NOT_QUANTIFIABLE, Evidence, Finding, Saving,
+                                    evidence_from)
 from reporter.model.profile import Op, Profile
 from reporter.render.languages import codes, language
 from reporter.render.report import environment
@@ -33,7 +36,7 @@ def test_a_rule_without_a_saving_model_is_refused():
     with pytest.raises(TypeError):
         rule("no-saving", share=0.1)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="saving model"):
-        rule("no-saving", saving=None, share=0.1)(  # type: ignore[arg-type]
+        rule("no-saving", saving=None, evidence=Evidence, share=0.1)(  # type: ignore[arg-type]
             lambda p, limits: None)
     assert "no-saving" not in RULES
 
@@ -89,7 +92,16 @@ def registry(monkeypatch):
         monkeypatch.setattr(f"reporter.analyze.{module}.RULES", copy)
     for module in ("recipes", "precision"):  # the what-ifs' modules that read it
         monkeypatch.setattr(f"reporter.collect.whatif.{module}.RULES", copy)
-    return copy
+    evidence = dict(EVIDENCE)  # the evidence classes by rule id (model.finding)
+    yield copy
+    EVIDENCE.clear()
+    EVIDENCE.update(evidence)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Planted(Evidence):
+    basis: str
+    share: float
 
 
 def test_a_rule_added_in_one_place_is_detected_ranked_explains_and_is_timed(registry):
@@ -104,10 +116,11 @@ def test_a_rule_added_in_one_place_is_detected_ranked_explains_and_is_timed(regi
     def worth(w: Worth) -> Saving:
         return Saving(w.accounts_us, 1234.0, 1000.0, 1500.0, w.step_us)
 
-    @rule("planted", saving=worth, explains=lambda f, d: d.ops == ["aten::conv2d"],
-          whatif=WhatIf("attention"), share=0.5)
+    @rule("planted", saving=worth, evidence=Planted,
+          explains=lambda f, d: d.ops == ["aten::conv2d"], whatif=WhatIf("attention"),
+          share=0.5)
     def planted(profile: Profile, limits: dict[str, float]) -> Finding | None:
-        return Finding("planted", "high", {"basis": "cpu", "share": limits["share"]},
+        return Finding("planted", "high", Planted(basis="cpu", share=limits["share"]),
                        ops=["aten::relu"])
 
     assert "planted" in registry
@@ -116,11 +129,121 @@ def test_a_rule_added_in_one_place_is_detected_ranked_explains_and_is_timed(regi
     (f, s), = ranked(found, _profile())[0]
     assert s.saving_us == 1234.0 and s.accounts_us == pytest.approx(5000)
     assert timeable(found) == ["planted"]
-    assert analyze(_profile(), {"planted": {"share": 0.7}})[0].evidence["share"] == 0.7
+    assert analyze(_profile(), {"planted": {"share": 0.7}})[0].evidence.share == 0.7
 
 
 def test_the_planted_rule_did_not_stay():
-    assert "planted" not in RULES
+    assert "planted" not in RULES and "planted" not in EVIDENCE
+
+
+# A finding's evidence ----------------------------------------------------------------
+
+def test_every_rule_returns_its_declared_evidence_and_it_reads_back_from_its_json():
+    """Each rule's finding carries the evidence class it declared (``@rule(...,
+    evidence=)``), and its JSON (``--json``, a stored finding) reads back as the same
+    class with the same keys, in their order."""
+    from test_findings import _finding_for
+
+    for rule_id, r in RULES.items():
+        assert r.evidence is not Evidence and EVIDENCE[rule_id] is r.evidence, rule_id
+        f = _finding_for(rule_id)
+        assert type(f.evidence) is r.evidence, (rule_id, type(f.evidence))
+        keys = {k: v for k, v in f.to_dict().items() if k not in ("rule", "severity", "ops")}
+        back = evidence_from(rule_id, keys)
+        assert type(back) is r.evidence and back.as_dict() == keys, rule_id
+        assert list(back.as_dict()) == list(keys), rule_id
+
+
+def test_a_rule_must_declare_and_return_its_evidence(registry):
+    def worth(w: Worth) -> Saving:
+        return w.unquantified()
+
+    with pytest.raises(ValueError, match="evidence"):
+        rule("no-evidence", saving=worth, evidence=Evidence, share=0.1)(
+            lambda p, limits: None)
+
+    @rule("planted", saving=worth, evidence=Planted, share=0.5)
+    def planted(profile: Profile, limits: dict[str, float]) -> Finding | None:
+        # another rule's evidence, or the plain one a dict without its fields makes
+        return Finding("planted", "high", {"share": 0.9})
+
+    with pytest.raises(TypeError, match="'planted' returned Evidence, not its evidence Planted"):
+        analyze(_profile())
+
+
+def test_an_old_record_with_other_keys_reads_back_safely():
+    """A stored finding's keys that no field declares stay (``extra``, in the JSON); one
+    that lacks a field its rule's class needs reads as the plain Evidence, whose shared
+    fields the stages after detection read, and its rule's own saving model then says
+    the profile cannot tell."""
+    ev = evidence_from("slow-copies", {"basis": "step", "share": 0.2, "gone_us": 5.0})
+    assert type(ev) is Evidence and ev.share == 0.2 and ev.basis == "step"
+    assert ev.as_dict() == {"basis": "step", "share": 0.2, "gone_us": 5.0}
+    r = RULES["slow-copies"]
+    f = Finding("slow-copies", "high", ev)
+    w = Worth(f, _profile(), None, [f], 1, 10_000.0, 2000.0, None)
+    assert r.saving(w).note == NOT_QUANTIFIABLE
+    from test_findings import _finding_for
+
+    known = _finding_for("sync-stall").to_dict()
+    ev = evidence_from("sync-stall", {**{k: v for k, v in known.items()
+                                         if k not in ("rule", "severity", "ops")},
+                                      "renamed_share": 0.1})
+    assert type(ev) is RULES["sync-stall"].evidence and ev.extra == {"renamed_share": 0.1}
+    assert list(ev.as_dict())[-1] == "renamed_share"
+    assert evidence_from("no-such-rule", {"share": 0.5}).share == 0.5
+
+
+# What a float field of an evidence class holds, where its name carries no unit: each
+# exception says why.
+UNITLESS = {
+    "threshold": "the share a rule fires above (a limit on ``share``)",
+    "updates_per_step": "a count: per-tensor updates per optimizer step",
+    "calls_per_step": "a count: calls a step, averaged over the steps",
+    "per_step": "a count: graph breaks a step",
+    "launches_per_step": "a count: kernel launches a step, averaged",
+}
+# Unit suffixes: times, bytes, FLOP/s, GB/s; shares are ``share`` or ``*_share``.
+UNITS = ("_us", "_ms", "_s", "_b", "_fps", "_gbps")
+
+
+def test_evidence_fields_that_hold_quantities_name_their_units():
+    found = []
+    for rule_id, cls in EVIDENCE.items():
+        hints = typing.get_type_hints(cls)
+        for fld in dataclasses.fields(cls):
+            hint = hints[fld.name]
+            if fld.name == "extra" or float not in (typing.get_args(hint) or (hint,)):
+                continue
+            if fld.name == "share" or fld.name.endswith("_share") \
+                    or fld.name.endswith(UNITS) or fld.name in UNITLESS:
+                continue
+            found.append(f"{rule_id}: {cls.__name__}.{fld.name}")
+    assert found == []
+
+
+def test_a_field_named_for_a_unit_holds_a_number():
+    """The other way round: ``*_us``, ``*_b``, ``share``... hold a number (a flag or a
+    name under a unit's name reads as a quantity in the words and the JSON)."""
+    found = []
+    for rule_id, cls in EVIDENCE.items():
+        hints = typing.get_type_hints(cls)
+        for fld in dataclasses.fields(cls):
+            named = fld.name == "share" or fld.name.endswith(("_share", *UNITS))
+            kinds = set(typing.get_args(hints[fld.name]) or (hints[fld.name],)) - {type(None)}
+            if named and not kinds <= {int, float}:
+                found.append(f"{rule_id}: {cls.__name__}.{fld.name}")
+    assert found == []
+
+
+def test_the_unit_check_sees_a_float_without_its_unit(monkeypatch):
+    @dataclasses.dataclass(kw_only=True)
+    class Bad(Evidence):
+        wait: float  # a time without _us
+
+    monkeypatch.setitem(EVIDENCE, "bad", Bad)
+    with pytest.raises(AssertionError, match="Bad.wait"):
+        test_evidence_fields_that_hold_quantities_name_their_units()
 
 
 # A device test written as a string test: "is it a GPU" is the device record's

@@ -60,10 +60,10 @@ def test_elementwise_blowup_fires_above_30_percent_only():
     assert "elementwise-blowup" not in rules_of(below)
     (f,) = [f for f in analyze(above) if f.rule == "elementwise-blowup"]
     # The share holds the time of repeat, which materialises the blow-up.
-    assert f.evidence["op"] == "aten::mul" and f.evidence["share"] == pytest.approx(31.5 / 100.5)
-    assert f.evidence["materialised_share"] == pytest.approx(0.5 / 100.5)
-    assert f.evidence["mem_per_call_b"] == 2 << 20
-    assert f.evidence["materialisers"] == ["aten::repeat"]
+    assert f.evidence.op == "aten::mul" and f.evidence.share == pytest.approx(31.5 / 100.5)
+    assert f.evidence.materialised_share == pytest.approx(0.5 / 100.5)
+    assert f.evidence.mem_per_call_b == 2 << 20
+    assert f.evidence.materialisers == ["aten::repeat"]
 
 
 def test_in_place_updates_are_no_blowup():
@@ -82,18 +82,18 @@ def test_device_time_is_the_basis_on_a_gpu_profile():
                 op("void elementwise_kernel", device=64, kind="kernel"),
                 op("volta_sgemm_64x64_nn", device=36, kind="kernel"), device=True)
     (f,) = [f for f in analyze(p) if f.rule == "elementwise-blowup"]
-    assert f.evidence["basis"] == "device" and f.evidence["share"] == pytest.approx(0.64)
+    assert f.evidence.basis == "device" and f.evidence.share == pytest.approx(0.64)
 
 
 def test_copy_heavy_names_the_kind_of_copy():
     slices = profile(op("aten::copy_", cpu=40), op("aten::mm", cpu=60),
                      op("struct torch::autograd::CopySlices", cpu=1, kind="op"))
     (f,) = [f for f in analyze(slices) if f.rule == "copy-heavy"]
-    assert "copyslices" in f.evidence["kinds"]
+    assert "copyslices" in f.evidence.kinds
     transfer = profile(op("aten::copy_", cpu=30, total=30), op("aten::to", cpu=1, total=31),
                        op("aten::mm", cpu=69))
     (f,) = [f for f in analyze(transfer) if f.rule == "copy-heavy"]
-    assert f.evidence["kinds"] == ["transfer"]
+    assert f.evidence.kinds == ["transfer"]
     assert "copy-heavy" not in rules_of(profile(op("aten::copy_", cpu=19), op("aten::mm", cpu=81)))
 
 
@@ -103,7 +103,7 @@ def test_dataloader_bound_uses_the_step_wall_time():
                    total=120, kind="dataloader"),
                 op("aten::mm", cpu=900))
     (f,) = [f for f in analyze(p) if f.rule == "dataloader-bound"]
-    assert f.evidence["share"] == pytest.approx(0.12)
+    assert f.evidence.share == pytest.approx(0.12)
     p.ops[1].cpu_total_us = 90
     assert "dataloader-bound" not in rules_of(p)
 
@@ -122,7 +122,7 @@ def test_dataloader_bound_when_workers_deliver_batches_in_pairs():
                             host_us={"data": [0.0, 200_000.0, 0.0],
                                      "forward": [50_000.0] * 3})
     (f,) = [f for f in analyze(p) if f.rule == "dataloader-bound"]
-    assert f.evidence["share"] == pytest.approx(200 / 350) and f.evidence["multiprocess"]
+    assert f.evidence.share == pytest.approx(200 / 350) and f.evidence.multiprocess
 
 
 def test_dominant_operator_only_when_nothing_more_specific_explains_it():
@@ -192,7 +192,7 @@ def test_dropout_cost_fires_on_a_dropout_heavy_mlp_and_not_on_its_fix(tmp_path):
     from reporter.ingest.traces import read_trace
 
     shaped = read_trace(trace, shapes=True)
-    live = {f.rule: f for f in analyze(shaped)}["dropout-cost"].evidence
+    live = {f.rule: f for f in analyze(shaped)}["dropout-cost"].evidence.as_dict()
     assert backward_us > 0 and live["backward_us"] == pytest.approx(backward_us, rel=1e-6)
     assert live["share"] == pytest.approx((dropout_us + backward_us) / shaped.self_cpu_us,
                                           rel=1e-6)
@@ -297,9 +297,9 @@ def test_a_loop_over_time_steps_is_weighed_without_the_faults_the_profiler_added
     assert touched == pytest.approx(writers - 29_080)  # their time beyond their faults
     (f,) = [f for f in analyze(p) if f.rule == "per-sample-loop"]
     both = 25_800 + 11_900 * 3
-    assert f.evidence["op_time_us"] == pytest.approx(both)
-    assert f.evidence["share"] == pytest.approx(both / (1_241_000 - 3 * touched))
-    assert f.evidence["faults_added_us"] == pytest.approx(3 * touched)
+    assert f.evidence.op_time_us == pytest.approx(both)
+    assert f.evidence.share == pytest.approx(both / (1_241_000 - 3 * touched))
+    assert f.evidence.faults_added_us == pytest.approx(3 * touched)
     s = estimate(f, p, real_step_us=80_000)
     assert s.step_us == 80_000
     # the module's time a step, at the ratio of the unprofiled step to the rest
@@ -328,10 +328,10 @@ def test_an_unfused_attention_owns_the_bytes_of_its_scores_scaling():
         Op("aten::mul", calls=2, self_cpu_us=30, cpu_total_us=30, self_cpu_mem_b=3 << 20,
            input_shapes="[[8, 4, 96, 96], [8, 4, 96, 96]]")]
     (f,) = [f for f in analyze(p) if f.rule == "unfused-attention"]
-    assert f.evidence["scale_b"] == 14 << 20
+    assert f.evidence.scale_b == 14 << 20
     p.ops_by_shape = p.ops_by_shape[:1]
     (f,) = [f for f in analyze(p) if f.rule == "unfused-attention"]
-    assert "scale_b" not in f.evidence
+    assert "scale_b" not in f.evidence.as_dict()
 
 
 def test_on_a_busy_machine_the_loop_is_weighed_against_the_profiled_step(tmp_path):
@@ -361,7 +361,7 @@ def test_on_a_busy_machine_the_loop_is_weighed_against_the_profiled_step(tmp_pat
 
     quiet = found(loop)
     assert "per-sample-loop" in quiet
-    assert quiet["per-sample-loop"][0].evidence["faults_added_us"] > 0
+    assert quiet["per-sample-loop"][0].evidence.faults_added_us > 0
     busy = found(replace(loop, throughput=None))  # no step timed quietly
     # 61 ms of 1.24 s profiled: under the threshold, as the profiled step says
     assert "per-sample-loop" not in busy, busy.get("per-sample-loop")
@@ -388,13 +388,13 @@ def test_dropout_counts_the_backward_multiply_by_its_mask():
         return p
 
     found = {f.rule: f for f in analyze(train(6))}["dropout-cost"]
-    assert found.evidence["backward_us"] == pytest.approx(3 * 60)
-    assert found.evidence["mask_backward"] is True
-    assert found.evidence["op_time_us"] == pytest.approx(1000 + 180)
+    assert found.evidence.backward_us == pytest.approx(3 * 60)
+    assert found.evidence.mask_backward is True
+    assert found.evidence.op_time_us == pytest.approx(1000 + 180)
     # inference: the forward's multiplies only, no backward
     inference = {f.rule: f for f in analyze(train(3))}["dropout-cost"]
-    assert inference.evidence["backward_us"] == 0 and not inference.evidence["mask_backward"]
-    assert inference.evidence["op_time_us"] == pytest.approx(1000)
+    assert inference.evidence.backward_us == 0 and not inference.evidence.mask_backward
+    assert inference.evidence.op_time_us == pytest.approx(1000)
 
 
 def _plain_trace(name: str, path: Path) -> Path:
@@ -453,10 +453,10 @@ def test_a_blow_up_owns_the_dense_copies_of_its_operands_and_no_other_copy():
         Op("aten::contiguous", calls=1, cpu_total_us=50, input_shapes=small),
         Op("aten::clone", calls=1, cpu_total_us=45, input_shapes=small)]
     blowup = next(f for f in analyze(p) if f.rule == "elementwise-blowup")
-    assert blowup.evidence["materialisers"] == ["aten::contiguous"]
+    assert blowup.evidence.materialisers == ["aten::contiguous"]
     total = p.self_cpu_us
-    assert blowup.evidence["materialised_share"] == pytest.approx(200 / total)  # not 250
-    assert blowup.evidence["share"] == pytest.approx((300 + 100 + 200) / total)
+    assert blowup.evidence.materialised_share == pytest.approx(200 / total)  # not 250
+    assert blowup.evidence.share == pytest.approx((300 + 100 + 200) / total)
 
 
 @pytest.mark.parametrize("peak_gib,fires", [(2, False), (60, True), (76, True)])
@@ -490,7 +490,7 @@ def test_fp64_compute_fires_on_a_float64_mlp_and_not_on_its_fix(tmp_path):
     assert "fp64-compute" in found
     profile = sections["float64_mlp"].profile
     fp64_us = sum(c["time_us"] for c in profile.costs if c["dtype"] == "fp64")
-    assert found["fp64-compute"].evidence["share"] == pytest.approx(
+    assert found["fp64-compute"].evidence.share == pytest.approx(
         fp64_us / profile.self_cpu_us, rel=1e-9)
     assert "aten::mm" in found["fp64-compute"].ops or "aten::addmm" in found["fp64-compute"].ops
     assert "fp64-compute" not in {f.rule for f in

@@ -4,6 +4,7 @@ a language's templates keep few control tags of their own."""
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 
@@ -68,9 +69,11 @@ def test_a_slot_without_a_sentence_is_one_line_not_silence():
     env.globals["say"] = say
     template = env.from_string('{{ say("steps") }}', globals={})
     template.name = "findings/cpu-side-padding.md.j2"
+    from reporter.model.finding import Evidence
+
     with pytest.raises(jinja2.UndefinedError, match="over_steps"):
-        template.render(f={"rule": "cpu-side-padding", "steps": 4})
-    assert template.render(f={"rule": "cpu-side-padding", "steps": 1}) == ""
+        template.render(f={"rule": "cpu-side-padding", "evidence": Evidence(steps=4)})
+    assert template.render(f={"rule": "cpu-side-padding", "evidence": Evidence(steps=1)}) == ""
 
 
 def _count(folder: Path) -> int:
@@ -124,9 +127,15 @@ def test_a_count_of_all_is_said_as_all():
     assert REPORT["busy_windows"].pick({"all_windows": True, "of": 3}) == "all_windows_disturbed"
     assert REPORT["busy_windows"].pick({"all_windows": True, "of": 2}) == "both_windows_disturbed"
     assert REPORT["busy_windows"].pick({"all_windows": False, "of": 2}) == "some_windows_disturbed"
+    from test_findings import _finding_for
+
+    def launch(steps: int, dry_steps: int) -> dict:
+        e = copy.copy(_finding_for("launch-overhead").evidence)
+        e.steps, e.dry_steps = steps, dry_steps
+        return {"f": {"evidence": e}}
     dry = finding_choices("launch-overhead")["dry"]
-    assert dry.pick({"f": {"steps": 2, "dry_steps": 2}}) == "dry_in_both_steps"
-    assert dry.pick({"f": {"steps": 3, "dry_steps": 3}}) == "dry_in_all_steps"
+    assert dry.pick(launch(2, 2)) == "dry_in_both_steps"
+    assert dry.pick(launch(3, 3)) == "dry_in_all_steps"
 
 
 def test_a_saving_at_the_top_of_its_range_is_up_to_and_a_count_per_step_is_whole():

@@ -232,9 +232,9 @@ def test_a_timed_attention_adds_the_page_faults_of_its_tensors(tmp_path):
     analysis = analyze_run(run)[0]
     found = {f.rule: (f, s) for f, s in analysis.main + analysis.minor}
     f, worth = found["unfused-attention"]
-    assert f.evidence["scale_b"] > 0  # the scores' division, by shape
+    assert f.evidence.scale_b > 0  # the scores' division, by shape
     share = fault_share(run.sections[0].profile,
-                        set(f.ops), f.evidence["scale_b"])
+                        set(f.ops), f.evidence.scale_b)
     assert 0 < share < 1
     faults_ms = 3000 * 1.0 * share / 1e3
     assert worth.measured == {"before_ms": 6.0, "after_ms": 4.5, "faults_ms":
@@ -245,7 +245,7 @@ def test_a_timed_attention_adds_the_page_faults_of_its_tensors(tmp_path):
     owned = {n for o in others for n in finding_ops(o)}
     pf = found["page-faults"][1]
     inside = fault_share(run.sections[0].profile, owned,
-                         sum(o.evidence.get("scale_b") or 0.0 for o in others))
+                         sum(o.evidence.freed_b() for o in others))
     assert share <= inside < 1
     # the faults' own time, a share of the throughput's step, not of the runner's
     assert pf.accounts_us == pytest.approx(3000 * 1.0, rel=1e-6)

@@ -188,7 +188,7 @@ def test_the_runner_times_a_transformers_models_switch_and_the_advice_names_it(
     timed = section.whatif.get("unfused-attention")
     # what fired and what was tried, should it not have been timed (it failed once in CI,
     # 2026-11-30, with nothing timed, failed or noted, and passed before and after)
-    fired = [(f.rule, f.evidence.get("share"))
+    fired = [(f.rule, f.evidence.share)
              for f in analyze_section(section, eager_run.target.get("batch_size")).findings]
     assert timed is not None, (section.whatif, section.whatif_note, section.whatif_failed,
                                fired)
@@ -203,7 +203,7 @@ def test_the_runner_times_a_transformers_models_switch_and_the_advice_names_it(
     (folder / "run.json").write_text(run_to_json(eager_run))
     assert load(folder).sections[0].whatif["unfused-attention"]["faults"] == timed["faults"]
     f = next(f for f in analyze_section(section, 2).findings if f.rule == "unfused-attention")
-    assert f.evidence["sdpa_transformers"] and not f.evidence["sdpa_need_weights"]
+    assert f.evidence.sdpa_transformers and not f.evidence.sdpa_need_weights
     words = {"en": "this is a transformers model on its eager attention",
              "ru": "это модель transformers с eager-реализацией attention",
              "zh": "这是一个 transformers 模型，Attention 用的是 eager 实现"}

@@ -168,7 +168,7 @@ def test_the_runner_times_the_models_step_with_its_dropout_off(dropout_run):
     assert "dropout-cost" not in dropout_run.sections[1].whatif  # inference: none ran
     batch = dropout_run.target["batch_size"]
     f = next(f for f in analyze_section(train, batch).findings if f.rule == "dropout-cost")
-    assert f.evidence["timed_off"]
+    assert f.evidence.timed_off
     real_step_us = train.throughput.step_us(batch)
     main, minor = ranked([f], train.profile, None, train.whatif, real_step_us)
     s = dict((g.rule, s) for g, s in main + minor)["dropout-cost"]
@@ -389,7 +389,7 @@ def test_a_targets_own_fix_is_timed_through_the_runner(tmp_path):
     assert timed["after_ms"] < timed["before_ms"]
     f = next(f for f in analyze_section(run.sections[0], 256).findings
              if f.rule == "dropout-cost")
-    assert f.evidence["timed_off"] is False  # not reporter's "every dropout off"
+    assert f.evidence.timed_off is False  # not reporter's "every dropout off"
 
 
 def test_a_targets_own_fix_that_raises_leaves_the_run_whole(tmp_path):

@@ -9,7 +9,7 @@ and never prose: the explanation and the advice live in
 The registry, ``Finding`` and the helpers rules share are in reporter.analyze.findings
 (and re-exported here). To add a rule: write the function in the family module of
 reporter.analyze.rules it belongs to, decorate it with ``@rule("my-id", saving=...,
-says=..., share=...)`` (its whole story: see findings.Rule), and add
+evidence=..., says=..., share=...)`` (its whole story: see findings.Rule), and add
 ``findings/my-id.md.j2`` and its name in ``terms.j2`` (``rule``) to every language folder
 (docs/adding-a-rule.md; tests/test_registry.py and tests/test_i18n.py walk the registry).
 
@@ -75,6 +75,9 @@ def analyze(profile: Profile, overrides: dict[str, dict[str, float]] | None = No
         if r.func is not None:
             finding = r.func(profile, {**r.limits, **overrides.get(r.id, {})})
             if finding is not None:
+                if type(finding.evidence) is not r.evidence:
+                    raise TypeError(f"rule {r.id!r} returned {type(finding.evidence).__name__}"
+                                    f", not its evidence {r.evidence.__name__}")
                 found.append(finding)
     found = [f for f in found if not (RULES[f.rule].catch_all and _explained(f, found))]
     if efficiency is not None and not isinstance(efficiency, str):
@@ -84,10 +87,11 @@ def analyze(profile: Profile, overrides: dict[str, dict[str, float]] | None = No
     if compiled(profile) is not None:
         # The model is compiled already: a finding's advice says so instead of "compile it".
         for f in found:
-            f.evidence["compiled"] = True
+            f.evidence.compiled = True
     for f in found:  # what a total in the evidence is over (the report says "over N steps")
-        f.evidence.setdefault("steps", profile.steps)
-    found.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.evidence.get("share", 0.0)))
+        if f.evidence.steps is None:
+            f.evidence.steps = profile.steps
+    found.sort(key=lambda f: (SEVERITIES.index(f.severity), -(f.evidence.share or 0.0)))
     return found
 
 
@@ -209,18 +213,19 @@ def profiler_distortion(findings: list[Finding], cost: dict[str, Any] | None,
     everywhere = more >= FAULTS_MORE and with_ >= FAULTS_RATIO * max(without, 1.0)
     fresh = writers(profile) if profile is not None else WRITERS
     for f in findings:
-        if f.evidence.get("unprofiled"):
+        if f.evidence.unprofiled:
             continue  # measured without the profiler: nothing of it to distort
-        names = {*f.ops, str(f.evidence.get("op") or "")}
+        names = {*f.ops, str(f.evidence.op or "")}
         first_touch = bool(names & fresh)
         if not (everywhere or first_touch):
             continue
-        f.evidence.update({"profiled_faults": round(with_), "unprofiled_faults": round(without),
-                           "profiled_faults_step_us": step_with,
-                           "unprofiled_faults_step_us": timed_us or step_without,
-                           "first_touch": first_touch})
+        e = f.evidence
+        e.profiled_faults, e.unprofiled_faults = round(with_), round(without)
+        e.profiled_faults_step_us = step_with
+        e.unprofiled_faults_step_us = timed_us or step_without
+        e.first_touch = first_touch
         if call_us is not None:
-            f.evidence["profiler_call_us"] = call_us
+            e.profiler_call_us = call_us
 
 
 def whatif_notes(findings: list[Finding], whatif: dict[str, Any] | None) -> None:

@@ -35,8 +35,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ..model.choice import OVER_STEPS, f, when
-from ..model.finding import Finding, Saving
+from ..model.choice import OVER_STEPS, of, when
+from ..model.finding import Evidence, Finding, Saving, opt
 from ..model.profile import KIND_ANNOTATION, KIND_KERNEL, KIND_OP, Op, Profile
 from . import savings
 from .findings import Worth, rule, step_wall_us
@@ -250,10 +250,24 @@ def _compile_time(w: Worth) -> Saving:
     return Saving(us, us, us, us, w.step_us, host_saving=True)
 
 
-_SAYS_RECOMPILATION = {"steps": OVER_STEPS, "ids": when("compile_ids", f("compile_ids"))}
+_SAYS_RECOMPILATION = {"steps": OVER_STEPS,
+                       "ids": when("compile_ids", lambda v: of(Recompilation)(v).compile_ids)}
 
 
-@rule("recompilation", says=_SAYS_RECOMPILATION,
+@dataclass(kw_only=True)
+class Recompilation(Evidence):
+    basis: str  # "step"
+    share: float  # compiling's share of the compiled steps
+    threshold: float
+    op_time_us: float  # compiling
+    step_us: float
+    steps: int | None = opt()
+    calls: int  # compilations
+    compile_ids: list[str]  # "F/C" of what was compiled
+    frames: list[str]  # the frames compiled again
+
+
+@rule("recompilation", says=_SAYS_RECOMPILATION, evidence=Recompilation,
       saving=_compile_time, share=0.03)
 def recompilation(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """torch.compile compiled inside the profiled window, after its warm-up: a guard
@@ -265,20 +279,34 @@ def recompilation(profile: Profile, limits: dict[str, float]) -> Finding | None:
     if share < limits["share"]:
         return None
     return Finding("recompilation", "high" if share >= 0.25 else "medium",
-                   {"basis": "step", "share": share, "threshold": limits["share"],
-                    "op_time_us": c.compile_us, "step_us": c.step_us, "steps": c.steps,
-                    "calls": len(c.compile_ids) or 1,
-                    "compile_ids": c.compile_ids, "frames": c.recompiled})
+                   Recompilation(basis="step", share=share, threshold=limits["share"],
+                                 op_time_us=c.compile_us, step_us=c.step_us, steps=c.steps,
+                                 calls=len(c.compile_ids) or 1,
+                                 compile_ids=c.compile_ids, frames=c.recompiled))
 
 
 _SAYS_GRAPH_BREAK = {
     "steps": OVER_STEPS,
-    "pairs": when("break_pairs", f("pairs")),
-    "lookup": when("guard_checks_after", f("lookup")),
+    "pairs": when("break_pairs", lambda v: of(GraphBreak)(v).pairs),
+    "lookup": when("guard_checks_after", lambda v: of(GraphBreak)(v).lookup_us is not None),
 }
 
 
-@rule("graph-break", says=_SAYS_GRAPH_BREAK,
+@dataclass(kw_only=True)
+class GraphBreak(Evidence):
+    basis: str  # "step"
+    share: float  # the time between the compiled regions, of the compiled steps
+    threshold: float
+    op_time_us: float
+    step_us: float
+    steps: int | None = opt()
+    calls: int  # graph breaks
+    per_step: float  # graph breaks a step
+    lookup_us: float | None = opt()  # Dynamo's guard checks after a break
+    pairs: list[str]  # the regions a break lies between, most frequent first
+
+
+@rule("graph-break", says=_SAYS_GRAPH_BREAK, evidence=GraphBreak,
       saving=savings.unquantified, share=0.03)
 def graph_break(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """A compiled call split by graph breaks: between its regions the host runs eager
@@ -292,8 +320,8 @@ def graph_break(profile: Profile, limits: dict[str, float]) -> Finding | None:
     if share < limits["share"]:
         return None
     return Finding("graph-break", "high" if share >= 0.25 else "medium",
-                   {"basis": "step", "share": share, "threshold": limits["share"],
-                    "op_time_us": c.break_us, "step_us": c.step_us, "steps": c.steps,
-                    "calls": c.breaks, "per_step": c.breaks / c.steps,
-                    **({"lookup_us": c.break_lookup_us} if c.break_lookup_us > 0 else {}),
-                    "pairs": sorted(c.break_pairs, key=lambda k: -c.break_pairs[k])})
+                   GraphBreak(basis="step", share=share, threshold=limits["share"],
+                              op_time_us=c.break_us, step_us=c.step_us, steps=c.steps,
+                              calls=c.breaks, per_step=c.breaks / c.steps,
+                              lookup_us=c.break_lookup_us if c.break_lookup_us > 0 else None,
+                              pairs=sorted(c.break_pairs, key=lambda k: -c.break_pairs[k])))

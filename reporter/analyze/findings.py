@@ -11,10 +11,10 @@ analyzer, the savings and the runner read the record; none of them names a rule.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypedDict
 
 from ..model.choice import Choice
-from ..model.finding import NOT_QUANTIFIABLE, Finding, Saving
+from ..model.finding import EVIDENCE, NOT_QUANTIFIABLE, Evidence, Finding, Saving
 from ..model.profile import KIND_ANNOTATION, KIND_DATALOADER, KIND_OP, Op, Profile
 from .efficiency import Efficiency
 
@@ -98,7 +98,9 @@ class Rule:
     - ``about_products``: its finding speaks of the step's matrix products (no separate
       near-roofline statement beside it);
     - ``says``: the sentences its findings' words choose between, by slot
-      (reporter.model.choice; placed by reporter.render.sentences).
+      (reporter.model.choice; placed by reporter.render.sentences);
+    - ``evidence``: the class of its findings' evidence (reporter.model.finding.Evidence),
+      declared beside its detection: what it found, with units in the field names.
     """
 
     id: str
@@ -116,6 +118,7 @@ class Rule:
     host_work: bool = False
     about_products: bool = False
     says: Mapping[str, Choice] = field(default_factory=dict)
+    evidence: type[Evidence] = Evidence
 
 
 RULES: dict[str, Rule] = {}
@@ -126,28 +129,34 @@ def _register(rule_id: str, **fields: Any) -> None:
         raise ValueError(f"rule id {rule_id!r} registered twice")
     if not callable(fields.get("saving")):
         raise ValueError(f"rule {rule_id!r} has no saving model")
+    evidence = fields.get("evidence")
+    if not (isinstance(evidence, type) and issubclass(evidence, Evidence)
+            and evidence is not Evidence):
+        raise ValueError(f"rule {rule_id!r} declares no evidence class of its own")
     RULES[rule_id] = Rule(rule_id, order=len(RULES), **fields)
+    EVIDENCE[rule_id] = evidence
 
 
-def rule(rule_id: str, *, saving: SavingModel,
+def rule(rule_id: str, *, saving: SavingModel, evidence: type[Evidence],
          explains: Callable[[Finding, Finding], bool] | None = None, catch_all: bool = False,
          symptom: Callable[[Profile, Saving], bool] | None = None,
          whatif: WhatIf | None = None, frees: bool = False, keeps_work: bool = False,
          host_work: bool = False, about_products: bool = False,
          says: Mapping[str, Choice] | None = None,
          **limits: float) -> Callable[[RuleFunc], RuleFunc]:
-    """Register a rule under a stable id with its saving model, the rest of its story
-    (see ``Rule``) and its default thresholds."""
+    """Register a rule under a stable id with its saving model, its evidence class, the
+    rest of its story (see ``Rule``) and its default thresholds."""
     def register(func: RuleFunc) -> RuleFunc:
         _register(rule_id, func=func, limits=dict(limits), saving=saving, explains=explains,
                   catch_all=catch_all, symptom=symptom, whatif=whatif, frees=frees,
                   keeps_work=keeps_work, host_work=host_work, about_products=about_products,
-                  says=dict(says or {}))
+                  says=dict(says or {}), evidence=evidence)
         return func
     return register
 
 
-def statement(rule_id: str, *, saving: SavingModel, about_products: bool = False,
+def statement(rule_id: str, *, saving: SavingModel, evidence: type[Evidence],
+              about_products: bool = False,
               says: Mapping[str, Choice] | None = None, whatif: WhatIf | None = None,
               **limits: float) -> Callable[[DeriveFunc], DeriveFunc]:
     """Register a statement: a finding made after the rules ran, from their findings and
@@ -155,7 +164,8 @@ def statement(rule_id: str, *, saving: SavingModel, about_products: bool = False
     ``whatif``, as a rule's, is timed by the runner when the statement is made."""
     def register(derive: DeriveFunc) -> DeriveFunc:
         _register(rule_id, func=None, limits=dict(limits), saving=saving, derive=derive,
-                  about_products=about_products, says=dict(says or {}), whatif=whatif)
+                  about_products=about_products, says=dict(says or {}), whatif=whatif,
+                  evidence=evidence)
         return derive
     return register
 
@@ -188,7 +198,17 @@ def share(ops: list[Op], b: Basis) -> float:
     return float(sum(getattr(o, b.attr) for o in ops)) / b.total_us
 
 
-def op_evidence(op: Op, b: Basis) -> dict[str, Any]:
+class OpFields(TypedDict):
+    """An operator's fields in a finding's evidence (``op_evidence``)."""
+
+    op: str
+    op_share: float
+    op_time_us: float
+    calls: int
+    mem_per_call_b: int
+
+
+def op_evidence(op: Op, b: Basis) -> OpFields:
     mem = op.self_device_mem_b if b.name == "device" else op.self_cpu_mem_b
     return {"op": op.name, "op_share": share([op], b), "op_time_us": getattr(op, b.attr),
             "calls": op.calls, "mem_per_call_b": int(mem / op.calls) if op.calls else 0}

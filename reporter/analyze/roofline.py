@@ -5,12 +5,14 @@ are the step's shape, and the lever left is a dtype with a higher peak on this m
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
-from ..model.choice import always, either, f, first, when
-from ..model.finding import Finding
+from ..model.choice import Values, always, either, first, of, when
+from ..model.finding import Evidence, Finding, nullable, opt
 from . import savings
 from .findings import RULES, Rule, WhatIf, statement
+from .rules.operators import DominantOperator
 
 # An operator at this share of its roofline or more runs as well as can be expected.
 NEAR_ROOFLINE = 0.5
@@ -26,20 +28,64 @@ DEVICE_BOUND = 0.5
 LEVER_DTYPES = ("tf32", "bf16", "fp16")
 
 
+def _near(v: Values) -> NearRoofline:
+    return of(NearRoofline)(v)
+
+
 _SAYS_NEAR_ROOFLINE = {
-    "what": either("products_at_roofline", "operator_at_roofline", f("products")),
-    "which": either("these_products", "this_operator", f("products")),
-    "how": either("with_tf32", "with_autocast", lambda v: v["f"]["faster_dtype"] == "tf32"),
+    "what": either("products_at_roofline", "operator_at_roofline", lambda v: _near(v).products),
+    "which": either("these_products", "this_operator", lambda v: _near(v).products),
+    "how": either("with_tf32", "with_autocast", lambda v: _near(v).faster_dtype == "tf32"),
     # the lever timed on the model (the step under autocast or TF32, whatif.lever_step),
     # else the peaks' ratio, an upper bound
     "lever": first(("lower_precision_not_faster",
-                    lambda v: v["f"].get("lever_timed") and not v["f"].get("lever_faster")),
-                   ("lower_precision_timed", f("lever_timed")),
-                   ("lower_precision", f("faster_dtype")),
+                    lambda v: _near(v).lever_timed and not _near(v).lever_faster),
+                   ("lower_precision_timed", lambda v: _near(v).lever_timed),
+                   ("lower_precision", lambda v: _near(v).faster_dtype),
                    ("no_faster_dtype", always)),
-    "also": when("also", lambda v: v["f"].get("faster_dtype") and (
-        not v["f"].get("lever_timed") or v["f"].get("lever_faster"))),
+    "also": when("also", lambda v: _near(v).faster_dtype and (
+        not _near(v).lever_timed or _near(v).lever_faster)),
 }
+
+
+@dataclass(kw_only=True)
+class NearRoofline(Evidence):
+    """A dominant operator's evidence (rules.operators.DominantOperator, less its
+    threshold), or that of the products together (``_matrix_bound``), and the lever."""
+
+    basis: str
+    share: float  # the operator's (the products') share of the basis
+    op: str  # the operator (the largest product)
+    op_share: float
+    # the dominant operator's, where it was one (DominantOperator)
+    op_time_us: float | None = opt()
+    calls: int | None = opt()
+    mem_per_call_b: int | None = opt()
+    matrix_op: bool | None = opt()
+    most: bool | None = opt()
+    calls_per_step: float | None = opt()
+    step_calls: int | None = opt()
+    growing: bool | None = opt()
+    module: str | None = opt()
+    forward_at: str | None = opt()
+    first_elements: int | None = opt()
+    last_elements: int | None = opt()
+    loop_us: float | None = opt()
+    others: list[str] | None = opt()  # the next products (of several)
+    products: int  # how many products together (0: one operator)
+    roofline_share: float  # their time at the roofline, of their time
+    achieved_fps: float
+    # the lever (_lever): the products' peak and dtype, the peaks' source, a faster dtype
+    # on this machine, its peak, and what it would save at most a step
+    peak_fps: float
+    dtype: str
+    source: str | None = nullable()
+    faster_dtype: str | None = nullable()
+    faster_fps: float | None = nullable()
+    saving_us: float | None = nullable()
+    saving_share: float | None = nullable()
+    lever_timed: bool | None = opt()  # the lever timed on the model's step (_lever_timed)
+    lever_faster: bool | None = opt()  # and faster there
 
 
 def _lever_timed(f: Finding, timed: dict[str, Any]) -> None:
@@ -48,11 +94,13 @@ def _lever_timed(f: Finding, timed: dict[str, Any]) -> None:
     shares = timed.get("saved_share")
     if not timed.get("whole_step") or not isinstance(shares, list) or not shares:
         return
-    f.evidence["lever_timed"] = True
-    f.evidence["lever_faster"] = sum(float(x) for x in shares) / len(shares) > 0
+    if isinstance(f.evidence, NearRoofline):
+        f.evidence.lever_timed = True
+        f.evidence.lever_faster = sum(float(x) for x in shares) / len(shares) > 0
 
 
-@statement("near-roofline", says=_SAYS_NEAR_ROOFLINE, about_products=True,
+@statement("near-roofline", says=_SAYS_NEAR_ROOFLINE, evidence=NearRoofline,
+           about_products=True,
            saving=savings.peaks_bound, roofline=NEAR_ROOFLINE, share=MATRIX_BOUND,
            whatif=WhatIf("lower-precision", notes=_lever_timed))
 def near_roofline(found: list[Finding], efficiency: Any, limits: dict[str, float]
@@ -70,7 +118,8 @@ def near_roofline(found: list[Finding], efficiency: Any, limits: dict[str, float
         g = _near_roofline(finding, efficiency, limits) if _rule(finding).catch_all \
             else finding
         if g is not None and g is not finding and bound is not None \
-                and not finding.evidence.get("most", True) and set(g.ops) <= set(bound.ops):
+                and isinstance(finding.evidence, DominantOperator) \
+                and not finding.evidence.most and set(g.ops) <= set(bound.ops):
             g, bound = bound, None
         kept.append(g)
     out = [f for f in kept if f is not None]
@@ -102,19 +151,33 @@ def _near_roofline(dominant: Finding, efficiency: Any, limits: dict[str, float]
     """A dominant matrix operator that runs near its roofline: not a problem but the
     step's shape. Its lever: a dtype with a higher peak on this machine, worth the
     operator's time x (1 - its peak / the faster one) per step, if any."""
-    row = next((o for o in efficiency.ops if o.name == dominant.evidence["op"]), None)
+    row = next((o for o in efficiency.ops if o.name == dominant.evidence.op), None)
     if row is None or not row.matrix or row.bound != "compute" or \
             row.roofline_share < limits["roofline"]:
         return dominant
-    return Finding("near-roofline", "low", {
-        **{k: v for k, v in dominant.evidence.items() if k != "threshold"},
+    # the dominant operator's keys, in their order (its call site's ``source`` takes the
+    # lever's value there, as a dict's key would)
+    return Finding("near-roofline", "low", NearRoofline.from_dict({
+        **{k: v for k, v in dominant.evidence.as_dict().items() if k != "threshold"},
         "products": 0,  # one operator (see _matrix_bound for several)
         "roofline_share": row.roofline_share, "achieved_fps": row.achieved_flops,
         **_lever(efficiency, row.dtypes, row.time_us),
-    }, ops=dominant.ops)
+    }), ops=dominant.ops)
 
 
-def _lever(efficiency: Any, dtypes: list[str], time_us: float) -> dict[str, Any]:
+class Lever(TypedDict):
+    """The near-roofline lever's fields (``_lever``)."""
+
+    peak_fps: float
+    dtype: str
+    source: str | None
+    faster_dtype: str | None
+    faster_fps: float | None
+    saving_us: float | None
+    saving_share: float | None
+
+
+def _lever(efficiency: Any, dtypes: list[str], time_us: float) -> Lever:
     """The near-roofline lever: the peak of ``dtypes`` (the products' own), the dtype with
     the highest peak above it on this machine (fp32 aside), and what ``time_us`` of
     products would save at that peak, per step: an upper bound (the products' other costs,
@@ -146,10 +209,10 @@ def _matrix_bound(efficiency: Any, limits: dict[str, float]) -> Finding | None:
     if roofline < limits["roofline"]:
         return None
     flops = sum(o.flops for o in rows)
-    return Finding("near-roofline", "low", {
-        "basis": efficiency.basis, "share": time_us / efficiency.total_us,
-        "op": rows[0].name, "op_share": time_us / efficiency.total_us,
-        "others": [o.name for o in rows[1:5]], "products": len(rows),
-        "roofline_share": roofline, "achieved_fps": flops / time_us * 1e6,
+    return Finding("near-roofline", "low", NearRoofline(
+        basis=efficiency.basis, share=time_us / efficiency.total_us,
+        op=rows[0].name, op_share=time_us / efficiency.total_us,
+        others=[o.name for o in rows[1:5]], products=len(rows),
+        roofline_share=roofline, achieved_fps=flops / time_us * 1e6,
         **_lever(efficiency, sorted({d for o in rows for d in o.dtypes}), time_us),
-    }, ops=[o.name for o in rows])
+    ), ops=[o.name for o in rows])

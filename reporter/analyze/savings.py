@@ -81,9 +81,9 @@ IDLE = ("idle_data", "idle_sync", "idle_latency", "idle_queued", "idle_host")
 
 def _accounted(f: Finding, profile: Profile, n: int, step: float) -> float | None:
     """The finding's time per step, from its share of its basis; at most the step."""
-    share, basis = f.evidence.get("share"), f.evidence.get("basis")
+    share, basis = f.evidence.share, f.evidence.basis
     # a share of the step less the page faults the profiler added (per-sample-loop)
-    added = f.evidence.get("faults_added_us") if basis == "step" else None
+    added = f.evidence.profiler_faults_us() if basis == "step" else None
     total = {"device": profile.self_device_us, "cpu": profile.self_cpu_us,
              "step": step_wall_us(profile) - (float(added) if added else 0.0)}.get(str(basis))
     if share is None or total is None:
@@ -114,7 +114,7 @@ def matrix_roof(names: list[str], eff: Efficiency | str | None) -> float:
 
 def _host_basis(f: Finding) -> bool:
     """Whether the finding's share is of host time (CPU time or the profiled step)."""
-    return f.evidence.get("basis") in ("cpu", "step")
+    return f.evidence.basis in ("cpu", "step")
 
 
 # The shared saving models ---------------------------------------------------
@@ -173,7 +173,7 @@ def beyond_roofline(w: Worth) -> Saving:
 
 def stated(w: Worth) -> Saving:
     """The finding's evidence holds its saving per step already (``saving_us``)."""
-    saving = w.finding.evidence.get("saving_us")
+    saving = w.finding.evidence.saving_us
     if saving is None:
         return w.unquantified()
     return Saving(w.accounts_us, saving, saving, saving, w.step_us)
@@ -183,7 +183,7 @@ def peaks_bound(w: Worth) -> Saving:
     """The evidence holds the most its fix could save per step (``saving_us``, from the
     peaks' ratio): the worth is "up to" that (``high_us``, note ``UP_TO_PEAKS``), an upper
     bound and never a saving, until the runner times the fix."""
-    bound = w.finding.evidence.get("saving_us")
+    bound = w.finding.evidence.saving_us
     if bound is None:
         return w.unquantified()
     return Saving(w.accounts_us, None, None, bound, w.step_us, UP_TO_PEAKS)
@@ -269,7 +269,7 @@ def idle_left() -> Callable[[Worth], Saving]:
         # it was found by is the device's busy time, which no fix removes ("about 19.6 ms
         # per step; it accounts for 1.19 ms" read as a contradiction)
         s = replace(waited("idle_host")(w), accounts_us=None)
-        named = max((float(o.evidence.get("op_time_us") or 0.0) for o in w.others
+        named = max((float(o.evidence.op_time_us or 0.0) for o in w.others
                      if o.rule in RULES and RULES[o.rule].host_work), default=0.0) / max(w.steps, 1)
         if s.saving_us is None or named <= 0:
             return s

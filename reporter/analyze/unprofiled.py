@@ -25,7 +25,7 @@ def _steps(profile: Profile) -> tuple[int, float]:
 def finding_ops(f: Finding) -> set[str]:
     """The operators a finding's time is of: its ``ops`` and the ``materialisers`` of its
     evidence (a blow-up's copies)."""
-    return {*f.ops, *(str(m) for m in f.evidence.get("materialisers") or [])}
+    return {*f.ops, *f.evidence.fresh_ops()}
 
 
 def profiler_call_us(profile: Profile, step_us: float, real_step_us: float) -> float:
@@ -112,15 +112,15 @@ def unprofiled_factor(f: Finding, profile: Profile, step_us: float,
     rows = [o for o in profile.ops if o.kind == KIND_OP and o.name in names
             and o.self_cpu_us > 0]
     own = sum(o.self_cpu_us for o in rows)
-    measured = f.evidence.get("profiler_call_us")
-    if f.evidence.get("first_touch"):
+    measured = f.evidence.profiler_call_us
+    if f.evidence.first_touch:
         if real_step_us < step_us and own > 0 and isinstance(measured, (int, float)) \
                 and measured > 0:
             factor = _faulted_factor(rows, own, profile, step_us, real_step_us,
                                      float(measured))
             n, _ = _steps(profile)
             return min(1.0, max(factor, unprofiled_floor(names, profile, eff) * n / own))
-    elif not f.evidence.get("unprofiled"):  # (a share of the unprofiled step already)
+    elif not f.evidence.unprofiled:  # (a share of the unprofiled step already)
         # the profiler slowed any other operator by its cost per call only: the first
         # touch it added is the writers' (first_touch_us)
         step_us -= first_touch_us(profile)
@@ -195,7 +195,7 @@ def owned_fault_share(profile: Profile, findings: Sequence[Finding]) -> float:
     (``finding_ops``), the bytes their evidence's ``scale_b`` adds, and, where a fix frees
     its tensors, what they hold at the peak (``freed_ops``)."""
     return fault_share(profile, {n for f in findings for n in finding_ops(f)},
-                       sum(float(f.evidence.get("scale_b") or 0.0) for f in findings),
+                       sum(f.evidence.freed_b() for f in findings),
                        {n for f in findings for n in freed_ops(f)})
 
 

@@ -11,7 +11,9 @@ choose; tests/test_sentences.py holds each language to word every one of them.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
+
+from .finding import Evidence
 
 Values = Any  # the values where the slot is: a jinja2 Context, or what a sentence is about
 Test = Callable[[Values], Any]
@@ -42,17 +44,34 @@ def first(*cases: tuple[str | None, Test]) -> Choice:
     return Choice(tuple(n for n, _ in cases if n), pick)
 
 
-# Tests over a finding's values: its view ``f`` (the evidence, formatted) and the report's
-# own values (``on_gpu``).
+# Tests over a finding's values: its evidence, as its rule's class (``of``: mypy checks
+# the fields a test reads), and the report's own values (``on_gpu``).
 
-def f(key: str) -> Test:
-    """A value of the finding's view (None when it has none)."""
-    return lambda v: v["f"].get(key)
+E = TypeVar("E", bound=Evidence)
 
 
-def kind(name: str) -> Test:
-    """The finding's ``kinds`` hold ``name``."""
-    return lambda v: name in v["f"]["kinds"]
+def evidence(v: Values) -> Evidence:
+    """The finding's evidence (its view carries it: report_view._finding_view)."""
+    e = v["f"]["evidence"]
+    if not isinstance(e, Evidence):
+        raise TypeError(f"a finding's words read {type(e).__name__}, not its evidence")
+    return e
+
+
+def of(cls: type[E]) -> Callable[[Values], E]:
+    """The finding's evidence as its rule's class, whose fields mypy checks:
+    ``of(SyncStall)(v).item_calls``."""
+    def get(v: Values) -> E:
+        e = evidence(v)
+        if not isinstance(e, cls):
+            raise TypeError(f"a {cls.__name__} finding's words read {type(e).__name__}")
+        return e
+    return get
+
+
+def steps(v: Values) -> int:
+    """The profiled steps a total in the evidence is over (0: not said)."""
+    return evidence(v).steps or 0
 
 
 def always(v: Values) -> bool:
@@ -64,6 +83,6 @@ def on_gpu(v: Values) -> bool:
 
 
 # A time summed over the profiled steps says so ("over 4 steps").
-OVER_STEPS = when("over_steps", lambda v: v["f"]["steps"] > 1)
+OVER_STEPS = when("over_steps", lambda v: steps(v) > 1)
 # zh says "all the recorded steps" where the others say nothing
-OVER_STEPS_OR_ALL = either("over_steps", "all_steps", lambda v: v["f"]["steps"] > 1)
+OVER_STEPS_OR_ALL = either("over_steps", "all_steps", lambda v: steps(v) > 1)

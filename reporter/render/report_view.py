@@ -78,8 +78,10 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
     (``x_share``) become percentages, ``x_fps`` a FLOP/s rate, ints get an ``x_text``
     with digit grouping, operator names become inline code.
     """
-    view: dict[str, Any] = {"rule": f.rule, "severity": f.severity}
-    for key, value in f.evidence.items():
+    # the evidence itself, for the rule's sentence choices (reporter.model.choice.of)
+    view: dict[str, Any] = {"rule": f.rule, "severity": f.severity, "evidence": f.evidence}
+    ev = f.evidence.as_dict()  # its fields by name, as the JSON has them
+    for key, value in ev.items():
         if key.endswith("_us"):
             view[key[:-3]] = fmt.time(value)
         elif key.endswith("_b"):  # under 1 KiB, or negative (memory freed): not said
@@ -98,38 +100,38 @@ def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[st
             view[key] = fmt.num(value)
     # The profiled steps a total in the evidence (``op_time``, ``step``...) is over: the
     # templates say "over N steps" when there are several.
-    steps = f.evidence.get("steps")
+    steps = f.evidence.steps
     view["steps"] = steps if isinstance(steps, int) and not isinstance(steps, bool) else 0
     view["steps_text"] = fmt.int(view["steps"])
     for key in _COUNTS:  # counts averaged over the steps: whole, as counts are
-        if isinstance(f.evidence.get(key), (int, float)):
-            view[key], view[f"{key}_n"] = fmt.count(f.evidence[key]), round(f.evidence[key])
+        if isinstance(ev.get(key), (int, float)):
+            view[key], view[f"{key}_n"] = fmt.count(ev[key]), round(ev[key])
     for key in _AVERAGED_COUNTS:
-        if isinstance(f.evidence.get(key), float):
-            view[key], view[f"{key}_n"] = fmt.count(f.evidence[key]), round(f.evidence[key])
+        if isinstance(ev.get(key), float):
+            view[key], view[f"{key}_n"] = fmt.count(ev[key]), round(ev[key])
     # a finding with no share of the step (inference-autograd: memory, and work outside
     # the step measured here): a dash where a comparison lists findings by their share
     view.setdefault("share", "—")
     view.setdefault("compiled", False)  # set by the analyzer on a compiled model's findings
-    view["op"] = md_name(f.evidence["op"]) if f.evidence.get("op") else ""
+    view["op"] = md_name(f.evidence.op) if f.evidence.op else ""
     view.setdefault("matrix_op", False)  # dominant-operator's: the rule decides
     view.setdefault("faults_added", None)  # per-sample-loop's, where the profiler added faults
     for key in ("materialisers", "others"):
-        view[key] = [md_name(n) for n in f.evidence.get(key, [])]
+        view[key] = [md_name(n) for n in ev.get(key, [])]
     view["products_named"] = [view["op"], *view["others"]]  # near-roofline's products
-    made = f.evidence.get("materialised_share")
+    made = ev.get("materialised_share")
     if isinstance(made, float) and 0 < made < 0.0005:  # not "0.0%" for copies that cost little
         view["materialised_share"] = markup.Md("<" + fmt.pct(0.001))  # "<" then a digit: text
-    if saving is not None and saving.saving_us is not None and "saving_us" in f.evidence:
+    if saving is not None and saving.saving_us is not None and "saving_us" in ev:
         # A saving the evidence states (savings.stated) is of the profiled step; the worth
         # line below it, of the step without the profiler: the sentence says the latter.
         view["saving"] = fmt.time(saving.saving_us)
-        if "saving_share" in f.evidence and saving.step_us:  # its share, of the same step
+        if "saving_share" in ev and saving.step_us:  # its share, of the same step
             view["saving_share"] = fmt.pct(saving.share(saving.saving_us))
     elif saving is not None and saving.note == UP_TO_PEAKS and saving.high_us is not None \
-            and "saving_us" in f.evidence:  # the bound the evidence states, of that step
+            and "saving_us" in ev:  # the bound the evidence states, of that step
         view["saving"] = fmt.time(saving.high_us)
-        if "saving_share" in f.evidence and saving.step_us:
+        if "saving_share" in ev and saving.step_us:
             view["saving_share"] = fmt.pct(saving.share(saving.high_us))
     if saving is not None:  # what the finding is worth (reporter.analyze.savings)
         upper = saving.high_us if saving.note in BOUNDS else None

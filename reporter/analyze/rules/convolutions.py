@@ -5,11 +5,12 @@ convolutions run in NCHW."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from ...model import vendors
-from ...model.choice import OVER_STEPS, either, f, when
-from ...model.finding import Finding, Saving
+from ...model.choice import OVER_STEPS, either, of, when
+from ...model.finding import Evidence, Finding, Saving, opt
 from ...model.profile import Op, Profile
 from .. import savings
 from ..findings import WhatIf, Worth, basis, operators, rule
@@ -80,7 +81,8 @@ def _bias_adds(profile: Profile, keys: set[tuple[int, int, int]]) -> list[Op]:
 def _conv_bias_timed(f: Finding, timed: dict[str, Any]) -> None:
     """Whether the saving was timed with those convolutions' bias taken away
     (whatif.conv_bias_step)."""
-    f.evidence["timed_no_bias"] = timed.get("fix") == "conv-bias-off"
+    if isinstance(f.evidence, ConvBiasBeforeBn):
+        f.evidence.timed_no_bias = timed.get("fix") == "conv-bias-off"
 
 
 def _bias_saving(w: Worth) -> Saving:
@@ -88,22 +90,40 @@ def _bias_saving(w: Worth) -> Saving:
     time, per step (after a cuDNN convolution); where the kernel adds it (oneDNN), the
     profile cannot tell, and the saving is timed on the model or not quantified. The
     finding accounts for the convolutions that carry the bias."""
-    add_us = float(w.finding.evidence.get("bias_time_us") or 0.0)
+    e = w.finding.evidence
+    add_us = float(e.bias_time_us or 0.0) if isinstance(e, ConvBiasBeforeBn) else 0.0
     if add_us <= 0:
         return w.unquantified()
     per_step = add_us / max(w.steps, 1)
     return Saving(w.accounts_us, per_step, per_step, per_step, w.step_us,
-                  host_saving=w.finding.evidence.get("basis") != "device")
+                  host_saving=e.basis != "device")
 
 
 _SAYS_CONV_BIAS = {
     "steps": OVER_STEPS,
-    "bias": either("bias_added_apart", "bias_in_the_kernel", f("bias_visible")),
-    "timed": when("timed_without_the_bias", f("timed_no_bias")),
+    "bias": either("bias_added_apart", "bias_in_the_kernel",
+                   lambda v: of(ConvBiasBeforeBn)(v).bias_visible),
+    "timed": when("timed_without_the_bias", lambda v: of(ConvBiasBeforeBn)(v).timed_no_bias),
 }
 
 
-@rule("conv-bias-before-bn", says=_SAYS_CONV_BIAS, saving=_bias_saving,
+@dataclass(kw_only=True)
+class ConvBiasBeforeBn(Evidence):
+    basis: str
+    share: float  # the biased convolutions' share of the basis
+    threshold: float
+    op: str  # the first of them
+    conv_time_us: float
+    calls: int
+    shapes: int  # their input shapes
+    bias_visible: bool  # ATen adds the bias apart (after a cuDNN convolution)
+    bias_time_us: float  # those additions
+    bias_share: float
+    timed_no_bias: bool | None = opt()  # timed without the bias (_conv_bias_timed)
+
+
+@rule("conv-bias-before-bn", says=_SAYS_CONV_BIAS, evidence=ConvBiasBeforeBn,
+      saving=_bias_saving,
       whatif=WhatIf("conv-bias-off", notes=_conv_bias_timed), share=0.05)
 def conv_bias_before_bn(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Convolutions with a bias whose output goes into BatchNorm, in a training step, take
@@ -131,11 +151,11 @@ def conv_bias_before_bn(profile: Profile, limits: dict[str, float]) -> Finding |
     adds = _bias_adds(profile, {k for o in rows for k in [_biased_conv(o)] if k})
     add_us = sum(getattr(o, inclusive) for o in adds)
     return Finding("conv-bias-before-bn", "low",
-                   {"basis": b.name, "share": conv_share, "threshold": limits["share"],
-                    "op": rows[0].name, "conv_time_us": conv_us,
-                    "calls": sum(o.calls for o in rows), "shapes": len(rows),
-                    "bias_visible": add_us > 0, "bias_time_us": add_us,
-                    "bias_share": add_us / b.total_us},
+                   ConvBiasBeforeBn(basis=b.name, share=conv_share, threshold=limits["share"],
+                                    op=rows[0].name, conv_time_us=conv_us,
+                                    calls=sum(o.calls for o in rows), shapes=len(rows),
+                                    bias_visible=add_us > 0, bias_time_us=add_us,
+                                    bias_share=add_us / b.total_us),
                    # not the convolutions: their time stays (a dominant convolution is
                    # another finding's)
                    ops=["aten::add_"] if add_us > 0 else [])
@@ -165,18 +185,32 @@ def _recurring_shapes(profile: Profile) -> bool | None:
 
 
 def _benchmark_timed(f: Finding, timed: dict[str, Any]) -> None:
-    f.evidence["timed_benchmark"] = timed.get("fix") == "cudnn-benchmark"
+    if isinstance(f.evidence, CudnnBenchmarkOff):
+        f.evidence.timed_benchmark = timed.get("fix") == "cudnn-benchmark"
+
+
+@dataclass(kw_only=True)
+class CudnnBenchmarkOff(Evidence):
+    basis: str  # "device"
+    share: float  # the convolutions' share of the device time
+    threshold: float
+    op: str  # the longest convolution row
+    conv_time_us: float
+    calls: int
+    shapes_known: bool  # the input shapes were recorded (and recur each step)
+    timed_benchmark: bool | None = opt()  # timed with the auto-tuner on (_benchmark_timed)
 
 
 _SAYS_CUDNN_BENCHMARK = {
     "steps": OVER_STEPS,
     "shapes": either("same_shapes_each_step", "shapes_not_recorded",
-                     lambda v: v["f"]["shapes_known"]),
-    "timed": when("timed_with_benchmark", f("timed_benchmark")),
+                     lambda v: of(CudnnBenchmarkOff)(v).shapes_known),
+    "timed": when("timed_with_benchmark", lambda v: of(CudnnBenchmarkOff)(v).timed_benchmark),
 }
 
 
-@rule("cudnn-benchmark-off", says=_SAYS_CUDNN_BENCHMARK, saving=savings.unquantified,
+@rule("cudnn-benchmark-off", says=_SAYS_CUDNN_BENCHMARK, evidence=CudnnBenchmarkOff,
+      saving=savings.unquantified,
       whatif=WhatIf("cudnn-benchmark", notes=_benchmark_timed), share=0.20, high=0.50)
 def cudnn_benchmark_off(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """On a GPU, convolutions take over ``share`` of the device time with
@@ -198,10 +232,10 @@ def cudnn_benchmark_off(profile: Profile, limits: dict[str, float]) -> Finding |
         return None
     top = max(rows, key=lambda o: o.device_total_us)
     return Finding("cudnn-benchmark-off", severity(s, limits["high"]),
-                   {"basis": "device", "share": s, "threshold": limits["share"],
-                    "op": top.name, "conv_time_us": conv_us,
-                    "calls": sum(o.calls for o in conv_rows(profile)),
-                    "shapes_known": recurring is not None},
+                   CudnnBenchmarkOff(basis="device", share=s, threshold=limits["share"],
+                                     op=top.name, conv_time_us=conv_us,
+                                     calls=sum(o.calls for o in conv_rows(profile)),
+                                     shapes_known=recurring is not None),
                    ops=[o.name for o in rows])
 
 
@@ -214,16 +248,30 @@ LAYOUT_KERNEL = vendors.pattern("layout_kernels", re.IGNORECASE)
 
 
 def _layout_timed(f: Finding, timed: dict[str, Any]) -> None:
-    f.evidence["timed_channels_last"] = timed.get("fix") == "nhwc-layout"
+    if isinstance(f.evidence, ChannelsLast):
+        f.evidence.timed_channels_last = timed.get("fix") == "nhwc-layout"
+
+
+@dataclass(kw_only=True)
+class ChannelsLast(Evidence):
+    basis: str  # "device"
+    share: float  # the layout conversions' share of the device time
+    threshold: float
+    op: str  # the longest conversion kernel
+    op_time_us: float
+    calls: int
+    kernels: int
+    timed_channels_last: bool | None = opt()  # timed in channels_last (_layout_timed)
 
 
 _SAYS_CHANNELS_LAST = {
     "steps": OVER_STEPS,
-    "timed": when("timed_in_channels_last", f("timed_channels_last")),
+    "timed": when("timed_in_channels_last",
+                  lambda v: of(ChannelsLast)(v).timed_channels_last),
 }
 
 
-@rule("channels-last", says=_SAYS_CHANNELS_LAST, saving=savings.removed,
+@rule("channels-last", says=_SAYS_CHANNELS_LAST, evidence=ChannelsLast, saving=savings.removed,
       whatif=WhatIf("nhwc-layout", notes=_layout_timed), share=0.03, high=0.15)
 def channels_last(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """On a GPU, cuDNN's layout conversion kernels (NCHW to NHWC and back) take over
@@ -242,7 +290,7 @@ def channels_last(profile: Profile, limits: dict[str, float]) -> Finding | None:
     if not kernels or s <= limits["share"]:
         return None
     return Finding("channels-last", severity(s, limits["high"]),
-                   {"basis": "device", "share": s, "threshold": limits["share"],
-                    "op": kernels[0].name, "op_time_us": us,
-                    "calls": sum(o.calls for o in kernels), "kernels": len(kernels)},
+                   ChannelsLast(basis="device", share=s, threshold=limits["share"],
+                                op=kernels[0].name, op_time_us=us,
+                                calls=sum(o.calls for o in kernels), kernels=len(kernels)),
                    ops=[o.name for o in kernels])

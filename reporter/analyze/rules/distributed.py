@@ -2,34 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
-from ...model.choice import Values, OVER_STEPS, always, either, first
-from ...model.finding import Finding
+from ...model.choice import Values, OVER_STEPS, always, either, first, of
+from ...model.finding import Evidence, Finding, opt
 from ...model.profile import Profile
 from .. import savings
 from ..findings import rule, step_share
 from ._common import severity
 
 
-def _cause(v: Values) -> Any:
+def _cause(v: Values) -> str:
     """What made the straggler's extra time (stragglers.of_traces: compute, host, ...)."""
-    return v["f"]["cause"]
+    return of(StragglerRank)(v).cause
 
 
 def _on_host(v: Values) -> bool:
     """The ranks ran on the CPU (gloo): no device time to split."""
-    return v["f"]["device"] is False
+    return of(StragglerRank)(v).device is False
 
 
 _SAYS_STRAGGLER_RANK = {
-    "others": either("the_other_rank", "the_other_ranks", lambda v: v["f"]["ranks"] == 2),
+    "others": either("the_other_rank", "the_other_ranks",
+                     lambda v: of(StragglerRank)(v).ranks == 2),
     "others_wait": either(
-        "the_other_rank_waits", "the_other_ranks_wait", lambda v: v["f"]["ranks"] == 2
+        "the_other_rank_waits", "the_other_ranks_wait",
+        lambda v: of(StragglerRank)(v).ranks == 2
     ),
     # two ranks: the other one's step, not "the others' median" (review C-E)
     "reference": either("than_the_other_rank", "than_the_others_median",
-                        lambda v: v["f"]["ranks"] == 2),
+                        lambda v: of(StragglerRank)(v).ranks == 2),
     "cause": either("host_cause", "device_cause", _on_host),
     "advice": first(
         ("balance_host_work", lambda v: _on_host(v) and _cause(v) == "compute"),
@@ -42,7 +44,31 @@ _SAYS_STRAGGLER_RANK = {
 }
 
 
-@rule("straggler-rank", says=_SAYS_STRAGGLER_RANK,
+@dataclass(kw_only=True)
+class StragglerRank(Evidence):
+    basis: str  # "step"
+    share: float  # the slowest rank's extra time, of its step
+    threshold: float
+    rank: str  # the slowest rank
+    ranks: int
+    cause: str  # what most of its extra time is (stragglers.CAUSES)
+    device: bool  # the ranks ran on a device (else on the CPU: gloo)
+    op_time_us: float  # its extra time a step
+    saving_us: float  # the same: what the others wait for it
+    slowest_step_us: float
+    reference_step_us: float  # the others' median step (the other rank's, of two)
+    # its extra time by cause (stragglers.CAUSES)
+    compute_us: float | None = opt()
+    communication_us: float | None = opt()
+    host_us: float | None = opt()
+    waiting_us: float | None = opt()
+    calls: int  # 0
+
+
+_CAUSES = ("compute", "communication", "host", "waiting")
+
+
+@rule("straggler-rank", says=_SAYS_STRAGGLER_RANK, evidence=StragglerRank,
       saving=savings.stated, share=0.05, high=0.20)
 def straggler_rank(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """One rank's step is longer than the others' by more than ``share``: in every
@@ -52,19 +78,35 @@ def straggler_rank(profile: Profile, limits: dict[str, float]) -> Finding | None
         return None
     by = s["extra_by_cause_us"]
     return Finding("straggler-rank", severity(s["extra_share"], limits["high"]),
-                   {"basis": "step", "share": s["extra_share"], "threshold": limits["share"],
-                    "rank": str(s["slowest"]).replace("rank ", ""), "ranks": len(s["ranks"]),
-                    "cause": s["cause"], "device": bool(s.get("device", True)),
-                    "op_time_us": s["extra_us"],
-                    "saving_us": s["extra_us"], "slowest_step_us": s["slowest_step_us"],
-                    "reference_step_us": s["reference_step_us"],
-                    **{f"{cause}_us": by[cause] for cause in by}, "calls": 0})
+                   StragglerRank(basis="step", share=s["extra_share"], threshold=limits["share"],
+                                 rank=str(s["slowest"]).replace("rank ", ""),
+                                 ranks=len(s["ranks"]), cause=s["cause"],
+                                 device=bool(s.get("device", True)), op_time_us=s["extra_us"],
+                                 saving_us=s["extra_us"], slowest_step_us=s["slowest_step_us"],
+                                 reference_step_us=s["reference_step_us"],
+                                 compute_us=by.get("compute"),
+                                 communication_us=by.get("communication"),
+                                 host_us=by.get("host"), waiting_us=by.get("waiting"),
+                                 calls=0,
+                                 extra={f"{c}_us": us for c, us in by.items() if c not in _CAUSES}))
 
 
 _SAYS_COMMUNICATION_BOUND = {"steps": OVER_STEPS}
 
 
-@rule("communication-bound", says=_SAYS_COMMUNICATION_BOUND,
+@dataclass(kw_only=True)
+class CommunicationBound(Evidence):
+    basis: str  # "step"
+    share: float  # the collectives' share of the profiled steps
+    threshold: float
+    op_time_us: float  # the collectives' time
+    step_us: float
+    overlap_share: float  # of it, hidden behind compute
+    exposed_us: float  # the rest
+    calls: int  # 0
+
+
+@rule("communication-bound", says=_SAYS_COMMUNICATION_BOUND, evidence=CommunicationBound,
       saving=savings.waited("communication"), share=0.10,
       high=0.30)
 def communication_bound(profile: Profile, limits: dict[str, float]) -> Finding | None:
@@ -76,10 +118,12 @@ def communication_bound(profile: Profile, limits: dict[str, float]) -> Finding |
         return None
     overlap = (profile.comm_overlap_us or 0.0) / profile.comm_us
     return Finding("communication-bound", severity(s, limits["high"]),
-                   {"basis": "step", "share": s, "threshold": limits["share"],
-                    "op_time_us": profile.comm_us, "step_us": wall, "overlap_share": overlap,
-                    "exposed_us": profile.comm_us - (profile.comm_overlap_us or 0.0),
-                    "calls": 0})
+                   CommunicationBound(basis="step", share=s, threshold=limits["share"],
+                                      op_time_us=profile.comm_us, step_us=wall,
+                                      overlap_share=overlap,
+                                      exposed_us=profile.comm_us - (profile.comm_overlap_us
+                                                                    or 0.0),
+                                      calls=0))
 
 
 # nn.DataParallel's autograd functions (torch/nn/parallel/_functions.py), recorded by their
@@ -90,8 +134,19 @@ def communication_bound(profile: Profile, limits: dict[str, float]) -> Finding |
 DATA_PARALLEL = ("Broadcast", "Scatter", "Gather", "ReduceAddCoalesced")
 
 
-@rule("data-parallel", says={"steps": OVER_STEPS}, saving=savings.unquantified, share=0.10,
-      high=0.30)
+@dataclass(kw_only=True)
+class DataParallel(Evidence):
+    basis: str  # "step"
+    share: float  # nn.DataParallel's copies, of the profiled steps
+    threshold: float
+    op: str  # the largest of its functions
+    op_time_us: float
+    step_us: float
+    calls: int
+
+
+@rule("data-parallel", says={"steps": OVER_STEPS}, evidence=DataParallel,
+      saving=savings.unquantified, share=0.10, high=0.30)
 def data_parallel(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """nn.DataParallel's per-step copies (its Broadcast, Scatter, Gather and
     ReduceAddCoalesced functions, inclusive host time, each call once: the backward's
@@ -108,7 +163,7 @@ def data_parallel(profile: Profile, limits: dict[str, float]) -> Finding | None:
     if s <= limits["share"]:
         return None
     return Finding("data-parallel", severity(s, limits["high"]),
-                   {"basis": "step", "share": min(s, 1.0), "threshold": limits["share"],
-                    "op": rows[0].name, "op_time_us": time_us, "step_us": wall,
-                    "calls": sum(o.calls for o in rows)},
+                   DataParallel(basis="step", share=min(s, 1.0), threshold=limits["share"],
+                                op=rows[0].name, op_time_us=time_us, step_us=wall,
+                                calls=sum(o.calls for o in rows)),
                    ops=[o.name for o in rows])

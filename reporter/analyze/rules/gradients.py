@@ -12,8 +12,10 @@ or a trace of their training loop): torch.optim wraps ``zero_grad`` in a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...model.choice import OVER_STEPS, on_gpu, when
-from ...model.finding import Finding, Saving
+from ...model.finding import Evidence, Finding, Saving
 from ...model.profile import Op, Profile
 from ..findings import Worth, basis, rule, step_wall_us
 
@@ -28,9 +30,11 @@ def _zeroing(w: Worth) -> Saving:
     gradients were zeroed), per step: the saving is both, at least the fills alone (an
     addition into zeros may cost little more than the store that replaces it)."""
     e = w.finding.evidence
+    if not isinstance(e, ZeroGradFill):
+        return w.unquantified()
     steps = max(w.steps, 1)
-    low = float(e.get("zero_us") or 0.0) / steps
-    high = low + float(e.get("accumulate_us") or 0.0) / steps
+    low = float(e.zero_us or 0.0) / steps
+    high = low + float(e.accumulate_us or 0.0) / steps
     if high <= 0:
         return w.unquantified()
     return Saving(high, high, low, high, w.step_us, host_saving=basis(w.profile).name == "cpu")
@@ -44,7 +48,21 @@ _SAYS_ZERO_GRAD_FILL = {"steps": OVER_STEPS,
                         "allocator": when("cpu_allocator", lambda v: not on_gpu(v))}
 
 
-@rule("zero-grad-fill", says=_SAYS_ZERO_GRAD_FILL, saving=_zeroing, share=0.03)
+@dataclass(kw_only=True)
+class ZeroGradFill(Evidence):
+    basis: str  # "step"
+    share: float  # the fills and the additions into them, of the profiled steps
+    threshold: float
+    op: str  # the zero_grad mark
+    op_time_us: float
+    zero_us: float  # the fills
+    accumulate_us: float  # the backward's additions into the zeros
+    calls: int  # zero_grad calls
+    filled: int  # fills
+
+
+@rule("zero-grad-fill", says=_SAYS_ZERO_GRAD_FILL, evidence=ZeroGradFill, saving=_zeroing,
+      share=0.03)
 def zero_grad_fill(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """The optimizer's ``zero_grad`` fills the gradients with zeros (``set_to_none=False``)
     at least once a call, and the fills with the backward's additions into them take more
@@ -77,8 +95,8 @@ def zero_grad_fill(profile: Profile, limits: dict[str, float]) -> Finding | None
         return None
     name = max(marks, key=lambda o: o.cpu_total_us).name
     return Finding("zero-grad-fill", "medium",
-                   {"basis": "step", "share": share, "threshold": limits["share"],
-                    "op": name, "op_time_us": zero_us + accumulate_us,
-                    "zero_us": zero_us, "accumulate_us": accumulate_us,
-                    "calls": calls, "filled": filled},
+                   ZeroGradFill(basis="step", share=share, threshold=limits["share"],
+                                op=name, op_time_us=zero_us + accumulate_us,
+                                zero_us=zero_us, accumulate_us=accumulate_us,
+                                calls=calls, filled=filled),
                    ops=[o.name for o in (*marks, *fills)])

@@ -3,10 +3,11 @@ loops over samples, dispatch-bound rows."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from ...model.choice import OVER_STEPS, either, f, first, on_gpu, when
-from ...model.finding import Finding, Saving
+from ...model.choice import OVER_STEPS, either, evidence, first, of, on_gpu, when
+from ...model.finding import Evidence, Finding, Saving, opt
 from ...model.profile import KIND_ANNOTATION, Op, Profile
 from .. import savings
 from ..breakdown import MODULE_MARK
@@ -38,14 +39,26 @@ _PADDING = ("aten::pad_sequence", "aten::_pad_packed_sequence", "aten::pad",
 LOOP = {
     "steps": OVER_STEPS,
     "launch": when("and_a_kernel_launch", on_gpu),
-    "loop_fix": either("unroll_inside_compiled", "compile_the_loop", f("compiled")),
+    "loop_fix": either("unroll_inside_compiled", "compile_the_loop",
+                       lambda v: evidence(v).compiled),
 }
 
 
 _SAYS_CPU_SIDE_PADDING = {"steps": OVER_STEPS}
 
 
-@rule("cpu-side-padding", says=_SAYS_CPU_SIDE_PADDING, host_work=True,
+@dataclass(kw_only=True)
+class CpuSidePadding(Evidence):
+    basis: str  # "step"
+    share: float  # the padding's share of the profiled steps
+    threshold: float
+    op: str  # the largest padding or collation row
+    op_time_us: float
+    step_us: float
+    calls: int
+
+
+@rule("cpu-side-padding", says=_SAYS_CPU_SIDE_PADDING, evidence=CpuSidePadding, host_work=True,
       saving=savings.removed, share=0.10)
 def cpu_side_padding(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Padding or collation on the CPU takes a large share of the step."""
@@ -55,8 +68,9 @@ def cpu_side_padding(profile: Profile, limits: dict[str, float]) -> Finding | No
         return None
     top, s, wall = largest
     return Finding("cpu-side-padding", "medium",
-                   {"basis": "step", "share": s, "threshold": limits["share"], "op": top.name,
-                    "op_time_us": top.cpu_total_us, "step_us": wall, "calls": top.calls},
+                   CpuSidePadding(basis="step", share=s, threshold=limits["share"],
+                                  op=top.name, op_time_us=top.cpu_total_us, step_us=wall,
+                                  calls=top.calls),
                    ops=[top.name])
 
 
@@ -89,18 +103,35 @@ def _foreach_timed(f: Finding, timed: dict[str, Any]) -> None:
     before, foreach = timed.get("before_ms"), timed.get("foreach_ms")
     if isinstance(before, (int, float)) and isinstance(foreach, (int, float)) \
             and not isinstance(before, bool) and not isinstance(foreach, bool):
-        f.evidence["foreach_slower"] = bool(foreach >= before)
+        if isinstance(f.evidence, SingleTensorOptimizer):
+            f.evidence.foreach_slower = bool(foreach >= before)
+
+
+@dataclass(kw_only=True)
+class SingleTensorOptimizer(Evidence):
+    basis: str  # "step"
+    share: float  # the optimizer step's share of the profiled steps
+    threshold: float
+    op: str  # Optimizer.step#<Class>.step
+    op_time_us: float
+    calls: int  # optimizer steps
+    updates_per_step: float  # per-tensor updates per optimizer step
+    call: str  # the advice: the user's torch.optim class with foreach or fused
+    fused: bool  # the class has fused=True
+    foreach_slower: bool | None = opt()  # foreach timed no faster (whatif: _foreach_timed)
 
 
 _SAYS_SINGLE_TENSOR_OPTIMIZER = {
     "steps": OVER_STEPS,
-    "foreach": first(("foreach_no_faster", f("foreach_slower")), ("or_foreach", f("fused"))),
+    "foreach": first(("foreach_no_faster", lambda v: of(SingleTensorOptimizer)(v).foreach_slower),
+                     ("or_foreach", lambda v: of(SingleTensorOptimizer)(v).fused)),
     # kernels on a GPU; on a CPU "ядер" reads as cores (review RR12)
     "small_work": either("small_kernels", "small_operations", on_gpu),
 }
 
 
 @rule("single-tensor-optimizer", says=_SAYS_SINGLE_TENSOR_OPTIMIZER,
+      evidence=SingleTensorOptimizer,
       saving=_optimizer_saving,
       whatif=WhatIf("optimizer", notes=_foreach_timed), share=0.05, per_step=4)
 def single_tensor_optimizer(profile: Profile, limits: dict[str, float]) -> Finding | None:
@@ -119,12 +150,13 @@ def single_tensor_optimizer(profile: Profile, limits: dict[str, float]) -> Findi
         return None
     call, fused = _optimizer_call(steps[0].name.partition("#")[2].partition(".")[0])
     return Finding("single-tensor-optimizer", "medium",
-                   {"basis": "step", "share": s, "threshold": limits["share"],
-                    "op": steps[0].name, "op_time_us": steps[0].cpu_total_us,
-                    "calls": step_calls, "updates_per_step": updates / step_calls,
-                    # the advice: the user's own torch.optim class (Optimizer.step#
-                    # <Class>.step) with the argument it has
-                    "call": call, "fused": fused},
+                   SingleTensorOptimizer(
+                       basis="step", share=s, threshold=limits["share"],
+                       op=steps[0].name, op_time_us=steps[0].cpu_total_us,
+                       calls=step_calls, updates_per_step=updates / step_calls,
+                       # the advice: the user's own torch.optim class (Optimizer.step#
+                       # <Class>.step) with the argument it has
+                       call=call, fused=fused),
                    ops=[o.name for o in steps])
 
 
@@ -133,7 +165,8 @@ def _batched_saving(w: Worth) -> Saving:
     less one call's (each call is overhead-bound: the same framework work per call,
     whatever its size); at least that less the operators' own time in the step, which a
     batched call may still take in full."""
-    n = float(w.finding.evidence.get("calls_per_step") or 0)
+    e = w.finding.evidence
+    n = float(e.calls_per_step or 0) if isinstance(e, PerSampleLoop) else 0.0
     if not w.accounts_us or n < 2:
         return w.unquantified()
     high = w.accounts_us * (1 - 1 / n)
@@ -152,10 +185,32 @@ def _framework_call_us(ops: list[Op]) -> float | None:
     return sum(o.self_cpu_us for o in views) / n if n else None
 
 
-_SAYS_PER_SAMPLE_LOOP = {**LOOP, "faults_added": when("less_faults_added", f("faults_added"))}
+@dataclass(kw_only=True)
+class PerSampleLoop(Evidence):
+    basis: str  # "step"
+    share: float  # the module's calls and their backward, of the step less added faults
+    threshold: float
+    op: str  # the module
+    op_time_us: float
+    step_us: float  # the step less the page faults the profiler added
+    calls: int  # the module's calls
+    # where the profiler added page faults: them, and the profiled step they were in
+    faults_added_us: float | None = opt()
+    profiled_step_us: float | None = opt()
+    calls_per_step: int  # the module's calls a step, rounded
+    mean_call_us: float
+    op_calls_per_step: int  # operator calls a step
+    mean_op_us: float
+
+    def profiler_faults_us(self) -> float | None:
+        return self.faults_added_us
 
 
-@rule("per-sample-loop", says=_SAYS_PER_SAMPLE_LOOP, host_work=True,
+_SAYS_PER_SAMPLE_LOOP = {**LOOP, "faults_added": when(
+    "less_faults_added", lambda v: of(PerSampleLoop)(v).faults_added_us is not None)}
+
+
+@rule("per-sample-loop", says=_SAYS_PER_SAMPLE_LOOP, evidence=PerSampleLoop, host_work=True,
       saving=_batched_saving, calls_per_step=16, share=0.15,
       call_ratio=25.0, call_us=500.0)
 def per_sample_loop(profile: Profile, limits: dict[str, float]) -> Finding | None:
@@ -202,15 +257,16 @@ def per_sample_loop(profile: Profile, limits: dict[str, float]) -> Finding | Non
     if s <= limits["share"]:
         return None
     return Finding("per-sample-loop", severity(s, 0.6),
-                   {"basis": "step", "share": s, "threshold": limits["share"],
-                    "op": top.name[len(MODULE_MARK):], "op_time_us": both(top),
-                    "step_us": of, "calls": top.calls,
-                    **({"faults_added_us": touched, "profiled_step_us": wall}
-                       if of != wall else {}),
-                    "calls_per_step": round(top.calls / steps),
-                    "mean_call_us": both(top) / top.calls,
-                    "op_calls_per_step": round(op_calls / steps),
-                    "mean_op_us": sum(o.self_cpu_us for o in ops) / op_calls if op_calls else 0.0},
+                   PerSampleLoop(basis="step", share=s, threshold=limits["share"],
+                                 op=top.name[len(MODULE_MARK):], op_time_us=both(top),
+                                 step_us=of, calls=top.calls,
+                                 faults_added_us=touched if of != wall else None,
+                                 profiled_step_us=wall if of != wall else None,
+                                 calls_per_step=round(top.calls / steps),
+                                 mean_call_us=both(top) / top.calls,
+                                 op_calls_per_step=round(op_calls / steps),
+                                 mean_op_us=sum(o.self_cpu_us for o in ops) / op_calls
+                                 if op_calls else 0.0),
                    ops=[top.name])
 
 
@@ -260,19 +316,39 @@ def _overhead_saving(w: Worth) -> Saving:
     fixed cost does (each call at the view operators' mean time: they compute nothing),
     the Python between them kept."""
     e = w.finding.evidence
-    rows, per_call = float(e.get("rows") or 0), float(e.get("overhead_us") or 0)
+    if not isinstance(e, DispatchBound):
+        return w.unquantified()
+    rows, per_call = float(e.rows or 0), float(e.overhead_us or 0)
     if rows < 2 or not w.accounts_us:
         return w.unquantified()
     fewer = 1 - 1 / rows
     high = w.accounts_us * fewer
-    low = min(high, float(e["op_calls_per_step"]) * per_call * fewer)
+    low = min(high, float(e.op_calls_per_step) * per_call * fewer)
     return Saving(w.accounts_us, high, low, high, w.step_us, host_saving=True)
+
+
+@dataclass(kw_only=True)
+class DispatchBound(Evidence):
+    basis: str  # "step"
+    share: float  # the framework's time, of the step
+    threshold: float
+    op: str  # the operator called most
+    calls: int  # its calls
+    op_time_us: float  # the framework's time
+    step_us: float
+    rows: int  # the tensor's rows taken one by one
+    selected_per_step: int  # row selections a step
+    op_calls_per_step: int
+    calls_per_row: int
+    mean_op_us: float
+    overhead_us: float  # the framework's fixed cost of a call (the view operators')
+    op_us_limit_us: float  # the rule's limit on mean_op_us
 
 
 _SAYS_DISPATCH_BOUND = LOOP
 
 
-@rule("dispatch-bound", says=_SAYS_DISPATCH_BOUND, host_work=True,
+@rule("dispatch-bound", says=_SAYS_DISPATCH_BOUND, evidence=DispatchBound, host_work=True,
       saving=_overhead_saving, rows=16, calls_per_row=4, op_us=50.0,
       share=0.30)
 def dispatch_bound(profile: Profile, limits: dict[str, float]) -> Finding | None:
@@ -308,10 +384,10 @@ def dispatch_bound(profile: Profile, limits: dict[str, float]) -> Finding | None
         return None
     top = max(ops, key=lambda o: o.calls)
     return Finding("dispatch-bound", severity(s, 0.6),
-                   {"basis": "step", "share": s, "threshold": limits["share"],
-                    "op": top.name, "calls": top.calls, "op_time_us": framework,
-                    "step_us": wall, "rows": rows, "selected_per_step": selected,
-                    "op_calls_per_step": round(per_step),
-                    "calls_per_row": round(per_step / rows), "mean_op_us": mean,
-                    "overhead_us": overhead, "op_us_limit_us": limits["op_us"]},
+                   DispatchBound(basis="step", share=s, threshold=limits["share"],
+                                 op=top.name, calls=top.calls, op_time_us=framework,
+                                 step_us=wall, rows=rows, selected_per_step=selected,
+                                 op_calls_per_step=round(per_step),
+                                 calls_per_row=round(per_step / rows), mean_op_us=mean,
+                                 overhead_us=overhead, op_us_limit_us=limits["op_us"]),
                    ops=sorted({o.name for o in ops if o.calls / steps >= rows}))

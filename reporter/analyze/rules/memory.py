@@ -3,18 +3,34 @@ each step."""
 
 from __future__ import annotations
 
-from ...model.choice import f, when
-from ...model.finding import IN_OTHERS, Finding, Saving
+from dataclasses import dataclass
+
+from ...model.choice import of, when
+from ...model.finding import IN_OTHERS, Evidence, Finding, Saving, nullable
 from ...model.profile import Profile
 from .. import savings
 from ..findings import RULES, Worth, operators, rule
 from ._common import severity
 
 
-_SAYS_MEMORY_PRESSURE = {"largest": when("largest_allocation", f("op"))}
+@dataclass(kw_only=True)
+class MemoryPressure(Evidence):
+    basis: str  # "memory"
+    share: float  # the peak's share of the device's memory
+    threshold: float
+    op: str | None = nullable()  # the operator allocating most a call (null: none)
+    calls: int
+    peak_b: int
+    capacity_b: int
+    mem_per_call_b: int
+    per_call_share: float  # that operator's allocation a call, of the peak
 
 
-@rule("memory-pressure", says=_SAYS_MEMORY_PRESSURE,
+_SAYS_MEMORY_PRESSURE = {"largest": when("largest_allocation",
+                                         lambda v: of(MemoryPressure)(v).op)}
+
+
+@rule("memory-pressure", says=_SAYS_MEMORY_PRESSURE, evidence=MemoryPressure,
       saving=savings.unquantified, peak=0.90, per_call=0.25,
       per_call_fill=0.50)
 def memory_pressure(profile: Profile, limits: dict[str, float]) -> Finding | None:
@@ -32,10 +48,10 @@ def memory_pressure(profile: Profile, limits: dict[str, float]) -> Finding | Non
                                    or fill < limits["per_call_fill"]):
         return None
     return Finding("memory-pressure", "high" if fill > limits["peak"] else "medium",
-                   {"basis": "memory", "share": fill, "threshold": limits["peak"],
-                    "op": top.name if top else None, "calls": top.calls if top else 0,
-                    "peak_b": peak, "capacity_b": capacity, "mem_per_call_b": int(per_call),
-                    "per_call_share": per_call / peak},
+                   MemoryPressure(basis="memory", share=fill, threshold=limits["peak"],
+                                  op=top.name if top else None, calls=top.calls if top else 0,
+                                  peak_b=peak, capacity_b=capacity,
+                                  mem_per_call_b=int(per_call), per_call_share=per_call / peak),
                    ops=[top.name] if top else [])
 
 
@@ -48,22 +64,36 @@ def _faults_saving(w: Worth) -> Saving:
     bytes each allocates, the allocators' by the writers' time), and those another
     finding names are its (seq2seq's copy finding owned most of them: counted twice, the
     two predicted 94% of the step against 68% measured)."""
-    if not w.accounts_us:
+    e = w.finding.evidence
+    if not w.accounts_us or not isinstance(e, PageFaults):
         return w.unquantified()
     # a catch-all (one dominant operator) keeps its operators' work: not its faults' fix
     others = [o for o in w.others if o is not w.finding
               and not (o.rule in RULES and RULES[o.rule].catch_all)]
     inside = savings.owned_fault_share(w.profile, others)
-    e = w.finding.evidence
     saving = w.accounts_us * max(0.0, 1.0 - inside)
-    low = saving * min(1.0, float(e.get("fault_low_us") or e["fault_us"])
-                       / float(e["fault_us"]))
+    low = saving * min(1.0, float(e.fault_low_us or e.fault_us) / float(e.fault_us))
     # all of them in other findings' operators: a bare "0" read as a fix worth nothing
     return Saving(w.accounts_us, saving, low, saving, w.step_us,
                   IN_OTHERS if saving <= 0 else None, host_saving=True)
 
 
-@rule("page-faults", saving=_faults_saving, keeps_work=True, share=0.05, high=0.25)
+@dataclass(kw_only=True)
+class PageFaults(Evidence):
+    basis: str  # "step" (the step timed without the profiler)
+    share: float  # the faults' time, of that step
+    threshold: float
+    faults: int  # a step
+    fault_us: float  # the measured cost of one
+    fault_low_us: float  # the cost of one spread over the threads
+    fault_time_us: float  # faults x fault_us
+    unprofiled_step_us: float
+    unprofiled: bool  # True: measured without the profiler
+    calls: int  # 0
+
+
+@rule("page-faults", saving=_faults_saving, evidence=PageFaults, keeps_work=True, share=0.05,
+      high=0.25)
 def page_faults(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """The host's minor and major page faults in a step timed without the profiler, at
     the cost of one measured in the same process (runner.measured_fault_us), take over
@@ -81,7 +111,8 @@ def page_faults(profile: Profile, limits: dict[str, float]) -> Finding | None:
         return None
     share = min(1.0, cost / step_us)
     return Finding("page-faults", severity(share, limits["high"]),
-                   {"basis": "step", "share": share, "threshold": limits["share"],
-                    "faults": round(faults), "fault_us": fault_us,
-                    "fault_low_us": h.get("fault_low_us", fault_us), "fault_time_us": cost,
-                    "unprofiled_step_us": step_us, "unprofiled": True, "calls": 0})
+                   PageFaults(basis="step", share=share, threshold=limits["share"],
+                              faults=round(faults), fault_us=fault_us,
+                              fault_low_us=h.get("fault_low_us", fault_us),
+                              fault_time_us=cost, unprofiled_step_us=step_us,
+                              unprofiled=True, calls=0))

@@ -4,12 +4,12 @@ unfused attention, dropout."""
 from __future__ import annotations
 
 import dataclasses
-
+from dataclasses import dataclass
 from typing import Any
 
 from ...model import vendors
-from ...model.choice import OVER_STEPS, always, either, f, first, when
-from ...model.finding import Finding, Saving
+from ...model.choice import OVER_STEPS, Values, always, either, first, of, on_gpu, steps, when
+from ...model.finding import Evidence, Finding, Saving, opt
 from ...model.profile import Op, Profile
 from .. import savings
 from ..findings import MATMUL_OPS, WhatIf, Worth, basis, op_evidence, operators, rule, share
@@ -37,29 +37,57 @@ def _fused_attention_saving(w: Worth) -> Saving:
     the fused kernel. Not on torch's fast path of the modules: off it, the attention is
     fused and the rest of the layer no longer is, which the profile cannot weigh (the
     step timed with the fast path off, whatif.attention_step, can)."""
-    if w.finding.evidence.get("fast_path"):
+    ev = w.finding.evidence
+    if not isinstance(ev, UnfusedAttention) or ev.fast_path:
         return w.unquantified()
     return savings.work_removed(w, keep_us=savings.matrix_roof(w.finding.ops, w.eff))
 
 
+@dataclass(kw_only=True)
+class ElementwiseBlowup(Evidence):
+    basis: str
+    share: float  # the element-wise operators' and their copies' share of the basis
+    threshold: float
+    op: str  # the largest element-wise operator (op_evidence)
+    op_share: float
+    op_time_us: float
+    calls: int
+    mem_per_call_b: int
+    materialisers: list[str]  # the operators that made the blown-up tensors
+    materialised_share: float  # their copies' share of the basis
+    others: list[str]  # the next element-wise operators
+    # with recorded shapes: the share on the pairwise tensors they show
+    pairwise_share: float | None = opt()
+
+    def fresh_ops(self) -> list[str]:
+        return [str(m) for m in self.materialisers]
+
+    def copies_share(self) -> float:
+        return float(self.materialised_share or 0.0)
+
+
 _SAYS_ELEMENTWISE_BLOWUP = {
-    "memory": when("memory_per_call", f("mem_per_call")),
+    # memory a call of 1 KiB or more (less is not said: report_view)
+    "memory": when("memory_per_call", lambda v: of(ElementwiseBlowup)(v).mem_per_call_b >= 1024),
     "materialisers_verb": either(
-        "several_make", "one_makes", lambda v: len(v["f"]["materialisers"]) > 1
+        "several_make", "one_makes", lambda v: len(of(ElementwiseBlowup)(v).materialisers) > 1
     ),
-    "together": either("with_the_copies", "without_copies", f("materialisers")),
-    "why": either("tensors_blown_up", "memory_bound", f("materialisers")),
+    "together": either("with_the_copies", "without_copies",
+                       lambda v: of(ElementwiseBlowup)(v).materialisers),
+    "why": either("tensors_blown_up", "memory_bound",
+                  lambda v: of(ElementwiseBlowup)(v).materialisers),
     # the advice by what was there: a repeat or a dense expand to undo; else a pairwise
     # product the recorded shapes show (broadcast, no copy); else element-wise work alone
     # (a lone aten::pow got the repeat and einsum advice)
-    "advice": first(("broadcast_not_repeat", f("materialisers")),
-                    ("products_as_matmul", lambda v: v["f"].get("pairwise_share")),
+    "advice": first(("broadcast_not_repeat", lambda v: of(ElementwiseBlowup)(v).materialisers),
+                    ("products_as_matmul",
+                     lambda v: of(ElementwiseBlowup)(v).pairwise_share is not None),
                     ("fewer_intermediates", always)),
-    "compile": when("fuse_with_compile", lambda v: not v["f"]["compiled"]),
+    "compile": when("fuse_with_compile", lambda v: not of(ElementwiseBlowup)(v).compiled),
 }
 
 
-@rule("elementwise-blowup", says=_SAYS_ELEMENTWISE_BLOWUP,
+@rule("elementwise-blowup", says=_SAYS_ELEMENTWISE_BLOWUP, evidence=ElementwiseBlowup,
       saving=savings.removed, frees=True,
       whatif=WhatIf("blowup-matmul", replaces_all=True, of_recorded=True), share=0.30,
       high=0.50)
@@ -98,10 +126,11 @@ def elementwise_blowup(profile: Profile, limits: dict[str, float]) -> Finding | 
         return None
     present += dense
     return Finding("elementwise-blowup", severity(total + made, limits["high"]),
-                   {"basis": b.name, "share": total + made, "threshold": limits["share"],
-                    **op_evidence(ops[0], b), "materialisers": present,
-                    "materialised_share": made, "others": [o.name for o in ops[1:4]],
-                    **({"pairwise_share": pairwise} if pairwise is not None else {})},
+                   ElementwiseBlowup(basis=b.name, share=total + made,
+                                     threshold=limits["share"], **op_evidence(ops[0], b),
+                                     materialisers=present, materialised_share=made,
+                                     others=[o.name for o in ops[1:4]],
+                                     pairwise_share=pairwise),
                    ops=[o.name for o in ops[:3]])
 
 
@@ -113,16 +142,17 @@ def _dominant_saving(w: Worth) -> Saving:
     the roofline does not price (a growing torch.cat, 87% of the CPU time, ranked below a
     5-8% page-fault finding, issue 66)."""
     e = w.finding.evidence
-    if not e.get("growing"):
+    growing = isinstance(e, DominantOperator) and bool(e.growing)
+    if not growing:
         s = savings.beyond_roofline(w)
         if s.saving_us is not None:
             return s
-    if e.get("loop_us") and w.accounts_us is not None:
+    if isinstance(e, DominantOperator) and e.loop_us and w.accounts_us is not None:
         # the fix rewrites the loop: it takes away more than the operator's own time
         # (the growing copies' memory traffic slows the code around them: growing_cat's
         # fix saved 84% of a step whose torch.cat took 78%, 2026-12-05), and no more than
         # the loop's module's own code (the words say which bound: f.loop)
-        loop_us = float(e["loop_us"]) / max(w.steps, 1)
+        loop_us = float(e.loop_us) / max(w.steps, 1)
         return savings.upper_bound(dataclasses.replace(w, accounts_us=loop_us))
     return savings.upper_bound(w)
 
@@ -147,37 +177,72 @@ def _loop_us(profile: Profile, module: str) -> float | None:
     return max(0.0, fwd[module] - sum(us for name, us in fwd.items() if child(name)))
 
 
+@dataclass(kw_only=True)
+class DominantOperator(Evidence):
+    basis: str
+    share: float  # the operator's share of the basis
+    threshold: float
+    op: str  # op_evidence
+    op_share: float
+    op_time_us: float
+    calls: int
+    mem_per_call_b: int
+    matrix_op: bool  # a matrix product or a convolution
+    most: bool  # over DOMINANT_MOST of the basis
+    # read call by call from a trace (Profile.op_calls), where it has the calls; then all
+    # six are in the JSON, null or not
+    calls_per_step: float | None = opt()
+    step_calls: int | None = opt()
+    growing: bool | None = opt()  # its inputs grow within a step
+    module: str | None = opt()
+    forward_at: str | None = opt()
+    source: str | None = opt()
+    # where they grow: the elements of the first and the last call's input
+    first_elements: int | None = opt()
+    last_elements: int | None = opt()
+    loop_us: float | None = opt()  # its module's own code, over the steps (CPU only)
+
+
+_READ = ("calls_per_step", "step_calls", "growing", "module", "forward_at", "source")
+
+
+def _dominant(v: Values) -> DominantOperator:
+    return of(DominantOperator)(v)
+
+
 _SAYS_DOMINANT_OPERATOR = {
-    "per_step": when("calls_per_step", lambda v: v["f"].get("calls_per_step")
-                     and v["f"]["steps"] > 1),
-    "memory": when("memory_per_call", f("mem_per_call")),
+    "per_step": when("calls_per_step", lambda v: _dominant(v).calls_per_step is not None
+                     and steps(v) > 1),
+    # memory a call of 1 KiB or more (less is not said: report_view)
+    "memory": when("memory_per_call", lambda v: _dominant(v).mem_per_call_b >= 1024),
     # over half the time: any speed-up is its; from 30%, the largest cost no other
     # finding explains
-    "lead": either("speedup_from_it", "largest_unexplained", f("most")),
-    "growth": when("inputs_grow", f("growing")),
-    "module": when("called_in_module", f("module")),
-    "forward_at": when("module_forward_at", f("forward_at")),
-    "source": when("source_line", f("source")),
-    "advice": either("join_once", "look_at_call_site", f("growing")),
+    "lead": either("speedup_from_it", "largest_unexplained", lambda v: _dominant(v).most),
+    "growth": when("inputs_grow", lambda v: _dominant(v).growing),
+    "module": when("called_in_module", lambda v: _dominant(v).module),
+    "forward_at": when("module_forward_at", lambda v: _dominant(v).forward_at),
+    "source": when("source_line", lambda v: _dominant(v).source),
+    "advice": either("join_once", "look_at_call_site", lambda v: _dominant(v).growing),
     # bf16 products on a CPU without bf16 matrix units: BART's
     # training step took 15 times as long under bf16 autocast
     "precision": either(
         "lower_precision_timed_first",
         "lower_precision",
-        lambda v: not v["on_gpu"] and v["f"]["matrix_op"],
+        lambda v: not on_gpu(v) and _dominant(v).matrix_op,
     ),
-    "fuse": when("fuse_with_compile", lambda v: not v["f"]["compiled"]),
+    "fuse": when("fuse_with_compile", lambda v: not _dominant(v).compiled),
     # the same caveat, said after the question where a language words it apart (ru)
     "precision_caveat": when("time_bf16_first",
-                             lambda v: not v["on_gpu"] and v["f"]["matrix_op"]),
-    "compiled": when("compiled_already", f("compiled")),
+                             lambda v: not on_gpu(v) and _dominant(v).matrix_op),
+    "compiled": when("compiled_already", lambda v: _dominant(v).compiled),
 }
 
 # From this share of the basis time an operator is "the" cost: any speed-up is its.
 DOMINANT_MOST = 0.50
 
 
-@rule("dominant-operator", says=_SAYS_DOMINANT_OPERATOR, about_products=True,
+@rule("dominant-operator", says=_SAYS_DOMINANT_OPERATOR, evidence=DominantOperator,
+      about_products=True,
       saving=_dominant_saving, catch_all=True, share=0.30)
 def dominant_operator(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """One operator holds a large share of the self time (30% or more) and no other
@@ -196,25 +261,24 @@ def dominant_operator(profile: Profile, limits: dict[str, float]) -> Finding | N
     # precision is advice to time both ways (BART's step took 15 times as long in bf16)
     matrix = top.name in MATMUL_OPS or top.name in MATRIX_CALLS or "convolution" in top.name
     calls = profile.op_calls.get(top.name)
-    read: dict[str, Any] = {}
+    ev = DominantOperator(basis=b.name, share=s, threshold=limits["share"],
+                          **op_evidence(top, b), matrix_op=matrix, most=s > DOMINANT_MOST)
     if calls is not None and calls.step_calls > 0:
-        read = {"calls_per_step": calls.calls_per_step, "step_calls": calls.step_calls,
-                "growing": calls.growing, "module": calls.module,
-                "forward_at": calls.forward_at, "source": calls.source}
+        ev.calls_per_step, ev.step_calls = calls.calls_per_step, calls.step_calls
+        ev.growing, ev.module = calls.growing, calls.module
+        ev.forward_at, ev.source = calls.forward_at, calls.source
+        ev.keep(*_READ)
         if calls.growing:
-            read.update(first_elements=calls.first_elements,
-                        last_elements=calls.last_elements)
+            ev.first_elements = calls.first_elements
+            ev.last_elements = calls.last_elements
             loop = _loop_us(profile, calls.module) if calls.module else None
             steps = max(profile.steps, 1)
             # over the steps, as evidence times are; only where the loop holds more than
             # the operator's own time (the operator's calls all inside it), and on the
             # CPU: the module marks time the host, not the device's kernels
             if b.name == "cpu" and loop is not None and loop * steps > top.self_cpu_us:
-                read.update(loop_us=loop * steps)
-    return Finding("dominant-operator", "medium",
-                   {"basis": b.name, "share": s, "threshold": limits["share"],
-                    **op_evidence(top, b), "matrix_op": matrix,
-                    "most": s > DOMINANT_MOST, **read}, ops=[top.name])
+                ev.loop_us = loop * steps
+    return Finding("dominant-operator", "medium", ev, ops=[top.name])
 
 
 _ATTENTION_PARTS = ("aten::bmm", "aten::baddbmm", "aten::_softmax", "aten::softmax",
@@ -233,9 +297,33 @@ def _attention_timed(f: Finding, timed: dict[str, Any]) -> None:
     SDPA (whatif.attention_step): a transformers model's attn_implementation, an
     nn.MultiheadAttention's need_weights. The advice names the switch."""
     switched = (timed.get("switched") or []) if timed.get("fix") == "attention-sdpa" else []
-    f.evidence["sdpa_transformers"] = "transformers" in switched
-    f.evidence["sdpa_need_weights"] = "need_weights" in switched
-    f.evidence["sdpa_fastpath_off"] = "fastpath" in switched
+    if isinstance(f.evidence, UnfusedAttention):
+        f.evidence.sdpa_transformers = "transformers" in switched
+        f.evidence.sdpa_need_weights = "need_weights" in switched
+        f.evidence.sdpa_fastpath_off = "fastpath" in switched
+
+
+@dataclass(kw_only=True)
+class UnfusedAttention(Evidence):
+    basis: str
+    share: float  # the attention's parts' share of the basis
+    threshold: float
+    op: str  # its largest part (op_evidence)
+    op_share: float
+    op_time_us: float
+    calls: int
+    mem_per_call_b: int
+    softmax_calls: int
+    fast_path: bool  # every attention ran in torch's fast path of the modules
+    fast_path_encoder: bool  # each inside an nn.TransformerEncoderLayer's
+    scale_b: float | None = opt()  # what scaling the scores allocates (_scale_bytes)
+    # what the model's own attention was switched to SDPA with (whatif: _attention_timed)
+    sdpa_transformers: bool | None = opt()
+    sdpa_need_weights: bool | None = opt()
+    sdpa_fastpath_off: bool | None = opt()
+
+    def freed_b(self) -> float:
+        return float(self.scale_b or 0.0)
 
 
 # the model's own attention switched to SDPA for the timing (whatif.attention_step); a
@@ -243,21 +331,25 @@ def _attention_timed(f: Finding, timed: dict[str, Any]) -> None:
 # fast path, is told so, not told to use them
 _SAYS_UNFUSED_ATTENTION = {
     "advice": first(
-        ("sdpa_in_transformers", f("sdpa_transformers")),
-        ("mha_without_weights", f("sdpa_need_weights")),
-        ("encoder_fast_path", f("fast_path_encoder")),
-        ("mha_fast_path", lambda v: v["f"].get("fast_path") or v["f"].get("sdpa_fastpath_off")),
+        ("sdpa_in_transformers", lambda v: of(UnfusedAttention)(v).sdpa_transformers),
+        ("mha_without_weights", lambda v: of(UnfusedAttention)(v).sdpa_need_weights),
+        ("encoder_fast_path", lambda v: of(UnfusedAttention)(v).fast_path_encoder),
+        ("mha_fast_path", lambda v: of(UnfusedAttention)(v).fast_path
+         or of(UnfusedAttention)(v).sdpa_fastpath_off),
         ("call_sdpa", always),
     ),
     "mha_too": when(
         "and_mha_without_weights",
-        lambda v: v["f"].get("sdpa_transformers") and v["f"].get("sdpa_need_weights"),
+        lambda v: of(UnfusedAttention)(v).sdpa_transformers
+        and of(UnfusedAttention)(v).sdpa_need_weights,
     ),
     "fast_path_timed": either(
-        "timed_without_fast_path", "time_both_ways", f("sdpa_fastpath_off")),
+        "timed_without_fast_path", "time_both_ways",
+        lambda v: of(UnfusedAttention)(v).sdpa_fastpath_off),
     "fast_path_too": when(
         "and_fast_path_off",
-        lambda v: v["f"].get("sdpa_need_weights") and v["f"].get("sdpa_fastpath_off"),
+        lambda v: of(UnfusedAttention)(v).sdpa_need_weights
+        and of(UnfusedAttention)(v).sdpa_fastpath_off,
     ),
 }
 
@@ -268,7 +360,7 @@ _SAYS_UNFUSED_ATTENTION = {
 _FAST_PATH_OPS = ("aten::_native_multi_head_attention", "aten::_transformer_encoder_layer_fwd")
 
 
-def _fast_path(profile: Profile, softmax_calls: int) -> dict[str, bool]:
+def _fast_path(profile: Profile, softmax_calls: int) -> tuple[bool, bool]:
     """Whether every attention the profile shows ran in torch's fast path of the modules
     ("fast_path": a call of aten::_native_multi_head_attention for each softmax call), and
     each of those inside an nn.TransformerEncoderLayer's ("fast_path_encoder": one
@@ -276,10 +368,10 @@ def _fast_path(profile: Profile, softmax_calls: int) -> dict[str, bool]:
     nn.MultiheadAttention's called directly, which may ask for them."""
     native, layer = (sum(o.calls for o in profile.ops if o.name == n) for n in _FAST_PATH_OPS)
     fast = native > 0 and native >= softmax_calls
-    return {"fast_path": fast, "fast_path_encoder": fast and layer >= native}
+    return fast, fast and layer >= native
 
 
-@rule("unfused-attention", says=_SAYS_UNFUSED_ATTENTION,
+@rule("unfused-attention", says=_SAYS_UNFUSED_ATTENTION, evidence=UnfusedAttention,
       saving=_fused_attention_saving,
       whatif=WhatIf("attention", notes=_attention_timed), frees=True, share=0.10)
 def unfused_attention(profile: Profile, limits: dict[str, float]) -> Finding | None:
@@ -300,11 +392,12 @@ def unfused_attention(profile: Profile, limits: dict[str, float]) -> Finding | N
     softmax_calls = sum(o.calls for o in parts if "softmax" in o.name
                         and "backward" not in o.name)
     scale_b = _scale_bytes(profile)
+    fast, encoder = _fast_path(profile, softmax_calls)
     return Finding("unfused-attention", "medium",
-                   {"basis": b.name, "share": s, "threshold": limits["share"],
-                    **op_evidence(parts[0], b), "softmax_calls": softmax_calls,
-                    **_fast_path(profile, softmax_calls),
-                    **({"scale_b": scale_b} if scale_b > 0 else {})},
+                   UnfusedAttention(basis=b.name, share=s, threshold=limits["share"],
+                                    **op_evidence(parts[0], b), softmax_calls=softmax_calls,
+                                    fast_path=fast, fast_path_encoder=encoder,
+                                    scale_b=scale_b if scale_b > 0 else None),
                    ops=[o.name for o in parts])
 
 
@@ -351,20 +444,37 @@ def dropout_calls(profile: Profile) -> int:
 def _dropout_timed(f: Finding, timed: dict[str, Any]) -> None:
     """Whether the saving was timed with dropout off altogether (whatif.dropout_step): the
     report says so beside the advice's gentler options."""
-    f.evidence["timed_off"] = timed.get("fix") == "dropout-off"
+    if isinstance(f.evidence, DropoutCost):
+        f.evidence.timed_off = timed.get("fix") == "dropout-off"
+
+
+@dataclass(kw_only=True)
+class DropoutCost(Evidence):
+    basis: str
+    share: float  # dropout's share of the basis, its masks' backward included
+    threshold: float
+    op: str  # the largest top-level dropout call
+    op_time_us: float
+    calls: int
+    backward_us: float  # an unfused dropout's mask multiplied in the backward
+    mask_backward: bool
+    fused: bool  # aten::native_dropout
+    inference: bool  # found in an inference step
+    timed_off: bool | None = opt()  # timed with dropout off (whatif: _dropout_timed)
 
 
 _SAYS_DROPOUT_COST = {
     "steps": OVER_STEPS,
-    "mask_backward": when("mask_multiplied_backward", f("mask_backward")),
-    "unfused": when("mask_scaled_and_multiplied", lambda v: not v["f"]["fused"]),
-    "compile": when("compile_fuses_the_mask", lambda v: not v["f"]["compiled"]),
-    "advice": either("call_eval", "weigh_the_rate", f("inference")),
-    "timed_off": when("timed_with_dropout_off", f("timed_off")),
+    "mask_backward": when("mask_multiplied_backward",
+                          lambda v: of(DropoutCost)(v).mask_backward),
+    "unfused": when("mask_scaled_and_multiplied", lambda v: not of(DropoutCost)(v).fused),
+    "compile": when("compile_fuses_the_mask", lambda v: not of(DropoutCost)(v).compiled),
+    "advice": either("call_eval", "weigh_the_rate", lambda v: of(DropoutCost)(v).inference),
+    "timed_off": when("timed_with_dropout_off", lambda v: of(DropoutCost)(v).timed_off),
 }
 
 
-@rule("dropout-cost", says=_SAYS_DROPOUT_COST,
+@rule("dropout-cost", says=_SAYS_DROPOUT_COST, evidence=DropoutCost,
       saving=savings.removed, frees=True,
       whatif=WhatIf("dropout-off", notes=_dropout_timed),
       share=0.05, high=0.25)
@@ -385,11 +495,11 @@ def dropout_cost(profile: Profile, limits: dict[str, float]) -> Finding | None:
         return None
     first = max(top, key=lambda o: getattr(o, inclusive))
     return Finding("dropout-cost", severity(s, limits["high"]),
-                   {"basis": b.name, "share": s, "threshold": limits["share"],
-                    "op": first.name, "op_time_us": time_us, "calls": calls,
-                    "backward_us": backward_us, "mask_backward": backward_us > 0,
-                    "fused": "aten::native_dropout" in rows,
-                    "inference": profile.label == "inference"},
+                   DropoutCost(basis=b.name, share=s, threshold=limits["share"],
+                               op=first.name, op_time_us=time_us, calls=calls,
+                               backward_us=backward_us, mask_backward=backward_us > 0,
+                               fused="aten::native_dropout" in rows,
+                               inference=profile.label == "inference"),
                    ops=sorted({*rows, *(o.name for o in operators(profile)
                                         if o.name in _DROPOUT_PARTS)}))
 

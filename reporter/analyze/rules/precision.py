@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from ...model import vendors
-from ...model.choice import OVER_STEPS, always, either, f, first, when
-from ...model.finding import Finding
+from ...model.choice import OVER_STEPS, Values, always, either, first, of, when
+from ...model.finding import Evidence, Finding, nullable, opt
 from ...model.profile import Profile
 from .. import savings
 from ..findings import MATMUL_OPS, WhatIf, basis, rule
@@ -86,29 +87,50 @@ def fp32_convolution_share(profile: Profile) -> float:
     return conv / total if total > 0 else 0.0
 
 
+def _gemm(v: Values) -> Fp32Gemm:
+    return of(Fp32Gemm)(v)
+
+
 _SAYS_FP32_GEMM = {
     "attention": first(
         (
             "fused_attention_too",
-            lambda v: v["f"]["attention"] and (v["f"]["convolutions"] or v["f"]["products"]),
+            lambda v: _gemm(v).attention and (_gemm(v).convolutions or _gemm(v).products),
         ),
-        ("memory_efficient_attention", f("attention")),
+        ("memory_efficient_attention", lambda v: _gemm(v).attention),
     ),
     "runs": first(
-        ("convolutions_and_products_run", lambda v: v["f"]["convolutions"] and v["f"]["products"]),
-        ("convolutions_run", f("convolutions")),
-        ("products_run", f("products")),
+        ("convolutions_and_products_run", lambda v: _gemm(v).convolutions and _gemm(v).products),
+        ("convolutions_run", lambda v: _gemm(v).convolutions),
+        ("products_run", lambda v: _gemm(v).products),
         ("attention_runs", always),
     ),
-    "arch": when("on_tensor_core_gpu", f("arch")),
-    "fp16_attention": when("attention_in_fp16", f("attention")),
-    "convolutions_tf32": when("convolutions_in_tf32", f("convolutions")),
-    "bf16_attention": when("attention_in_bf16", f("attention")),
-    "advice": either("autocast_fp16", "autocast_bf16", f("fp16_only")),
+    "arch": when("on_tensor_core_gpu", lambda v: _gemm(v).arch),
+    "fp16_attention": when("attention_in_fp16", lambda v: _gemm(v).attention),
+    "convolutions_tf32": when("convolutions_in_tf32", lambda v: _gemm(v).convolutions),
+    "bf16_attention": when("attention_in_bf16", lambda v: _gemm(v).attention),
+    "advice": either("autocast_fp16", "autocast_bf16", lambda v: _gemm(v).fp16_only),
 }
 
 
-@rule("fp32-gemm", says=_SAYS_FP32_GEMM, about_products=True,
+@dataclass(kw_only=True)
+class Fp32Gemm(Evidence):
+    basis: str  # "device"
+    share: float  # the fp32 GEMM kernels' share of the device time
+    threshold: float
+    op: str  # the longest kernel
+    op_share: float
+    op_time_us: float
+    calls: int  # the kernels' calls
+    kernels: int  # kernels
+    arch: str | None = nullable()  # the architecture a kernel's name gives ("ampere_")
+    convolutions: bool  # what they compute: convolutions, fused attention, products
+    attention: bool
+    products: bool
+    fp16_only: bool  # tensor cores in fp16 only (Volta, Turing)
+
+
+@rule("fp32-gemm", says=_SAYS_FP32_GEMM, evidence=Fp32Gemm, about_products=True,
       saving=savings.faster_dtype, explains=_runs_products,
       whatif=WhatIf("gemm-precision", of_recorded=True), share=0.50, high=0.70)
 def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
@@ -127,33 +149,49 @@ def fp32_gemm(profile: Profile, limits: dict[str, float]) -> Finding | None:
     top = gemms[0]
     arch = (_TC_ARCH.match(top.name) or [None])[0]
     return Finding("fp32-gemm", severity(s, limits["high"]),
-                   {"basis": "device", "share": s, "threshold": limits["share"],
-                    "op": top.name, "op_share": top.self_device_us / profile.self_device_us,
-                    "op_time_us": top.self_device_us, "calls": sum(o.calls for o in gemms),
-                    "kernels": len(gemms), "arch": arch,
-                    # what the kernels compute: convolutions, matrix products, or both
-                    "convolutions": any(_CONV_KERNEL.search(o.name) for o in gemms),
-                    "attention": any(_ATTENTION_KERNEL.search(o.name) for o in gemms),
-                    "products": any(not _CONV_KERNEL.search(o.name)
-                                    and not _ATTENTION_KERNEL.search(o.name) for o in gemms),
-                    # Volta (V100) and Turing (T4) tensor cores do fp16 only: no bf16, no TF32
-                    "fp16_only": _fp16_only(profile, arch, top.name)},
+                   Fp32Gemm(basis="device", share=s, threshold=limits["share"],
+                            op=top.name, op_share=top.self_device_us / profile.self_device_us,
+                            op_time_us=top.self_device_us, calls=sum(o.calls for o in gemms),
+                            kernels=len(gemms), arch=arch,
+                            # what the kernels compute: convolutions, matrix products, or both
+                            convolutions=any(_CONV_KERNEL.search(o.name) for o in gemms),
+                            attention=any(_ATTENTION_KERNEL.search(o.name) for o in gemms),
+                            products=any(not _CONV_KERNEL.search(o.name)
+                                         and not _ATTENTION_KERNEL.search(o.name)
+                                         for o in gemms),
+                            # Volta (V100) and Turing (T4) tensor cores do fp16 only: no
+                            # bf16, no TF32
+                            fp16_only=_fp16_only(profile, arch, top.name)),
                    ops=[o.name for o in gemms])
 
 
 def _fp64_timed(f: Finding, timed: dict[str, Any]) -> None:
     """Whether the saving was timed with the model in float32 (whatif.single_step)."""
-    f.evidence["timed_fp32"] = timed.get("fix") == "float32"
+    if isinstance(f.evidence, Fp64Compute):
+        f.evidence.timed_fp32 = timed.get("fix") == "float32"
+
+
+@dataclass(kw_only=True)
+class Fp64Compute(Evidence):
+    basis: str
+    share: float  # the float64 operators' share of the basis
+    threshold: float
+    op: str  # the one taking longest
+    op_time_us: float  # all of them
+    calls: int
+    operators: int  # how many operators compute in float64
+    timed_fp32: bool | None = opt()  # timed with the model in float32 (_fp64_timed)
 
 
 _SAYS_FP64_COMPUTE = {
     "steps": OVER_STEPS,
-    "why": either("fp64_on_gpu", "fp64_on_cpu", lambda v: v["f"]["basis"] == "device"),
-    "timed": when("timed_in_fp32", f("timed_fp32")),
+    "why": either("fp64_on_gpu", "fp64_on_cpu", lambda v: of(Fp64Compute)(v).basis == "device"),
+    "timed": when("timed_in_fp32", lambda v: of(Fp64Compute)(v).timed_fp32),
 }
 
 
-@rule("fp64-compute", says=_SAYS_FP64_COMPUTE, saving=savings.unquantified,
+@rule("fp64-compute", says=_SAYS_FP64_COMPUTE, evidence=Fp64Compute,
+      saving=savings.unquantified,
       whatif=WhatIf("single-precision", notes=_fp64_timed), share=0.10, high=0.30)
 def fp64_compute(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Operators computing in float64 take a share of the time: a model or its inputs
@@ -174,7 +212,7 @@ def fp64_compute(profile: Profile, limits: dict[str, float]) -> Finding | None:
         by_op[c["name"]] = by_op.get(c["name"], 0.0) + float(c["time_us"])
     top = max(by_op, key=lambda n: by_op[n])
     return Finding("fp64-compute", severity(s, limits["high"]),
-                   {"basis": b.name, "share": s, "threshold": limits["share"],
-                    "op": top, "op_time_us": time_us,
-                    "calls": sum(int(c["calls"]) for c in rows), "operators": len(by_op)},
+                   Fp64Compute(basis=b.name, share=s, threshold=limits["share"],
+                               op=top, op_time_us=time_us,
+                               calls=sum(int(c["calls"]) for c in rows), operators=len(by_op)),
                    ops=sorted(by_op, key=lambda n: -by_op[n]))

@@ -6,10 +6,11 @@ run.Section.process: empty for imported profiles)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from ...model.choice import OVER_STEPS, either, f, when
-from ...model.finding import Finding
+from ...model.choice import OVER_STEPS, either, of, when
+from ...model.finding import Evidence, Finding, opt
 from ...model.profile import Profile
 from .. import savings
 from ..findings import WhatIf, basis, operators, rule
@@ -45,19 +46,34 @@ def anomaly_checks(profile: Profile) -> tuple[float, int]:
 
 def _anomaly_timed(finding: Finding, timed: dict[str, Any]) -> None:
     """The saving was timed with the mode off (whatif.anomaly_step)."""
-    finding.evidence["timed_off"] = timed.get("fix") == "anomaly-off"
+    if isinstance(finding.evidence, DebugMode):
+        finding.evidence.timed_off = timed.get("fix") == "anomaly-off"
+
+
+@dataclass(kw_only=True)
+class DebugMode(Evidence):
+    observed: bool  # the runner saw the mode on in the step
+    checks: bool  # anomaly detection's NaN checks are in the profile
+    timed_off: bool  # timed with the mode off (_anomaly_timed)
+    # with the checks: their share of the basis and their time
+    basis: str | None = opt()
+    share: float | None = opt()
+    op: str | None = opt()
+    op_time_us: float | None = opt()
+    calls: int | None = opt()  # the checks
 
 
 _SAYS_DEBUG_MODE = {
     "steps": OVER_STEPS,
-    "seen": either("checks_in_profile", "mode_observed", f("checks")),
-    "observed": when("runner_saw_it", lambda v: v["f"]["observed"] and v["f"]["checks"]),
+    "seen": either("checks_in_profile", "mode_observed", lambda v: of(DebugMode)(v).checks),
+    "observed": when("runner_saw_it",
+                     lambda v: of(DebugMode)(v).observed and of(DebugMode)(v).checks),
     "stacks": when("stacks_not_separable",
-                   lambda v: v["f"]["checks"] and not v["f"]["timed_off"]),
+                   lambda v: of(DebugMode)(v).checks and not of(DebugMode)(v).timed_off),
 }
 
 
-@rule("debug-mode", says=_SAYS_DEBUG_MODE, saving=savings.removed,
+@rule("debug-mode", says=_SAYS_DEBUG_MODE, evidence=DebugMode, saving=savings.removed,
       whatif=WhatIf("anomaly-off", notes=_anomaly_timed))
 def debug_mode(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """Autograd's anomaly detection is on in a training step: every backward node's
@@ -70,11 +86,11 @@ def debug_mode(profile: Profile, limits: dict[str, float]) -> Finding | None:
     if not checks and not observed:
         return None
     b = basis(profile)
-    evidence: dict[str, Any] = {"observed": observed, "checks": checks > 0,
-                                "timed_off": False}
+    evidence = DebugMode(observed=observed, checks=checks > 0, timed_off=False)
     if checks:
-        evidence.update(basis=b.name, share=time_us / b.total_us if b.total_us else 0.0,
-                        op="aten::isnan", op_time_us=time_us, calls=checks)
+        evidence.basis = b.name
+        evidence.share = time_us / b.total_us if b.total_us else 0.0
+        evidence.op, evidence.op_time_us, evidence.calls = "aten::isnan", time_us, checks
     return Finding("debug-mode", "high", evidence,
                    ops=[*_CHECKS, *_ITEM] if checks else [])
 
@@ -82,17 +98,31 @@ def debug_mode(profile: Profile, limits: dict[str, float]) -> Finding | None:
 def _inference_timed(finding: Finding, timed: dict[str, Any]) -> None:
     """The saving was timed on the model, its forward as the user's code runs it against
     the runner's (whatif.inference_step)."""
-    finding.evidence["timed"] = timed.get("fix") == "inference-mode"
+    if isinstance(finding.evidence, InferenceAutograd):
+        finding.evidence.timed = timed.get("fix") == "inference-mode"
+
+
+@dataclass(kw_only=True)
+class InferenceAutograd(Evidence):
+    saved_b: int  # what the graph keeps for a backward that never runs
+    grad_enabled: bool  # the process's grad mode
+    training_modules: int  # modules left in training mode
+    training_layers: int  # of them, layers that behave otherwise in it (dropout, BN)
+    timed: bool  # the saving was timed on the model (_inference_timed)
+    unprofiled: bool  # True: observed and timed without the profiler
 
 
 _SAYS_INFERENCE_AUTOGRAD = {
-    "saved": either("graph_saved", "graph_built", f("saved")),
-    "modes": when("modules_in_training", lambda v: v["f"]["training_layers"]),
-    "eval": when("call_eval_too", lambda v: v["f"]["training_layers"]),
+    # a graph of 1 KiB or more (less is not said: report_view)
+    "saved": either("graph_saved", "graph_built",
+                    lambda v: of(InferenceAutograd)(v).saved_b >= 1024),
+    "modes": when("modules_in_training", lambda v: of(InferenceAutograd)(v).training_layers),
+    "eval": when("call_eval_too", lambda v: of(InferenceAutograd)(v).training_layers),
 }
 
 
-@rule("inference-autograd", says=_SAYS_INFERENCE_AUTOGRAD, saving=savings.unquantified,
+@rule("inference-autograd", says=_SAYS_INFERENCE_AUTOGRAD, evidence=InferenceAutograd,
+      saving=savings.unquantified,
       whatif=WhatIf("inference-mode", notes=_inference_timed))
 def inference_autograd(profile: Profile, limits: dict[str, float]) -> Finding | None:
     """An inference target whose own forward, run as its code runs it (the runner ran it
@@ -110,10 +140,11 @@ def inference_autograd(profile: Profile, limits: dict[str, float]) -> Finding | 
     saved = p.get("probe_saved_b")
     layers = p.get("training_layers")
     return Finding("inference-autograd", "medium",
-                   {"saved_b": saved if isinstance(saved, int) else 0,
-                    "grad_enabled": p.get("grad_enabled") is True,
-                    "training_modules": int(p.get("training_modules") or 0),
-                    "training_layers": int(layers) if isinstance(layers, int) else 0,
-                    "timed": False,
-                    # observed and timed without the profiler: nothing of it to distort
-                    "unprofiled": True})
+                   InferenceAutograd(
+                       saved_b=saved if isinstance(saved, int) else 0,
+                       grad_enabled=p.get("grad_enabled") is True,
+                       training_modules=int(p.get("training_modules") or 0),
+                       training_layers=int(layers) if isinstance(layers, int) else 0,
+                       timed=False,
+                       # observed and timed without the profiler: nothing of it to distort
+                       unprofiled=True))

@@ -3,8 +3,11 @@ device left idle."""
 
 from __future__ import annotations
 
-from ...model.choice import OVER_STEPS, OVER_STEPS_OR_ALL, always, either, f, first, on_gpu, when
-from ...model.finding import Finding
+from dataclasses import dataclass
+
+from ...model.choice import (OVER_STEPS, OVER_STEPS_OR_ALL, always, either, first, of, on_gpu,
+                             steps, when)
+from ...model.finding import Evidence, Finding, opt
 from ...model.profile import KIND_KERNEL, Profile
 from .. import savings
 from ..compiled import GRAPH_LAUNCHES
@@ -16,17 +19,30 @@ def _waits_longer(waiting: Finding, dominant: Finding) -> bool:
     """The input pipeline is waited on for longer than the operator runs: work done
     inside ``enumerate(DataLoader)``, such as a per-sample transform, shows up as
     ordinary operators."""
-    return bool(waiting.evidence.get("op_time_us", 0) >= dominant.evidence.get("op_time_us", 0))
+    return (waiting.evidence.op_time_us or 0) >= (dominant.evidence.op_time_us or 0)
+
+
+@dataclass(kw_only=True)
+class DataloaderBound(Evidence):
+    basis: str  # "step"
+    share: float  # the wait's share of the profiled steps' wall time
+    threshold: float  # the share it is found above
+    op: str  # the largest enumerate(DataLoader) row
+    op_time_us: float  # the wait, over the profiled steps
+    step_us: float  # the profiled steps' wall time
+    calls: int
+    multiprocess: bool  # workers load the data (else the main process does)
 
 
 _SAYS_DATALOADER_BOUND = {
     "steps": OVER_STEPS_OR_ALL,
     "idles": either("the_gpu_idles", "the_model_idles", on_gpu),
-    "why": either("workers_fall_behind", "main_process_prepares", f("multiprocess")),
+    "why": either("workers_fall_behind", "main_process_prepares",
+                  lambda v: of(DataloaderBound)(v).multiprocess),
 }
 
 
-@rule("dataloader-bound", says=_SAYS_DATALOADER_BOUND,
+@rule("dataloader-bound", says=_SAYS_DATALOADER_BOUND, evidence=DataloaderBound,
       saving=savings.waited("idle_data", host_key="data"),
       explains=_waits_longer, share=0.10, high=0.30)
 def dataloader_bound(profile: Profile, limits: dict[str, float]) -> Finding | None:
@@ -38,17 +54,30 @@ def dataloader_bound(profile: Profile, limits: dict[str, float]) -> Finding | No
         return None
     top = max(rows, key=lambda o: o.cpu_total_us)
     return Finding("dataloader-bound", severity(frac, limits["high"]),
-                   {"basis": "step", "share": frac, "threshold": limits["share"],
-                    "op": top.name, "op_time_us": waited, "step_us": wall,
-                    "calls": sum(o.calls for o in rows),
-                    "multiprocess": "MultiProcessing" in top.name},
+                   DataloaderBound(basis="step", share=frac, threshold=limits["share"],
+                                   op=top.name, op_time_us=waited, step_us=wall,
+                                   calls=sum(o.calls for o in rows),
+                                   multiprocess="MultiProcessing" in top.name),
                    ops=[o.name for o in rows])
 
 
-_SAYS_SYNC_STALL = {"steps": OVER_STEPS, "item": when("item_calls", f("item_calls"))}
+@dataclass(kw_only=True)
+class SyncStall(Evidence):
+    basis: str  # "cpu"
+    share: float  # the synchronisations' share of the CPU time
+    threshold: float
+    op: str  # the call the host waits in longest
+    op_share: float
+    op_time_us: float
+    calls: int  # its calls
+    item_calls: int  # .item() calls among them (a value read back to the host)
 
 
-@rule("sync-stall", says=_SAYS_SYNC_STALL,
+_SAYS_SYNC_STALL = {"steps": OVER_STEPS,
+                    "item": when("item_calls", lambda v: of(SyncStall)(v).item_calls)}
+
+
+@rule("sync-stall", says=_SAYS_SYNC_STALL, evidence=SyncStall,
       saving=savings.waited("idle_sync", owned=idle_sync_part(of_copies=False)),
       symptom=savings.device_kept_busy, share=0.10, high=0.30)
 def sync_stall(profile: Profile, limits: dict[str, float]) -> Finding | None:
@@ -62,10 +91,10 @@ def sync_stall(profile: Profile, limits: dict[str, float]) -> Finding | None:
     item_calls = sum(o.calls for o in profile.ops
                      if o.name in ("aten::item", "aten::_local_scalar_dense"))
     return Finding("sync-stall", severity(total, limits["high"]),
-                   {"basis": "cpu", "share": total, "threshold": limits["share"],
-                    "op": top.name, "op_share": top.self_cpu_us / profile.self_cpu_us,
-                    "op_time_us": top.self_cpu_us, "calls": top.calls,
-                    "item_calls": item_calls}, ops=[o.name for o in rows])
+                   SyncStall(basis="cpu", share=total, threshold=limits["share"],
+                             op=top.name, op_share=top.self_cpu_us / profile.self_cpu_us,
+                             op_time_us=top.self_cpu_us, calls=top.calls,
+                             item_calls=item_calls), ops=[o.name for o in rows])
 
 
 # A CUDA graph's launch is one launch, whatever number of kernels it replays.
@@ -97,22 +126,44 @@ def mean_kernel_us(profile: Profile) -> float | None:
     return sum(o.self_device_us for o in kernels) / calls if calls else None
 
 
+@dataclass(kw_only=True)
+class LaunchOverhead(Evidence):
+    basis: str  # "device"
+    share: float  # the launches' host time over the device's time (a ratio, may pass 1)
+    threshold: float
+    op: str  # the first launch call
+    op_time_us: float  # the launches' host time
+    calls: int  # launches
+    device_us: float  # the device's time
+    mean_kernel_us: float  # per kernel (per launch, with CUDA graphs)
+    short_kernel_us: float  # the limit below which a kernel is short
+    graphs: int | None = opt()  # CUDA graph launches among them
+    # from a trace's launch statistics (analyze.breakdown.launch_statistics)
+    launches_per_step: float | None = opt()
+    delay_median_us: float | None = opt()
+    dry_steps: int | None = opt()  # steps in which the queue ran dry
+    steps: int | None = opt()
+
+
 _SAYS_LAUNCH_OVERHEAD = {
     "steps": OVER_STEPS,
-    "per_launch": either("graph_launch_work", "average_kernel", f("graphs")),
-    "delays": when("launch_delays", lambda v: "delay_median" in v["f"]),
+    "per_launch": either("graph_launch_work", "average_kernel",
+                         lambda v: of(LaunchOverhead)(v).graphs),
+    "delays": when("launch_delays",
+                   lambda v: of(LaunchOverhead)(v).delay_median_us is not None),
     # "in every step", not "in 4 of 4 steps" (never in no step: the rule fires on none)
-    "dry": first(("dry_in_the_step", lambda v: v["f"]["steps"] == 1),
+    "dry": first(("dry_in_the_step", lambda v: steps(v) == 1),
                  # two steps: "in both steps", not "in all 2 steps"
                  ("dry_in_both_steps",
-                  lambda v: v["f"]["steps"] == 2 and v["f"].get("dry_steps") == 2),
-                 ("dry_in_all_steps", lambda v: v["f"].get("dry_steps") == v["f"]["steps"]),
+                  lambda v: steps(v) == 2 and of(LaunchOverhead)(v).dry_steps == 2),
+                 ("dry_in_all_steps", lambda v: of(LaunchOverhead)(v).dry_steps == steps(v)),
                  ("dry_in_some_steps", always)),
-    "fix": either("replay_as_cuda_graphs", "compile_the_model", f("compiled")),
+    "fix": either("replay_as_cuda_graphs", "compile_the_model",
+                  lambda v: of(LaunchOverhead)(v).compiled),
 }
 
 
-@rule("launch-overhead", says=_SAYS_LAUNCH_OVERHEAD, host_work=True,
+@rule("launch-overhead", says=_SAYS_LAUNCH_OVERHEAD, evidence=LaunchOverhead, host_work=True,
       saving=savings.unquantified, ratio=0.5,
       short_kernel_us=SHORT_KERNEL_US,
       min_launches=100, host_idle=0.10)
@@ -146,15 +197,15 @@ def launch_overhead(profile: Profile, limits: dict[str, float]) -> Finding | Non
     if stats and not stats.get("dry_steps"):
         return None
     return Finding("launch-overhead", "high" if ratio >= 1 else "medium",
-                   {"basis": "device", "share": ratio, "threshold": limits["ratio"],
-                    "op": launches[0].name, "op_time_us": launch_us, "calls": calls,
-                    "device_us": profile.self_device_us, "mean_kernel_us": mean_us,
-                    "short_kernel_us": limits["short_kernel_us"],
-                    **({"graphs": graphs} if graphs else {}),
-                    **({"launches_per_step": stats["launches_per_step"],
-                        "delay_median_us": stats["delay_median_us"],
-                        "dry_steps": stats["dry_steps"], "steps": stats["steps"]}
-                       if stats else {})},
+                   LaunchOverhead(basis="device", share=ratio, threshold=limits["ratio"],
+                                  op=launches[0].name, op_time_us=launch_us, calls=calls,
+                                  device_us=profile.self_device_us, mean_kernel_us=mean_us,
+                                  short_kernel_us=limits["short_kernel_us"],
+                                  graphs=graphs or None,
+                                  launches_per_step=stats["launches_per_step"] if stats else None,
+                                  delay_median_us=stats["delay_median_us"] if stats else None,
+                                  dry_steps=int(stats["dry_steps"]) if stats else None,
+                                  steps=int(stats["steps"]) if stats else None),
                    ops=[o.name for o in launches])
 
 
@@ -165,14 +216,28 @@ IDLE_BUSY = 0.50  # low-device-utilization's threshold, of the profiled step and
 # Where the device's idle time goes mostly to work already queued that waits on a
 # dependency or an event, the host is not what it waits for (trace 14: "waits for the
 # CPU" where the breakdown said "mostly waiting on a dependency, work queued").
+@dataclass(kw_only=True)
+class LowDeviceUtilization(Evidence):
+    basis: str  # "step"
+    share: float  # the device's busy share of the steps (found below the threshold)
+    threshold: float
+    op_time_us: float  # the device's busy time
+    step_us: float
+    calls: int  # 0: no operator's calls
+    queued_most: bool  # most idle time waited on work queued already (a dependency)
+
+
 _SAYS_LOW_DEVICE_UTILIZATION = {
     "steps": OVER_STEPS_OR_ALL,
-    "rest": either("waits_on_dependency", "waits_for_cpu", f("queued_most")),
-    "advice": either("find_the_dependency", "feed_the_gpu", f("queued_most")),
+    "rest": either("waits_on_dependency", "waits_for_cpu",
+                   lambda v: of(LowDeviceUtilization)(v).queued_most),
+    "advice": either("find_the_dependency", "feed_the_gpu",
+                     lambda v: of(LowDeviceUtilization)(v).queued_most),
 }
 
 
 @rule("low-device-utilization", says=_SAYS_LOW_DEVICE_UTILIZATION,
+      evidence=LowDeviceUtilization,
       saving=savings.idle_left(),
       symptom=savings.idle_of_profiler(IDLE_BUSY), busy=IDLE_BUSY)
 def low_device_utilization(profile: Profile, limits: dict[str, float]) -> Finding | None:
@@ -198,6 +263,6 @@ def low_device_utilization(profile: Profile, limits: dict[str, float]) -> Findin
     if wall <= 0 or busy >= limits["busy"]:
         return None
     return Finding("low-device-utilization", "high" if busy < limits["busy"] / 2 else "medium",
-                   {"basis": "step", "share": busy, "threshold": limits["busy"],
-                    "op_time_us": busy_us, "step_us": wall, "calls": 0,
-                    "queued_most": queued_most})
+                   LowDeviceUtilization(basis="step", share=busy, threshold=limits["busy"],
+                                        op_time_us=busy_us, step_us=wall, calls=0,
+                                        queued_most=queued_most))

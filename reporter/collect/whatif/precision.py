@@ -7,6 +7,7 @@ import contextlib
 from typing import Any, Callable, Iterator
 
 from ...analyze.findings import RULES
+from ...analyze.roofline import NearRoofline
 from .steps import _patchable, fixed_step
 
 
@@ -105,7 +106,8 @@ def lever_dtype(section: Any) -> str | None:
         return r is not None and r.whatif is not None and r.whatif.recipe == "lower-precision"
 
     made = next((f for f in analyze_section(section).findings if asks(f.rule)), None)
-    dtype = made.evidence.get("faster_dtype") if made is not None else None
+    dtype = made.evidence.faster_dtype \
+        if made is not None and isinstance(made.evidence, NearRoofline) else None
     return dtype if dtype in ("tf32", "bf16", "fp16") else None
 
 
