@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...model.choice import always, either, first, of, when
+from ...model.choice import OVER_STEPS, always, either, first, of, when
 from ...model.finding import Evidence, Finding, Saving
 from ...model.profile import Profile
 from .. import savings
@@ -151,6 +151,9 @@ class SlowCopies(Evidence):
 
 
 _SAYS_SLOW_COPIES = {
+    # the copies counted over the profiled steps, their time per step (C-I of the last
+    # native read: "150 copies ... take 11.1 ms per step" over 6 steps)
+    "steps": OVER_STEPS,
     "direction": either("host_to_device", "device_to_host",
                         lambda v: of(SlowCopies)(v).direction == "h2d"),
     # a mean copy of 1 KiB or more (less is not said: report_view)
