@@ -56,6 +56,8 @@ def test_the_parts_of_a_planted_region_are_its_launches(tmp_path):
     md = render_markdown(profiles_view([p], "t.json", "en"))
     assert ("(155\u00a0μs per step: graph replays 100\u00a0μs, other copies and sets "
             "40.0\u00a0μs and other kernels 15.0\u00a0μs)") in md
+    # the compiled graph's call is no operator of the user's: not "dominant"
+    assert "**`CompiledFunction`** alone takes" not in md
     for lang, words in (("ru", "воспроизведение графов — 100\u00a0мкс"),
                         ("zh", "图重放 100\u00a0μs")):
         assert words in render_markdown(profiles_view([p], "t.json", lang))

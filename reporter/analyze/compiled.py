@@ -55,6 +55,16 @@ GENERATED = re.compile(r"^(?:graph_\d+_)?(?P<backend>triton|cpp)_"
                        r"(?P<ops>.+?)(?:_\d+)?$")
 UNNAMED_TRITON = re.compile(r"^triton_+\d[\dd_]*$")  # torch 2.0: triton__0d1d2d3d
 KERNEL_ROWS = 10  # generated kernels listed in a report
+# The host events that wrap a compiled graph's call, whose self time on the device is the
+# graph's kernels (its CUDA graph replays): no operator of the user's.
+GRAPH_CALL = re.compile(r"^(?:CompiledFunction|CompiledFunctionBackward|"
+                        r"autograd::engine::evaluate_function: CompiledFunctionBackward|"
+                        r"## Call CompiledFxGraph .*|Torch-Compiled Region: \d+/\d+)$")
+
+
+def wraps_a_graph(name: str) -> bool:
+    """Whether an operator row is a compiled graph's call (GRAPH_CALL), not an operator."""
+    return GRAPH_CALL.match(name) is not None
 
 
 @dataclass

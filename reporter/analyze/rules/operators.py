@@ -12,6 +12,7 @@ from ...model.choice import OVER_STEPS, Values, always, either, first, of, on_gp
 from ...model.finding import Evidence, Finding, Saving, opt
 from ...model.profile import Op, Profile
 from .. import savings
+from ..compiled import wraps_a_graph
 from ..findings import MATMUL_OPS, WhatIf, Worth, basis, op_evidence, operators, rule, share
 from ..shapes import (MATRIX_CALLS, blowup_shapes, copies_of, dense_copies, on_shapes,
                       pairwise_shapes)
@@ -250,7 +251,9 @@ def dominant_operator(profile: Profile, limits: dict[str, float]) -> Finding | N
     (Profile.op_calls), say how many there are per step, whether their inputs grow within
     a step, and the module they run in."""
     b = basis(profile)
-    ops = operators(profile)
+    # a compiled graph's call holds its kernels: the compiled section says what they are,
+    # and "look at its input shapes" is no advice for a graph
+    ops = [o for o in operators(profile) if not wraps_a_graph(o.name)]
     if not ops or b.total_us <= 0:
         return None
     top = max(ops, key=lambda o: getattr(o, b.attr))
