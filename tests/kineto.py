@@ -24,7 +24,10 @@ A100 = {"id": 0, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85_097_971_7
         "computeMajor": 8, "computeMinor": 0, "numSms": 108}
 
 
-class _Writer:
+class Writer:
+    """Events in kineto's format: operators, runtime calls and the device work they
+    launch (one compute stream, 7, in order; others as given)."""
+
     def __init__(self, shapes: bool) -> None:
         self.events: list[dict] = []
         self.corr = 0
@@ -74,7 +77,7 @@ def training_trace(steps: int = 3, *, data_us: float = 400.0, kernel_us: float =
     waits ``data_us`` each step, the products' kernels take ``kernel_us``; with ``rank``
     an all-reduce of the gradients (``allreduce_us``, three products' time unless given)
     and the job's distributedInfo."""
-    w = _Writer(shapes)
+    w = Writer(shapes)
     f32 = ["float", "float", "float"]
     t = 100.0
     for step in range(1, steps + 1):

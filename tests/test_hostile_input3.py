@@ -191,6 +191,23 @@ def test_real_traces_show_no_damage(tmp_path):
         assert _trace_damage(plain) == (False, False), path.name
 
 
+def test_our_traces_show_no_damage_until_cut(tmp_path):
+    """The project's H200 trace (torch's own layout, one event a line) and a trace
+    tests/kineto.py writes show no damage whole; cut partway, they show it."""
+    import gzip
+
+    from kineto import H200_TRAIN, training_trace
+    from reporter.collect.runner import _trace_damage
+
+    plain = tmp_path / "t.json"
+    for data in (gzip.decompress(H200_TRAIN.read_bytes()),
+                 json.dumps(training_trace(), indent=1).encode()):
+        plain.write_bytes(data)
+        assert _trace_damage(plain) == (False, False)
+        plain.write_bytes(data[:len(data) // 2])
+        assert _trace_damage(plain) == (True, False)
+
+
 def _section0(doc):
     return doc["run"]["sections"][0]
 
