@@ -160,13 +160,6 @@ def test_several_steps_and_no_step_marks(tmp_path):
     assert b.steps_us == [20] and b.host_us["other"] == [20]
 
 
-@pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here")
-@pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.glob("*.json*"))
-                         if CORPUS.is_dir() else [])
-def test_corpus_breakdowns_sum_to_the_step(name):
-    _sums_to_the_step(read_trace(CORPUS / name).breakdown)
-
-
 def _ours() -> dict:
     from kineto import training_trace
 
@@ -176,12 +169,16 @@ def _ours() -> dict:
                                          if e.get("pid") != 0 and e.get("cat") != "ac2g"]}}
 
 
-@pytest.mark.parametrize("name", ["written", "rank", "host-bound", "cpu-only", "h200"])
-def test_our_breakdowns_sum_to_the_step(tmp_path, name):
-    """Traces written by tests/kineto.py and the project's H200 trace: host phases and
-    device activities each tile every step."""
+@pytest.mark.parametrize("name", ["written", "rank", "host-bound", "cpu-only", "h200"] + (
+    sorted(p.name for p in CORPUS.glob("*.json*")) if CORPUS.is_dir() else []))
+def test_breakdowns_sum_to_the_step(tmp_path, name):
+    """Host phases and device activities each tile every step: on traces written by
+    tests/kineto.py, the project's H200 trace, and each corpus trace where present."""
     from kineto import H200_TRAIN, write
 
+    if name.startswith(tuple("0123456789")):
+        _sums_to_the_step(read_trace(CORPUS / name).breakdown)
+        return
     path = H200_TRAIN if name == "h200" else write(tmp_path / "t.json", _ours()[name])
     b = read_trace(path).breakdown
     _sums_to_the_step(b)
