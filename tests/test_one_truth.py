@@ -67,7 +67,7 @@ OVERLAP = {
            rf"(?P<v>{_PCT}) of it overlaps computation"],
     "ru": [rf"Вычисления перекрывают (?P<v>{_PCT}) коммуникации",
            rf"с вычислениями перекрывается (?P<v>{_PCT})"],
-    "zh": [rf"计算掩盖了 (?P<v>{_PCT}) 的通信", rf"其中 (?P<v>{_PCT}) 与计算重叠"],
+    "zh": [rf"(?P<v>{_PCT}) 的通信与计算重叠", rf"其中 (?P<v>{_PCT}) 与计算重叠"],
 }
 MFU = rf"MFU[:：]?\s*\**\s*(?P<v>{_PCT})"
 SOL = {
