@@ -108,7 +108,9 @@ def training_trace(steps: int = 3, *, data_us: float = 400.0, kernel_us: float =
             t += 30
         if rank is not None:
             w.op("c10d::allreduce_", t, 20)
-            w.launch(t + 5, ALLREDUCE, allreduce_us or 3 * kernel_us, stream=20, at=t + 12)
+            reduced = w.launch(t + 5, ALLREDUCE, allreduce_us or 3 * kernel_us, stream=20,
+                               at=t + 12)
+            w.gpu = max(w.gpu, reduced)  # the optimizer's kernels wait for the gradients
             t += 22
         w.x("backward", backward, t - backward, "user_annotation")
         opt = t
