@@ -160,11 +160,32 @@ def test_several_steps_and_no_step_marks(tmp_path):
     assert b.steps_us == [20] and b.host_us["other"] == [20]
 
 
-@pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here")
-@pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.glob("*.json*"))
-                         if CORPUS.is_dir() else [])
-def test_corpus_breakdowns_sum_to_the_step(name):
-    b = read_trace(CORPUS / name).breakdown
+def _ours() -> dict:
+    from kineto import training_trace
+
+    return {"written": training_trace(), "rank": training_trace(rank=1, kernel_us=90.0),
+            "host-bound": training_trace(data_us=20.0, kernel_us=4.0),
+            "cpu-only": {"traceEvents": [e for e in training_trace()["traceEvents"]
+                                         if e.get("pid") != 0 and e.get("cat") != "ac2g"]}}
+
+
+@pytest.mark.parametrize("name", ["written", "rank", "host-bound", "cpu-only", "h200"] + (
+    sorted(p.name for p in CORPUS.glob("*.json*")) if CORPUS.is_dir() else []))
+def test_breakdowns_sum_to_the_step(tmp_path, name):
+    """Host phases and device activities each tile every step: on traces written by
+    tests/kineto.py, the project's H200 trace, and each corpus trace where present."""
+    from kineto import H200_TRAIN, write
+
+    if name.startswith(tuple("0123456789")):
+        _sums_to_the_step(read_trace(CORPUS / name).breakdown)
+        return
+    path = H200_TRAIN if name == "h200" else write(tmp_path / "t.json", _ours()[name])
+    b = read_trace(path).breakdown
+    _sums_to_the_step(b)
+    assert bool(b.device_us) == (name != "cpu-only")
+
+
+def _sums_to_the_step(b) -> None:
     assert b is not None and b.steps_us
     for i, step in enumerate(b.steps_us):
         host = sum(b.host_us[p][i] for p in HOST_PHASES)
@@ -184,6 +205,21 @@ def test_the_tb_plugin_resnet_waits_for_its_dataloader():
     means = b.means()
     assert means["host_us"]["data"] > 0.2 * means["step_us"]
     assert means["device_us"]["idle_data"] > 0.05 * means["step_us"]
+
+
+def test_a_written_step_that_waits_for_its_dataloader(tmp_path):
+    """tests/kineto.py's step waits data_us for the DataLoader with nothing launched: the
+    host's data phase is that wait, and the device idles for data all of it."""
+    from kineto import training_trace, write
+
+    for data_us in (400.0, 1000.0):
+        doc = training_trace(data_us=data_us)
+        b = read_trace(write(tmp_path / "t.json", doc)).breakdown
+        means = b.means()
+        waits = [e["dur"] for e in doc["traceEvents"] if e["name"].startswith("enumerate(")]
+        assert means["host_us"]["data"] == pytest.approx(sum(waits) / len(waits))
+        assert means["device_us"]["idle_data"] == pytest.approx(data_us)
+        assert means["host_us"]["data"] > 0.2 * means["step_us"]
 
 
 @pytest.mark.slow

@@ -201,6 +201,31 @@ def test_corpus_traces():
         assert assess(p, peaks_for(p)) == NO_SHAPES
 
 
+def test_a_written_a100_trace_is_judged_against_its_datasheet(tmp_path):
+    """tests/kineto.py's trace: an A100 80GB named in deviceProperties, fp32 products of
+    [64, 512] by [512, 512] with their input dims and types, each kernel kernel_us long.
+    The datasheet's peaks; each product's FLOPs and bytes from its shapes, over its
+    kernels' time; without the shapes, why not; the project's H200 trace, the H200's."""
+    from kineto import H200_TRAIN, training_trace, write
+    from reporter.ingest.traces import read_trace
+
+    kernel_us, m, k, n = 75.0, 64, 512, 512
+    p = read_trace(write(tmp_path / "t.json", training_trace(kernel_us=kernel_us)))
+    e = assess(p, peaks_for(p))
+    assert e.peaks.device == "A100 80GB SXM" and e.peaks.source == DATASHEET
+    assert e.basis == "device" and 0 < e.coverage <= 1
+    mm = next(o for o in e.ops if o.name == "aten::mm")
+    assert mm.achieved_flops == pytest.approx(2 * m * k * n / (kernel_us * 1e-6))
+    assert mm.bytes / mm.calls * e.steps == pytest.approx(4 * (m * k + k * n + m * n))
+    assert mm.achieved_flops <= e.peaks.flops["fp32"]
+    for o in e.ops:
+        assert o.time_us > 0 and o.bytes > 0 and o.roofline_share < 1, o
+    bare = read_trace(write(tmp_path / "bare.json", training_trace(shapes=False)))
+    assert assess(bare, peaks_for(bare)) == NO_SHAPES
+    h200 = read_trace(H200_TRAIN)
+    assert assess(h200, peaks_for(h200)).peaks.device == "H200 SXM"
+
+
 def test_old_runs_say_not_recorded():
     from reporter.store import load
 

@@ -344,6 +344,44 @@ def test_a_recorded_a100_resnet_converts_layouts_around_its_convolutions():
     assert f.evidence.kernels == 2 and "nchwToNhwcKernel" in f.evidence.op
 
 
+def test_a_written_trace_converting_layouts_around_its_convolutions(tmp_path):
+    """A trace in kineto's format (tests/kineto.py's writer): each step three
+    convolutions, each launching cuDNN's nchwToNhwc kernel, its implicit GEMM and the
+    nhwcToNchw kernel back, then an element-wise kernel. The finding's share is the
+    conversions' kernel time over the device's, from the events written."""
+    from kineto import Writer, write
+    from reporter.ingest.traces import read_trace
+
+    to_nhwc = ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, "
+               "(cudnnKernelDataType_t)2>(cudnn::ops::nchw2nhwc_params_t<float>, float "
+               "const*, float*)")
+    to_nchw = to_nhwc.replace("nchwToNhwc", "nhwcToNchw").replace("nchw2nhwc", "nhwc2nchw")
+    gemm = "sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw"
+    w = Writer(shapes=True)
+    t = 0.0
+    for step in range(1, 3):
+        begin = t
+        for _ in range(3):
+            w.op("aten::conv2d", t, 30, dims=[[32, 64, 56, 56], [64, 64, 3, 3]],
+                 types=["float", "float"])
+            for kernel, us in ((to_nhwc, 15.0), (gemm, 120.0), (to_nchw, 12.0)):
+                w.launch(t + 2, kernel, us)
+                t += 7
+            t += 20
+        w.op("aten::add", t, 10)
+        w.launch(t + 2, "elementwise_kernel", 40.0)
+        t = max(t + 12, w.gpu) + 5
+        w.x(f"ProfilerStep#{step}", begin, t - begin, "user_annotation")
+        t += 5
+    events = w.events
+    p = read_trace(write(tmp_path / "conv.json", {"traceEvents": events}))
+    f = _found(p)["channels-last"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    layout = sum(e["dur"] for e in kernels if "cudnn::ops::n" in e["name"])
+    assert f.evidence["share"] == pytest.approx(layout / sum(e["dur"] for e in kernels))
+    assert f.evidence["kernels"] == 2 and "nchwToNhwcKernel" in f.evidence["op"]
+
+
 def test_channels_last_on_converts_the_model_and_the_batch_and_puts_them_back():
     from reporter.collect.runner import _Stepper
     from reporter.collect.target import Target

@@ -178,17 +178,25 @@ def test_an_unreadable_live_trace_is_blamed_on_what_happened(tmp_path):
     assert "double quote" not in line and "ends partway" not in line and "bad JSON" in line
 
 
-@pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is not here")
-def test_real_traces_show_no_damage(tmp_path):
+def test_traces_show_no_damage_until_cut(tmp_path):
+    """The project's H200 trace (torch's own layout, one event a line), a trace
+    tests/kineto.py writes, and the first corpus traces where present, show no damage
+    whole; cut partway, they show it."""
     import gzip
 
+    from kineto import H200_TRAIN, training_trace
     from reporter.collect.runner import _trace_damage
 
-    for path in sorted(CORPUS.glob("0*.json*"))[:4]:
-        plain = tmp_path / "t.json"
-        plain.write_bytes(gzip.decompress(path.read_bytes()) if path.suffix == ".gz"
-                          else path.read_bytes())
-        assert _trace_damage(plain) == (False, False), path.name
+    sources = [H200_TRAIN.read_bytes(), json.dumps(training_trace(), indent=1).encode()]
+    sources += [p.read_bytes() for p in sorted(CORPUS.glob("0*.json*"))[:4]] \
+        if CORPUS.is_dir() else []
+    plain = tmp_path / "t.json"
+    for data in sources:
+        data = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+        plain.write_bytes(data)
+        assert _trace_damage(plain) == (False, False)
+        plain.write_bytes(data[:len(data) // 2])
+        assert _trace_damage(plain)[0], len(data)
 
 
 def _section0(doc):

@@ -240,3 +240,56 @@ def test_the_runners_tables_read_back(tmp_path):
                            and op.self_cpu_mem_b == pytest.approx(o.self_cpu_mem_b, rel=0.01,
                                                                   abs=8)
                            for o in profile.ops), op
+
+
+# The forms of the corpus's tables, written here from Op rows (tests/profiler_tables.py):
+# what each column says is read into its field, in a clean clone too.
+def _expected(op, form, field: str) -> float:
+    """What the table shows of ``op``'s ``field`` in ``form``: the value, or 0 where no
+    column holds it."""
+    from profiler_tables import CALLS
+
+    d = form.device
+    columns = {c.replace("{D}", d) for c in form.columns}
+    shown = {"calls": bool(columns & {*CALLS, "Number of Calls"}),
+             "self_cpu_us": bool(columns & {"Self CPU", "Self CPU total"}),
+             "cpu_total_us": "CPU total" in columns,
+             "self_device_us": f"Self {d}" in columns,
+             "device_total_us": f"{d} total" in columns,
+             "cpu_mem_b": "CPU Mem" in columns, "self_cpu_mem_b": "Self CPU Mem" in columns}
+    return getattr(op, field) if shown[field] else 0
+
+
+@pytest.mark.parametrize("cut", [None, 5], ids=["whole", "cut"])
+@pytest.mark.parametrize("form_name", sorted(__import__("profiler_tables").FORMS))
+def test_each_form_of_table_the_corpus_shows_reads_row_by_row(form_name, cut):
+    from profiler_tables import FORMS, ROWS, shown_name, write_table
+
+    form = FORMS[form_name]
+    (p,) = parse_tables(write_table(ROWS, form, cut_after=cut), form_name)
+    rows = ROWS[:cut] if cut else ROWS
+    assert [o.name for o in p.ops] == [shown_name(o.name, form) for o in rows]
+    for mine, op in zip(p.ops, rows):
+        assert mine.calls == _expected(op, form, "calls"), mine
+        for field in ("self_cpu_us", "cpu_total_us", "self_device_us", "device_total_us"):
+            # torch prints three decimals of us, ms or s
+            assert getattr(mine, field) == pytest.approx(_expected(op, form, field),
+                                                         rel=1e-3, abs=1e-3), (field, mine)
+        for field in ("cpu_mem_b", "self_cpu_mem_b"):  # two decimals of Kb, Mb or Gb
+            assert getattr(mine, field) == pytest.approx(_expected(op, form, field),
+                                                         rel=5e-3, abs=1), (field, mine)
+    # the totals and the device: the footer's, or (none, or a table cut before it) from a
+    # row's share of its column
+    d = form.device
+    columns = [c.replace("{D}", d) for c in form.columns]
+    footer = form.footer and not cut
+    cpu_share = "Self CPU %" in columns or "Self CPU total %" in columns
+    device_share = f"Self {d} %" in columns
+    if footer or cpu_share:
+        assert p.self_cpu_us == pytest.approx(sum(o.self_cpu_us for o in ROWS), rel=1e-3)
+    if f"Self {d}" in columns and (footer or device_share):
+        assert p.self_device_us == pytest.approx(sum(o.self_device_us for o in ROWS),
+                                                 rel=1e-3)
+    on_device = any(d in c for c in columns)
+    if footer or device_share or not on_device:
+        assert p.device_type == (d.lower() if on_device else None)

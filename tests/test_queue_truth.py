@@ -4,7 +4,8 @@ events' boundaries (reporter works with unions of intervals): at each instant, w
 device ran anything, whether work was queued (launched and not yet started; work whose
 launch the trace does not hold but whose correlation id is below every launch it holds was
 launched before the trace began), whether the host loaded data or sat in a call that
-waits. Skips without ../shared/corpus."""
+waits. The corpus's tests skip without ../shared/corpus; the same sweep runs on traces
+tests/kineto.py writes and on the project's H200 trace in a clean clone."""
 
 from __future__ import annotations
 
@@ -75,7 +76,9 @@ def _sweep(events: list[dict], device: list[dict], host: bool = True) -> list[di
         for e in events:
             if float(e["dur"]) <= 0:
                 continue
-            k = (2 if str(e["name"]).startswith("enumerate(DataLoader)") else
+            # the DataLoader's own range, or the runner's mark around its batches
+            k = (2 if str(e["name"]).startswith("enumerate(DataLoader)")
+                 or e["name"] == "data_loading" else
                  3 if e.get("cat") == "cuda_runtime" and WAITS.search(e["name"]) else None)
             if k is not None:
                 a, b = _span(e)
@@ -130,17 +133,40 @@ def test_idle_time_is_split_by_the_queue_before_any_host_cause(name, dry):
     """E1-E3: idle time with work queued (work launched before the trace included) is the
     device's own wait; only idle time with nothing queued is the host's; the steps in
     which the queue ran dry are those with such time over the launch latency."""
-    events = _events(TRACES / name)
+    assert _idle_split_matches_the_sweep(TRACES / name) == dry  # 07: never (the report
+    # said 5 of 5); 13: its 4th step only
+
+
+@pytest.mark.parametrize("which", ["written", "host-bound", "rank", "h200"])
+def test_idle_time_of_our_traces_is_split_by_the_queue_before_any_host_cause(tmp_path,
+                                                                             which):
+    """The same sweep on traces tests/kineto.py writes (a DataLoader wait, launches the
+    host is late with, the loss read back) and on the project's H200 trace (work queued
+    the whole step but after its input copy)."""
+    from kineto import H200_TRAIN, training_trace, write
+
+    docs = {"written": training_trace(), "host-bound": training_trace(kernel_us=4.0),
+            "rank": training_trace(rank=0, allreduce_us=200.0)}
+    path = H200_TRAIN if which == "h200" else write(tmp_path / "t.json", docs[which])
+    # each step waits for its batch (the DataLoader's range, the runner's data_loading)
+    # with nothing queued: every step runs dry
+    assert _idle_split_matches_the_sweep(path) == len(_steps(_events(path)))
+
+
+def _idle_split_matches_the_sweep(path: Path) -> int:
+    """The breakdown's idle time per cause and step against the sweep; the steps in which
+    the queue ran dry."""
+    events = _events(path)
     device = [e for e in events if e.get("cat") in DEVICE]
     truth = _sweep(events, device)
-    p = _reporter(TRACES / name)
+    p = _reporter(path)
     b = p["breakdown"]["device_us"]
     for key, mine in (("latency", "idle_latency"), ("queued", "idle_queued"),
                       ("data", "idle_data"), ("sync", "idle_sync"), ("host", "idle_host")):
         assert b[mine] == pytest.approx([s[key] for s in truth], rel=1e-6, abs=1e-3), key
     dry_steps = sum(1 for s in truth if s["data"] + s["sync"] + s["host"] > LATENCY)
-    assert dry_steps == dry  # 07: never (the report said 5 of 5); 13: its 4th step only
     assert p["breakdown"]["launch"]["dry_steps"] == dry_steps
+    return dry_steps
 
 
 @pytest.mark.slow

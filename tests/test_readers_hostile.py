@@ -2,7 +2,8 @@
 
 The odd files run the real command in a child process limited to 2 GiB of
 address space and 10 seconds; the mutated tables run in-process (hundreds of
-them), and a hypothesis test mutates the corpus tables at random.
+them), and a hypothesis test mutates tables at random: the forms of the corpus's tables
+written by tests/profiler_tables.py, and the corpus's own where ../shared is present.
 """
 
 from __future__ import annotations
@@ -158,10 +159,21 @@ def _mutations(text: str):
             yield "\n".join(lines[:i] + [shifted] + lines[i + 1:])
 
 
-@pytest.mark.skipif(not _corpus_tables(), reason="../shared/corpus is absent")
-@pytest.mark.parametrize("path", _corpus_tables(), ids=lambda p: p.name[:2])
-def test_a_corpus_table_mutated_line_by_line(tmp_path, path):
-    text = path.read_text(encoding="utf-8")
+def _written_tables() -> dict[str, str]:
+    """The forms of the corpus's tables, written here (tests/profiler_tables.py): what the
+    mutations start from in a clean clone, beside the corpus's own where present."""
+    from profiler_tables import FORMS, ROWS, write_table
+
+    return {name: write_table(ROWS, form) for name, form in sorted(FORMS.items())}
+
+
+def _table_sources() -> list[tuple[str, str]]:
+    return sorted(_written_tables().items()) + [
+        (p.name[:2], p.read_text(encoding="utf-8")) for p in _corpus_tables()]
+
+
+@pytest.mark.parametrize("name, text", _table_sources(), ids=[n for n, _ in _table_sources()])
+def test_a_table_mutated_line_by_line(tmp_path, name, text):
     target = tmp_path / "t.txt"
     for i, mutated in enumerate(_mutations(text)):
         if i % 7:  # the library, in-process, for most; the command line for every 7th
@@ -179,12 +191,11 @@ def test_a_corpus_table_mutated_line_by_line(tmp_path, path):
             assert len(res.err.strip().splitlines()) == 1, res.err
 
 
-@pytest.mark.skipif(not _corpus_tables(), reason="../shared/corpus is absent")
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
-def test_random_mutations_of_corpus_tables(data):
-    tables = _corpus_tables()
-    text = tables[data.draw(st.integers(0, len(tables) - 1))].read_text(encoding="utf-8")
+def test_random_mutations_of_tables(data):
+    tables = _table_sources()
+    text = tables[data.draw(st.integers(0, len(tables) - 1))][1]
     for _ in range(data.draw(st.integers(1, 6))):
         if not text:
             break
