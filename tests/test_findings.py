@@ -386,7 +386,7 @@ def test_every_finding_of_the_real_tables_reads_in_every_language():
         for f in analyze(profile):
             found.add(f.rule)
             for lang in LANGUAGES:
-                assert Fmt(lang).pct(f.evidence["share"]) in _reads(f, lang), (name, lang)
+                assert Fmt(lang).pct(f.evidence.share) in _reads(f, lang), (name, lang)
     assert len(found) >= 8, found
 
 

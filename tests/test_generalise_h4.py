@@ -378,8 +378,8 @@ def test_a_written_trace_converting_layouts_around_its_convolutions(tmp_path):
     f = _found(p)["channels-last"]
     kernels = [e for e in events if e.get("cat") == "kernel"]
     layout = sum(e["dur"] for e in kernels if "cudnn::ops::n" in e["name"])
-    assert f.evidence["share"] == pytest.approx(layout / sum(e["dur"] for e in kernels))
-    assert f.evidence["kernels"] == 2 and "nchwToNhwcKernel" in f.evidence["op"]
+    assert f.evidence.share == pytest.approx(layout / sum(e["dur"] for e in kernels))
+    assert f.evidence.kernels == 2 and "nchwToNhwcKernel" in f.evidence.op
 
 
 def test_channels_last_on_converts_the_model_and_the_batch_and_puts_them_back():
