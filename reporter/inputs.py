@@ -35,13 +35,22 @@ def run_folder(arg: str, runs: Path) -> Path | None:
     return find(arg, runs)  # a run id, a part of one, or "latest"
 
 
-def read_profiles(path: Path) -> list[Profile]:
-    """Profiles from a table file, a Chrome trace, or a folder of per-rank traces."""
+def read_profiles(path: Path, workers: int | None = None,
+                  scheduler: str | None = None) -> list[Profile]:
+    """Profiles from a table file, a Chrome trace, or a folder of per-rank traces; the
+    folder's ranks read in ``workers`` processes (None: one per core, 1: in this process)
+    or on the Dask cluster whose scheduler is at ``scheduler`` (reporter.ingest.ranks)."""
     from .ingest.tables import parse_tables, read_text
-    from .ingest.traces import is_trace, read_trace_folder
+    from .ingest.traces import is_trace
 
+    if scheduler is not None and not path.is_dir():
+        raise BadInput(f"--scheduler reads a folder of per-rank traces; {path} is not one",
+                       error_id="usage")
     if path.is_dir():
-        profiles = read_trace_folder(path, costs=costs_wanted(), progress=_progress())
+        from .ingest.ranks import read_ranks
+
+        profiles = read_ranks(path, costs=costs_wanted(), progress=_progress(),
+                              workers=workers, scheduler=scheduler)
     elif is_trace(path):
         profiles = _trace_or_table(path)
     else:
