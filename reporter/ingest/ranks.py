@@ -18,7 +18,7 @@ import signal
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import BadInput, ReporterError, WorkFailed
+from ..errors import BadInput, ReporterError, WorkFailed, work_begins
 from ..model.profile import Profile
 from .traces import PROGRESS_FILES, READ_CONSTANT, merge_ranks, rank_files, read_trace
 
@@ -89,8 +89,15 @@ def read_ranks(folder: Path, costs: bool = True,
 
 def _quiet_worker() -> None:
     """A pool worker ignores Ctrl-C (the terminal sends it to the whole process group):
-    the parent stops the pool and says so in one line."""
+    the parent stops the pool and says so in one line. On Linux it is killed when the
+    parent dies, even by SIGKILL (a worker only reads: it leaves nothing behind)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: a parent killed with SIGKILL leaves its workers to finish
 
 
 def _in_pool(files: list[Path], costs: bool, progress: Callable[[str], None] | None,
@@ -105,6 +112,7 @@ def _in_pool(files: list[Path], costs: bool, progress: Callable[[str], None] | N
     from concurrent.futures import Future, ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
+    work_begins()  # child processes from here: an interrupt raises, and they are stopped
     pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_quiet_worker)
     profiles: list[Profile] = []
@@ -203,6 +211,7 @@ def _on_cluster(files: list[Path], costs: bool, progress: Callable[[str], None] 
     and its Profile comes back, taken as soon as it is done (the cluster holds no result
     longer). On an error, the files after the failing one are cancelled and those before
     it waited for: the error raised is the first failing file's, in the files' order."""
+    work_begins()  # a connection and threads from here: an interrupt raises, they close
     client = _client(address)
     from distributed import as_completed
 
