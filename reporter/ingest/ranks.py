@@ -102,49 +102,54 @@ def _quiet_worker() -> None:
 
 def _in_pool(files: list[Path], costs: bool, progress: Callable[[str], None] | None,
              n: int) -> list[Profile]:
-    """Read ``files`` in ``n`` spawned processes, at most ``n`` files in flight (each
-    read's result is taken, in the files' order, before the next file is sent), so the
-    first error met is the first failing file's, as when reading one after another.
-    Spawned, not forked: a process that has loaded torch (its thread pools) cannot be
-    forked safely, and the workers need only the reader."""
+    """Read ``files`` in ``n`` spawned processes, at most ``n`` files in flight, sent in
+    the files' order, the next as soon as one is done. After an error no file is sent and
+    those before the failing one are waited for: the error raised is the first failing
+    file's, as when reading one after another. Spawned, not forked: a process that has
+    loaded torch (its thread pools) cannot be forked safely, and the workers need only the
+    reader."""
     import multiprocessing
-    from collections import deque
-    from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
     work_begins()  # child processes from here: an interrupt raises, and they are stopped
     pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_quiet_worker)
-    profiles: list[Profile] = []
-    pending: deque[tuple[Path, Future[Profile]]] = deque()
-    done = False
+    results: dict[int, Profile] = {}
+    errors: dict[int, Exception] = {}
+    running: dict[Future[Profile], int] = {}
+    sent = 0
     try:
-        for i, path in enumerate(files, 1):
-            if progress is not None and len(files) > PROGRESS_FILES:
-                progress(f"reading trace {i}/{len(files)}: {path.name} "
-                         f"({n} worker processes)")
-            pending.append((path, pool.submit(read_trace, path, costs=costs)))
-            if len(pending) == n:
-                profiles.append(_result(*pending.popleft(), BrokenProcessPool))
-        while pending:
-            profiles.append(_result(*pending.popleft(), BrokenProcessPool))
-        done = True
+        while sent < len(files) or running:
+            while sent < len(files) and len(running) < n and not errors:
+                if progress is not None and len(files) > PROGRESS_FILES:
+                    progress(f"reading trace {sent + 1}/{len(files)}: {files[sent].name} "
+                             f"({n} worker processes)")
+                running[pool.submit(read_trace, files[sent], costs=costs)] = sent
+                sent += 1
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                i = running.pop(future)
+                try:
+                    results[i] = future.result()
+                except BrokenProcessPool as exc:
+                    errors[i] = WorkFailed(
+                        f"{files[i]}: a worker process stopped without a result while this "
+                        "file was being read (killed, or out of memory? --workers 1 reads "
+                        "in this process)", error_id="workers")
+                    errors[i].__cause__ = exc
+                except Exception as exc:  # what read_trace raised, as it raised it
+                    errors[i] = exc
+            if errors and all(i > min(errors) for i in running.values()):
+                break  # every file before the failing one is read
+        if errors:
+            raise errors[min(errors)]
     finally:
-        if not done:  # an error or an interrupt: the files still in flight are not waited for
+        if running:  # an error or an interrupt: the files still in flight are not waited for
             for process in list(getattr(pool, "_processes", {}).values()):
                 process.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
-    return profiles
-
-
-def _result(path: Path, future: Any, broken: type[BaseException]) -> Profile:
-    try:
-        profile: Profile = future.result()
-    except broken as exc:
-        raise WorkFailed(f"{path}: the worker process reading it stopped without a result "
-                         "(killed, or out of memory? --workers 1 reads in this process)",
-                         error_id="workers") from exc
-    return profile
+    return [results[i] for i in range(len(files))]
 
 
 def _read_remote(path: str, costs: bool) -> Profile:
