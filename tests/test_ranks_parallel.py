@@ -165,3 +165,50 @@ def test_without_dask_the_error_says_what_to_install(folder):
                          text=True, timeout=60, cwd=ROOT)
     assert res.returncode == 2 and res.stdout == ""
     assert "pip install 'reporter[dask]'" in res.stderr and res.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "Ctrl-C", "SIGKILL"])
+def test_an_interrupt_leaves_no_worker(tmp_path, sig):
+    """SIGINT while the workers start and read: one line, exit 130, the workers stopped;
+    Ctrl-C (SIGINT to the whole process group, workers starting included): the same one
+    line, no worker's traceback; a parent killed outright (SIGKILL) takes its workers with
+    it (Linux: PR_SET_PDEATHSIG)."""
+    import os
+    import signal
+    import time
+
+    folder = write_folder(tmp_path / "job", ranks=4, steps=40, layers=60)  # 6 MB a rank
+    proc = subprocess.Popen([sys.executable, "-m", "reporter", "analyze", str(folder),
+                             "--json", "--workers", "2"], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    children: set[int] = set()
+    deadline = time.monotonic() + 30
+    while len(children) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        children = {int(c) for t in os.listdir(f"/proc/{proc.pid}/task")
+                    for c in open(f"/proc/{proc.pid}/task/{t}/children").read().split()}
+        time.sleep(0.02)
+    assert proc.poll() is None and len(children) >= 2, "the workers never started"
+    if sig == "Ctrl-C":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(getattr(signal, sig))
+    out, err = proc.communicate(timeout=30)
+    if sig != "SIGKILL":
+        assert (proc.returncode, out) == (130, "")
+        assert err == "reporter: interrupted; nothing half-written was kept\n"
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{c}") and
+                                              "zombie" not in _state(c) for c in children):
+        time.sleep(0.05)
+    assert not [c for c in children if os.path.exists(f"/proc/{c}") and "zombie" not in _state(c)]
+
+
+def _state(pid: int) -> str:
+    try:
+        return next(line for line in open(f"/proc/{pid}/status")
+                    if line.startswith("State:")).lower()
+    except (OSError, StopIteration):
+        return "zombie"

@@ -87,17 +87,37 @@ def read_ranks(folder: Path, costs: bool = True,
     return merge_ranks(_in_pool(files, costs, progress, n))
 
 
-def _quiet_worker() -> None:
+def _quiet_worker(parent: int) -> None:
     """A pool worker ignores Ctrl-C (the terminal sends it to the whole process group):
-    the parent stops the pool and says so in one line. On Linux it is killed when the
-    parent dies, even by SIGKILL (a worker only reads: it leaves nothing behind)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        import ctypes
+    the parent stops the pool and says so in one line. It starts with SIGINT blocked
+    (_sent: a Ctrl-C while it imports would print a traceback), ignored from here on. On
+    Linux it is killed when the parent dies, even by SIGKILL, and ends at once if the
+    parent died before it could ask (its queues would never close: the workers hold their
+    write ends too). A worker only reads: it leaves nothing behind."""
+    import ctypes
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
-        pass  # not Linux: a parent killed with SIGKILL leaves its workers to finish
+        return  # not Linux: a parent killed with SIGKILL leaves its workers to finish
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _sent(pool: Any, path: Path, costs: bool) -> Any:
+    """``read_trace(path)`` submitted to the pool, SIGINT blocked meanwhile: a submit may
+    start a worker, which inherits the blocked signal until _quiet_worker ignores it (a
+    Ctrl-C here is delivered to this process as soon as the submit returns)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return pool.submit(read_trace, path, costs=costs)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return pool.submit(read_trace, path, costs=costs)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _in_pool(files: list[Path], costs: bool, progress: Callable[[str], None] | None,
@@ -114,7 +134,7 @@ def _in_pool(files: list[Path], costs: bool, progress: Callable[[str], None] | N
 
     work_begins()  # child processes from here: an interrupt raises, and they are stopped
     pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_quiet_worker)
+                               initializer=_quiet_worker, initargs=(os.getpid(),))
     results: dict[int, Profile] = {}
     errors: dict[int, Exception] = {}
     running: dict[Future[Profile], int] = {}
@@ -125,7 +145,7 @@ def _in_pool(files: list[Path], costs: bool, progress: Callable[[str], None] | N
                 if progress is not None and len(files) > PROGRESS_FILES:
                     progress(f"reading trace {sent + 1}/{len(files)}: {files[sent].name} "
                              f"({n} worker processes)")
-                running[pool.submit(read_trace, files[sent], costs=costs)] = sent
+                running[_sent(pool, files[sent], costs)] = sent
                 sent += 1
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
