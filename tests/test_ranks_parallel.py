@@ -212,3 +212,26 @@ def _state(pid: int) -> str:
                     if line.startswith("State:")).lower()
     except (OSError, StopIteration):
         return "zombie"
+
+
+def test_the_commands_settings_go_with_each_task(folder, tmp_path, cluster, monkeypatch):
+    """REPORTER_MAX_INFLATE_RATIO set where reporter runs holds on the Dask workers too
+    (their environment is their own, fixed when they started): a gzipped rank that
+    inflates 200 times (70 MiB of blanks) is refused by default, here and there, and read
+    with the limit raised, here and there."""
+    import gzip
+
+    job = tmp_path / "job"
+    job.mkdir()
+    first = sorted(folder.iterdir())[0]
+    (job / first.name).write_bytes(first.read_bytes())
+    text = first.read_text()
+    (job / "padded.json.gz").write_bytes(gzip.compress(
+        (text[:-1] + " " * (70 << 20) + "}").encode(), 1))
+    for limit, code in ((None, 2), ("1e9", 0)):
+        if limit:
+            monkeypatch.setenv("REPORTER_MAX_INFLATE_RATIO", limit)
+        local = cli("analyze", job, "--json", "--workers", "1")
+        remote = cli("analyze", job, "--json", "--scheduler", cluster.scheduler_address)
+        assert local.code == code and (limit or "decompression bomb" in local.err), local.err
+        assert (remote.code, remote.out, remote.err) == (local.code, local.out, local.err)

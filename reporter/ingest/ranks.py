@@ -172,16 +172,26 @@ def _in_pool(files: list[Path], costs: bool, progress: Callable[[str], None] | N
     return [results[i] for i in range(len(files))]
 
 
-def _read_remote(path: str, costs: bool) -> Profile:
-    """A Dask task: one rank's file read on a worker, its Profile returned. A path the
-    worker cannot see is said as such (the folder must be on a filesystem every worker
-    shares, at the same path)."""
+# The settings from the environment that reading a trace reads (traces._max_ratio): a Dask
+# worker has its own environment, so the command's go with each task.
+SETTINGS = ("REPORTER_MAX_INFLATE_RATIO",)
+
+
+def _read_remote(path: str, costs: bool, settings: dict[str, str]) -> Profile:
+    """A Dask task: one rank's file read on a worker, its Profile returned, with the
+    command's SETTINGS. A path the worker cannot see is said as such (the folder must be
+    on a filesystem every worker shares, at the same path)."""
     import socket
 
     if not os.path.exists(path):
         raise BadInput(f"{path}: not found on the Dask worker {socket.gethostname()}: every "
                        "worker must see the folder at the same path (a shared filesystem)",
                        error_id="scheduler")
+    for name in SETTINGS:
+        if name in settings:
+            os.environ[name] = settings[name]
+        else:
+            os.environ.pop(name, None)
     return read_trace(Path(path), costs=costs)
 
 
@@ -242,7 +252,8 @@ def _on_cluster(files: list[Path], costs: bool, progress: Callable[[str], None] 
 
     try:
         paths = [str(p.resolve()) for p in files]
-        futures = client.map(_read_remote, paths, costs=costs, pure=False)
+        settings = {k: os.environ[k] for k in SETTINGS if k in os.environ}
+        futures = client.map(_read_remote, paths, costs=costs, settings=settings, pure=False)
         index = {f.key: i for i, f in enumerate(futures)}
         results: list[Profile | None] = [None] * len(files)
         errors: dict[int, BaseException] = {}
