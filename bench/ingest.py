@@ -224,7 +224,7 @@ def ranks(rounds: int, steps: int, layers: int) -> None:
     cores = len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory() as tmp, \
             LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                         dashboard_address=None, silence_logs=50) as cluster, \
+                         dashboard_address=":0", silence_logs=50) as cluster, \
             Client(cluster) as client:
         folder = write_folder(Path(tmp) / "job", ranks=64, steps=steps, layers=layers)
         size = sum(p.stat().st_size for p in folder.iterdir())

@@ -122,7 +122,7 @@ def cluster(dask):
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None, silence_logs=50) as c:
+                      dashboard_address=":0", silence_logs=50) as c:
         yield c
 
 
@@ -235,3 +235,17 @@ def test_the_commands_settings_go_with_each_task(folder, tmp_path, cluster, monk
         remote = cli("analyze", job, "--json", "--scheduler", cluster.scheduler_address)
         assert local.code == code and (limit or "decompression bomb" in local.err), local.err
         assert (remote.code, remote.out, remote.err) == (local.code, local.out, local.err)
+
+
+def test_a_scheduler_without_workers_is_one_line(folder, monkeypatch, dask):
+    """A scheduler with no worker would hold the tasks for ever: one line instead."""
+    from distributed import LocalCluster
+
+    monkeypatch.setattr(ranks, "CONNECT_TIMEOUT_S", 1)
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0",
+                      silence_logs=50) as empty:
+        res = cli("analyze", folder, "--json", "--scheduler", empty.scheduler_address)
+    assert res.code == 1 and res.out == ""
+    assert res.err == (f"reporter: error [scheduler]: the Dask scheduler at "
+                       f"{empty.scheduler_address} has no worker (none joined in 1 s): start "
+                       f"some with 'dask worker {empty.scheduler_address}'\n")

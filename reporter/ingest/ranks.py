@@ -234,10 +234,18 @@ def _client(address: str) -> Any:
         raise WorkFailed(f"{address} answered, but not as a Dask scheduler ({why(exc)[:120]})",
                          error_id="scheduler") from exc
     try:
-        return Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+        client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     except Exception as exc:  # it answered a moment ago
         raise WorkFailed(f"the Dask scheduler at {address} did not take a client "
                          f"({why(exc)})", error_id="scheduler") from exc
+    try:  # a scheduler without workers would hold the tasks for ever
+        client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+    except Exception as exc:
+        client.close()
+        raise WorkFailed(f"the Dask scheduler at {address} has no worker (none joined in "
+                         f"{CONNECT_TIMEOUT_S} s): start some with 'dask worker {address}'",
+                         error_id="scheduler") from exc
+    return client
 
 
 def _on_cluster(files: list[Path], costs: bool, progress: Callable[[str], None] | None,
@@ -267,10 +275,12 @@ def _on_cluster(files: list[Path], costs: bool, progress: Callable[[str], None] 
             except ReporterError as exc:
                 errors[i] = exc
             except Exception as exc:  # a worker's failure (its environment): one line
-                errors[i] = WorkFailed(
-                    f"{files[i]}: a Dask worker failed reading it ({type(exc).__name__}: "
-                    f"{' '.join(str(exc).split())[:300]}; every worker needs reporter "
-                    "installed, the same version)", error_id="scheduler")
+                text = " ".join(str(exc).split())[:300]
+                hint = ("; every worker needs reporter installed, the same version"
+                        if isinstance(exc, ImportError) or "serializ" in text else "")
+                errors[i] = WorkFailed(f"{files[i]}: a Dask worker failed reading it "
+                                       f"({type(exc).__name__}: {text}{hint})",
+                                       error_id="scheduler")
             future.release()
             finished += 1
             if i in errors:
