@@ -36,12 +36,13 @@ same rounds. ``--profile`` runs analyze once under cProfile in this process inst
 ``--ranks`` times a folder of 64 ranks (tests/kineto.py writes them in kineto's format,
 one of them a planted straggler) read by ``reporter analyze DIR --json`` with
 ``--workers 1``, ``--workers 2``, one worker per core this process may use, and on a Dask
-LocalCluster of 2 worker processes of one thread (``--scheduler``; started once, before
-the rounds, and not timed). The cases take turns in each round; it prints each one's
-median wall and CPU time with their range and the ratio of the medians to ``--workers 1``
-of the same rounds. CPU time is the command's and its worker processes' (user + system);
-on the cluster, the Dask workers' and the scheduler's as well, read from them before and
-after each run. Every case's JSON must be the first's, byte for byte.
+LocalCluster of 2 worker processes of one thread (``--scheduler``; started afresh for its
+turn in each round, not timed, and closed after it, so the other cases run without it).
+The cases take turns in each round; it prints each one's median wall and CPU time with
+their range and the ratio of the medians to ``--workers 1`` of the same rounds. CPU time
+is the command's and its worker processes' (user + system); on the cluster, the Dask
+workers' and the scheduler's as well, read from them before and after each run. Every
+case's JSON must be the first's, byte for byte.
 """
 
 from __future__ import annotations
@@ -222,29 +223,32 @@ def ranks(rounds: int, steps: int, layers: int) -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "reporter")],
                    check=True, capture_output=True)
     cores = len(os.sched_getaffinity(0))
-    with tempfile.TemporaryDirectory() as tmp, \
-            LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                         dashboard_address=":0", silence_logs=50) as cluster, \
-            Client(cluster) as client:
+    cases = [("workers 1", ["--workers", "1"]), ("workers 2", ["--workers", "2"]),
+             (f"workers {cores} (all)", ["--workers", str(cores)]), ("dask, 2 workers", [])]
+    wall: dict[str, list[float]] = {c[0]: [] for c in cases}
+    cpu: dict[str, list[float]] = {c[0]: [] for c in cases}
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
         folder = write_folder(Path(tmp) / "job", ranks=64, steps=steps, layers=layers)
         size = sum(p.stat().st_size for p in folder.iterdir())
-        cases = [("workers 1", ["--workers", "1"]), ("workers 2", ["--workers", "2"]),
-                 (f"workers {cores} (all)", ["--workers", str(cores)]),
-                 ("dask, 2 workers", ["--scheduler", cluster.scheduler_address])]
-
-        def cluster_cpu() -> float:
-            own = client.run(_self_cpu)  # each Dask worker process
-            return sum(own.values()) + client.run_on_scheduler(_self_cpu)
-        wall: dict[str, list[float]] = {c[0]: [] for c in cases}
-        cpu: dict[str, list[float]] = {c[0]: [] for c in cases}
-        load = os.getloadavg()
         first = None
         for _ in range(rounds):
             for label, options in cases:
-                on_cluster = "--scheduler" in options
-                before = cluster_cpu() if on_cluster else 0.0
-                w, c, _, out = _run(ANALYZE, ["analyze", str(folder), "--json", *options], ROOT)
-                c += cluster_cpu() - before if on_cluster else 0.0
+                if options:
+                    w, c, _, out = _run(ANALYZE, ["analyze", str(folder), "--json", *options],
+                                        ROOT)
+                else:  # a cluster of this round only: the other cases run without its loops
+                    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                      dashboard_address=":0", silence_logs=50) as cluster, \
+                            Client(cluster) as client:
+                        def cluster_cpu() -> float:  # its workers' and scheduler's
+                            return (sum(client.run(_self_cpu).values())
+                                    + client.run_on_scheduler(_self_cpu))
+                        before = cluster_cpu()
+                        w, c, _, out = _run(ANALYZE, ["analyze", str(folder), "--json",
+                                                      "--scheduler", cluster.scheduler_address],
+                                            ROOT)
+                        c += cluster_cpu() - before
                 wall[label].append(w)
                 cpu[label].append(c)
                 if first is None:
