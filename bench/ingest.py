@@ -30,6 +30,19 @@ gave 8 steps and 201,907 events). One profile of many steps holds them all in me
 shifted in time after the one before, until the file holds ``--size-gb`` GB.
 ``--before`` times an older checkout (``git archive COMMIT | tar -x -C DIR``) in the
 same rounds. ``--profile`` runs analyze once under cProfile in this process instead.
+
+    .venv/bin/python bench/ingest.py --ranks [--rounds 3] [--steps 20] [--layers 60]
+
+``--ranks`` times a folder of 64 ranks (tests/kineto_ranks.py writes them in kineto's format,
+one of them a planted straggler) read by ``reporter analyze DIR --json`` with
+``--workers 1``, ``--workers 2``, one worker per core this process may use, and on a Dask
+LocalCluster of 2 worker processes of one thread (``--scheduler``; started afresh for its
+turn in each round, not timed, and closed after it, so the other cases run without it).
+The cases take turns in each round; it prints each one's median wall and CPU time with
+their range and the ratio of the medians to ``--workers 1`` of the same rounds. CPU time
+is the command's and its worker processes' (user + system); on the cluster, the Dask
+workers' and the scheduler's as well, read from them before and after each run. Every
+case's JSON must be the first's, byte for byte.
 """
 
 from __future__ import annotations
@@ -193,6 +206,66 @@ def bench(trace: Path, rounds: int, before: Path | None) -> None:
           "are Python objects does (decode, sort, nest, sum per name)")
 
 
+def _self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def ranks(rounds: int, steps: int, layers: int) -> None:
+    """The 64-rank folder read with 1, 2 and all workers and on a LocalCluster of 2."""
+    import tempfile
+
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the cluster's workers import reporter
+    os.environ["PYTHONPATH"] = str(ROOT)
+    from distributed import Client, LocalCluster
+    from kineto_ranks import write_folder
+
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "reporter")],
+                   check=True, capture_output=True)
+    cores = len(os.sched_getaffinity(0))
+    cases = [("workers 1", ["--workers", "1"]), ("workers 2", ["--workers", "2"]),
+             (f"workers {cores} (all)", ["--workers", str(cores)]), ("dask, 2 workers", [])]
+    wall: dict[str, list[float]] = {c[0]: [] for c in cases}
+    cpu: dict[str, list[float]] = {c[0]: [] for c in cases}
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = write_folder(Path(tmp) / "job", ranks=64, steps=steps, layers=layers)
+        size = sum(p.stat().st_size for p in folder.iterdir())
+        first = None
+        for _ in range(rounds):
+            for label, options in cases:
+                if options:
+                    w, c, _, out = _run(ANALYZE, ["analyze", str(folder), "--json", *options],
+                                        ROOT)
+                else:  # a cluster of this round only: the other cases run without its loops
+                    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                      dashboard_address=":0", silence_logs=50) as cluster, \
+                            Client(cluster) as client:
+                        def cluster_cpu() -> float:  # its workers' and scheduler's
+                            return (sum(client.run(_self_cpu).values())
+                                    + client.run_on_scheduler(_self_cpu))
+                        before = cluster_cpu()
+                        w, c, _, out = _run(ANALYZE, ["analyze", str(folder), "--json",
+                                                      "--scheduler", cluster.scheduler_address],
+                                            ROOT)
+                        c += cluster_cpu() - before
+                wall[label].append(w)
+                cpu[label].append(c)
+                if first is None:
+                    first = out
+                elif out != first:
+                    raise SystemExit(f"{label}: the JSON differs from workers 1's")
+    print(f"64 ranks, {size / 2**20:,.0f} MiB ({steps} steps of {layers} layers each); "
+          f"{rounds} rounds; {cores} cores this process may use; load average "
+          f"{load[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+    base_w, base_c = statistics.median(wall["workers 1"]), statistics.median(cpu["workers 1"])
+    for label, _ in cases:
+        w, c = wall[label], cpu[label]
+        print(f"{label:18s} wall {_spread(w)} ({statistics.median(w) / base_w:.2f}x)  "
+              f"cpu {_spread(c)} ({statistics.median(c) / base_c:.2f}x)")
+    print("the same JSON in every case")
+
+
 def make(trace: Path, min_events: int) -> None:
     import torch  # noqa: F401  (only to profile)
     from torch.profiler import ProfilerActivity, profile
@@ -268,7 +341,7 @@ def profile_once(trace: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace", nargs="?", type=Path)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=None, help="5; with --ranks, 3")
     parser.add_argument("--before", type=Path)
     parser.add_argument("--make", type=Path, help="profile seq2seq into this trace")
     parser.add_argument("--min-events", type=int, default=900_000)
@@ -276,8 +349,14 @@ def main() -> None:
     parser.add_argument("--from", dest="small", type=Path, help="the trace --grow repeats")
     parser.add_argument("--size-gb", type=float, default=2.0)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--ranks", action="store_true",
+                        help="time the 64-rank folder locally and on a Dask LocalCluster")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--layers", type=int, default=60)
     args = parser.parse_args()
-    if args.make:
+    if args.ranks:
+        ranks(args.rounds or 3, args.steps, args.layers)
+    elif args.make:
         make(args.make, args.min_events)
     elif args.grow:
         if args.small is None:
@@ -288,7 +367,7 @@ def main() -> None:
     elif args.profile:
         profile_once(args.trace)
     else:
-        bench(args.trace, args.rounds, args.before)
+        bench(args.trace, args.rounds or 5, args.before)
 
 
 if __name__ == "__main__":

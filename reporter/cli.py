@@ -65,6 +65,21 @@ def _rank_timeout(text: str) -> float:
     return value
 
 
+MAX_WORKERS = 1024
+
+
+def _workers(text: str) -> int:
+    """--workers: a whole number from 1 to MAX_WORKERS."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"takes a number of processes from 1 to "
+                                         f"{MAX_WORKERS:,}, not {text[:20]!r}")
+    return value
+
+
 def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:
     from .pipeline import GITHUB_COMMENT_LIMIT, language_choices
 
@@ -154,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
                    help="where reports of table files go (default: the current folder); "
                         "a run's reports go into its folder")
+    p.add_argument("--workers", type=_workers, default=None, metavar="N",
+                   help="read a folder's ranks in N processes (default: one per core this "
+                        "process may use, at most one per rank; 1: in this process)")
+    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+                   help="read a folder's ranks on a Dask cluster (pip install "
+                        "'reporter[dask]'): its workers must see the folder at the same path")
     _common(p)
     p.set_defaults(func=cmd_analyze)
 
@@ -231,9 +252,9 @@ def cmd_analyze(args) -> int:
     from . import pipeline
     output = _output(args)
     if args.json:
-        _print_json(pipeline.analysis_json(args.path, args.runs))
+        _print_json(pipeline.analysis_json(args.path, args.runs, args.workers, args.scheduler))
     else:
-        pipeline.analyze(args.path, args.runs, args.out, output)
+        pipeline.analyze(args.path, args.runs, args.out, output, args.workers, args.scheduler)
     return 0
 
 

@@ -36,14 +36,21 @@ def run_folder(arg: str, runs: Path) -> Path | None:
     return find(arg, runs)  # a run id, a part of one, or "latest"
 
 
-def read_sections(path: Path) -> list[Section]:
+def read_sections(path: Path, workers: int | None = None,
+                  scheduler: str | None = None) -> list[Section]:
     """The sections of a table file, a Chrome trace, or a folder of per-rank traces, read
-    by the reader that knows the input (reporter.ingest.readers), checked and scrubbed."""
+    by the reader that knows the input (reporter.ingest.readers), checked and scrubbed; a
+    folder's ranks read in ``workers`` processes (None: one per core, 1: in this process)
+    or on the Dask cluster whose scheduler is at ``scheduler`` (reporter.ingest.ranks)."""
     from .ingest.readers import ReadOptions
     from .ingest.readers import read_sections as read
     from .validate import scrub
 
-    sections = read(path, ReadOptions(costs=costs_wanted(), progress=_progress()))
+    if scheduler is not None and not path.is_dir():
+        raise BadInput(f"--scheduler reads a folder of per-rank traces; {path} is not one",
+                       error_id="usage")
+    sections = read(path, ReadOptions(costs=costs_wanted(), progress=_progress(),
+                                      workers=workers, scheduler=scheduler))
     check_names([s.profile for s in sections], str(path))
     return scrub(sections)  # lone surrogates (a JSON "\ud800", a file name) become U+FFFD
 

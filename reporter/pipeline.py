@@ -258,14 +258,16 @@ def _report_stored(folder: Path, output: Output) -> list[Path]:
     return output.write(report_view(load_run(folder, _stderr), output.lang), folder)
 
 
-def analysis_json(path: str, runs: Path) -> dict[str, Any]:
-    """``analyze --json``: {profiles: [...]} of a stored run or of recorded profiles."""
+def analysis_json(path: str, runs: Path, workers: int | None = None,
+                  scheduler: str | None = None) -> dict[str, Any]:
+    """``analyze --json``: {profiles: [...]} of a stored run or of recorded profiles (a
+    folder of ranks read in ``workers`` processes or on a Dask ``scheduler``: read_sections)."""
     from .analyze.analyzer import analyze_run, analyze_section, profiles_json
     from .inputs import load_run, read_sections, run_folder
 
     folder = run_folder(path, runs)
     if folder is None:
-        sections = read_sections(Path(path))
+        sections = read_sections(Path(path), workers, scheduler)
         return profiles_json([s.profile for s in sections],
                              [analyze_section(s) for s in sections])
     run = load_run(folder, _stderr)
@@ -276,16 +278,17 @@ def analysis_json(path: str, runs: Path) -> dict[str, Any]:
         [s.disturbance_json() for s in run.sections])
 
 
-def analyze(path: str, runs: Path, out: Path, output: Output) -> list[Path]:
+def analyze(path: str, runs: Path, out: Path, output: Output, workers: int | None = None,
+            scheduler: str | None = None) -> list[Path]:
     """Reports of a stored run (into its folder) or of profiler tables and traces (into
-    ``out``, named after the file)."""
+    ``out``, named after the file); ``workers`` and ``scheduler`` as for analysis_json."""
     from .inputs import read_sections, run_folder
 
     folder = run_folder(path, runs)
     if folder is not None:
         return _report_stored(folder, output)
     source = Path(path)
-    view = sections_view(read_sections(source), source.name, output.lang)
+    view = sections_view(read_sections(source, workers, scheduler), source.name, output.lang)
     return output.write(view, out, stem=report_stem(source))
 
 

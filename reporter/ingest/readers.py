@@ -28,6 +28,10 @@ class ReadOptions:
 
     costs: bool = True
     progress: Callable[[str], None] | None = None
+    # a folder of ranks: read in this many worker processes (None: one per core, 1: in
+    # this process), or on the Dask cluster whose scheduler is at this address
+    workers: int | None = None
+    scheduler: str | None = None
 
 
 class NotMine(BadInput):
@@ -56,10 +60,10 @@ class RankFolder:
         return path.is_dir()
 
     def read(self, path: Path, options: ReadOptions) -> list[Section]:
-        from .traces import read_trace_folder
+        from .ranks import read_ranks
 
-        return sections_of(read_trace_folder(path, costs=options.costs,
-                                             progress=options.progress))
+        return sections_of(read_ranks(path, costs=options.costs, progress=options.progress,
+                                      workers=options.workers, scheduler=options.scheduler))
 
 
 class ChromeTrace:

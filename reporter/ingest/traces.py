@@ -690,7 +690,25 @@ MAX_TRACE_FILES = 256
 def read_trace_folder(folder: Path, costs: bool = True,
                       progress: Callable[[str], None] | None = None) -> list[Profile]:
     """One profile per trace file in a folder (per-rank traces), ordered by rank or name;
-    ``costs`` as for read_trace; ``progress`` hears of each file of a folder of many."""
+    ``costs`` as for read_trace; ``progress`` hears of each file of a folder of many. In
+    this process, one file after another (reporter.ingest.ranks reads them in parallel)."""
+    files = rank_files(folder)
+    profiles = []
+    for i, p in enumerate(files, 1):
+        if progress is not None and len(files) > PROGRESS_FILES:
+            progress(f"reading trace {i}/{len(files)}: {p.name}")
+        profiles.append(read_trace(p, costs=costs))
+    return merge_ranks(profiles)
+
+
+# A folder of more traces than this has a progress line per file read (one every 2 seconds
+# at most: reporter.inputs).
+PROGRESS_FILES = 16
+
+
+def rank_files(folder: Path) -> list[Path]:
+    """The trace files of a folder of per-rank traces, sorted by name; refused (one line)
+    when there are none or more than MAX_TRACE_FILES."""
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
                    and p.name != "run.json")
     if not files:
@@ -700,12 +718,12 @@ def read_trace_folder(folder: Path, costs: bool = True,
         raise BadInput(f"{folder} holds {len(files):,} traces, over the limit of "
                        f"{MAX_TRACE_FILES}: analyze a folder of the ranks you want to see",
                        error_id="bad-input")
-    profiles = []
-    for i, p in enumerate(files, 1):
-        if progress is not None and len(files) > 16:
-            progress(f"reading trace {i}/{len(files)}: {p.name}")
-        profiles.append(read_trace(p, costs=costs))
+    return files
 
+
+def merge_ranks(profiles: list[Profile]) -> list[Profile]:
+    """The ranks' profiles (one per file, in the files' order) ordered by rank, then by
+    name, with the stragglers across them on the first."""
     def order(p: Profile):
         label = p.label
         return (0, int(label.split()[1])) if label.startswith("rank ") else (1, label)
