@@ -54,12 +54,12 @@ def test_the_parts_of_a_planted_region_are_its_launches(tmp_path):
     assert c.device_split_us == {"graphs": 100.0, "copies": 40.0, "kernels": 15.0}
     assert c.compiled_device_us == pytest.approx(155.0)  # the eager relu kernel is not in it
     md = render_markdown(profiles_view([p], "t.json", "en"))
-    assert ("(155\u00a0μs per step: graph replays 100\u00a0μs, other copies and sets "
+    assert ("(155\u00a0μs per step: CUDA graph replays 100\u00a0μs, other copies and sets "
             "40.0\u00a0μs and other kernels 15.0\u00a0μs)") in md
     # the compiled graph's call is no operator of the user's: not "dominant"
     assert "**`CompiledFunction`** alone takes" not in md
-    for lang, words in (("ru", "воспроизведение графов — 100\u00a0мкс"),
-                        ("zh", "图重放 100\u00a0μs")):
+    for lang, words in (("ru", "воспроизведение CUDA graphs — 100\u00a0мкс"),
+                        ("zh", "CUDA Graphs 重放 100\u00a0μs")):
         assert words in render_markdown(profiles_view([p], "t.json", lang))
 
 
@@ -106,3 +106,16 @@ def test_trace_07s_parts_match_the_raw_events():
     # 21.1 ms of graphs, the generated kernel inside them: not to be added again
     assert c.device_split_us["graphs"] / steps == pytest.approx(c.graph_kernel_us / steps,
                                                                 rel=0.01)
+
+
+def test_without_graphs_the_parts_are_not_called_other(tmp_path):
+    """Copies and kernels launched one by one, no graph: "copies and sets", "kernels",
+    with nothing for "other" to be other than."""
+    path = _trace(tmp_path / "t.json")
+    doc = json.loads(path.read_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e["args"].get("correlation") != 100]
+    path.write_text(json.dumps(doc))
+    md = render_markdown(profiles_view([read_trace(path)], "t.json", "en"))
+    assert ("(55.0\u00a0μs per step: copies and sets 40.0\u00a0μs and kernels 15.0\u00a0μs)"
+            in md), [line for line in md.splitlines() if "compiled regions" in line]
+    assert "прочие" not in render_markdown(profiles_view([read_trace(path)], "t.json", "ru"))

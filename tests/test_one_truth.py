@@ -34,7 +34,7 @@ STEP = {
     "en": [rf"\((?:{_TIME}) of (?P<step>{_TIME}) on average over (?P<n>{_N}) profiled",
            rf"mean over (?P<n>{_N}) steps? of (?P<step>{_TIME})\)",
            rf"of the profiled step \((?P<step>{_TIME})\)",
-           rf"\*\* instead of (?P<step>{_TIME}) \(its other"],
+           rf"\*\* instead of (?P<step>{_TIME}) \(of which"],
     "ru": [rf"\((?:{_TIME}) из (?P<step>{_TIME}), в среднем за (?P<n>{_N}) шаг",
            rf"в среднем за (?P<n>{_N}) шаг\w*, шаг длится (?P<step>{_TIME})\)",
            rf"шага под профайлером \((?P<step>{_TIME})\)",
@@ -72,7 +72,7 @@ OVERLAP = {
 MFU = rf"MFU[:：]?\s*\**\s*(?P<v>{_PCT})"
 SOL = {
     "en": (rf"speed of light (?P<sol>{_TIME}), (?P<share>{_PCT}) of the profiled step",
-           rf"would take \*\*(?P<sol>{_TIME})\*\* instead of (?:{_TIME}) \(its other "
+           rf"would take \*\*(?P<sol>{_TIME})\*\* instead of (?:{_TIME}) \(of which "
            rf"(?:{_TIME}), [^)]*\): (?P<share>{_PCT})"),
     "ru": (rf"\(speed of light\) — (?P<sol>{_TIME}), или (?P<share>{_PCT}) шага",
            rf"занял бы \*\*(?P<sol>{_TIME})\*\* вместо (?:{_TIME}) \((?P<share>{_PCT});"),

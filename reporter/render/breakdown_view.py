@@ -221,7 +221,9 @@ def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, 
         "device_share": (fmt.pct(min(1.0, c.compiled_device_us / total))
                          if device and c.compiled_device_us and total else None),
         # that time by how it was launched, where more than one way holds some of it
-        "device_parts": [{"part": part, "time": fmt.time(us / n)} for part, us in parts]
+        # ("other" copies and kernels only beside the graphs' replays)
+        "device_parts": [{"part": part if c.device_split_us.get("graphs") else f"{part}_alone",
+                          "time": fmt.time(us / n)} for part, us in parts]
         if device and len(parts := [(p, c.device_split_us[p]) for p in REGION_PARTS
                                     if c.device_split_us.get(p, 0.0) > 0]) > 1 else [],
         "lookups": count(c.cache_lookups / n) if c.cache_lookups else None,
