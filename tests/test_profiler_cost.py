@@ -93,7 +93,7 @@ def test_which_findings_the_profiler_distorts():
     # twice the faults: only the first-touch operators' share
     fill, mm = _finding("aten::fill_"), _finding("aten::mm")
     profiler_distortion([fill, mm], {**COST, "profiled_minor_faults": 600.0})
-    assert fill.evidence.profiled_faults == 600 and "profiled_faults" not in mm.evidence
+    assert fill.evidence.profiled_faults == 600 and "profiled_faults" not in mm.evidence.as_dict()
     # a copy writes fresh memory as a fill does; the runner's cost per call goes along
     copy = _finding("aten::copy_")
     profiler_distortion([copy], {**COST, "profiled_minor_faults": 600.0, "call_us": 1.5})
