@@ -15,8 +15,6 @@ beyond it.
 
 from __future__ import annotations
 
-import sys
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,7 +131,7 @@ def load_step(arg: str, runs_root: Path) -> Step:
 
     folder = run_folder(arg, runs_root)
     if folder is not None:
-        run = load_run(folder, lambda line: print(line, file=sys.stderr))
+        run = load_run(folder)
         return Step(name=run.target.get("name") or run.id, source=run.id,
                     sections=run.sections, run=run)
     path = Path(arg)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from .errors import BadInput
 from .model.profile import Profile
@@ -94,18 +95,24 @@ TIMELINE_FIELDS = ("breakdown", "comm_us", "comm_overlap_us", "costs", "cost_bas
                    "compiled", "peak_live_b", "timeline")
 
 
-def load_run(folder: Path, say=None) -> Run:
+def _stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def load_run(folder: Path, say: Callable[[str], None] = _stderr) -> Run:
     """The run stored in ``folder``, its timeline analyses today's: a section read by
     other code than today's (its profile's timeline stamp differs, or it has none) whose
     trace the run kept has them read again from that trace (the step breakdown, critical
     path, compile facts, FLOP costs, calls read one by one; the operator tables stay as
-    stored). ``say`` hears how many sections were read again. run.json is not changed:
+    stored). ``say`` (stderr) hears how many sections were read again. run.json is not changed:
     the run stays as it was stored, and each render reads again."""
     from .store import load
 
     run = load(folder)
     again = todays_timeline(run, Path(folder))
-    if again and say is not None:
+    if again:
         say(f"reporter: run {run.id}: {again} section(s) analysed by another reporter "
             "version; their timelines were read again from the traces the run kept")
     return run

@@ -255,7 +255,7 @@ def _report_stored(folder: Path, output: Output) -> list[Path]:
     """The reports of the run stored in ``folder``, written into it."""
     from .inputs import load_run
 
-    return output.write(report_view(load_run(folder, _stderr), output.lang), folder)
+    return output.write(report_view(load_run(folder), output.lang), folder)
 
 
 def analysis_json(path: str, runs: Path, workers: int | None = None,
@@ -270,7 +270,7 @@ def analysis_json(path: str, runs: Path, workers: int | None = None,
         sections = read_sections(Path(path), workers, scheduler)
         return profiles_json([s.profile for s in sections],
                              [analyze_section(s) for s in sections])
-    run = load_run(folder, _stderr)
+    run = load_run(folder)
     return profiles_json(
         [s.profile for s in run.sections], analyze_run(run),
         [{**s.memory, "tensors": asdict(s.tensor_memory) if s.tensor_memory else None,
