@@ -180,3 +180,20 @@ def test_a_step_label_puts_the_number_where_its_language_does():
     assert charts._step_groups(2, "第 {n} 步")[1] == ["第 1 步", "第 2 步"]
     n, labels, _ = charts._step_groups(charts.MAX_STEP_BARS * 2, "第 {n} 步")
     assert n == charts.MAX_STEP_BARS and labels[0] == "第 1\u20132 步"
+
+
+@pytest.mark.parametrize("lang", ["en", "ru", "zh"])
+def test_every_legend_fits_its_chart(tmp_path, lang):
+    """A GPU run's step chart names eleven activities, some long ("простой: работа уже в
+    очереди, GPU ждёт завершения зависимости или события"): the legend falls to fewer
+    columns, and the chart is tall enough for its rows (the last ones were cut off below
+    the canvas in the ru PDF of corpus trace 07)."""
+    view = report_view(load(FIXTURES / "runs" / "cuda-h200-transformer"), lang)
+    write_report(view, tmp_path, "md")
+    charts_ = list(tmp_path.glob("*.svg"))
+    assert any("steps" in f.name for f in charts_)
+    for f in charts_:
+        root = _tree(f.read_text())
+        height = float(root.get("viewBox").split()[3])
+        lowest = max(float(t.get("y")) for t in root.iter("{http://www.w3.org/2000/svg}text"))
+        assert lowest + 7 <= height, (f.name, lowest, height)

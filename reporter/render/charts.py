@@ -112,7 +112,7 @@ def memory_chart(memory: Any, names: dict[str, str], title: str, axis: str,
     top = _title(c, title) + 4
     keys = [(names.get(k, k), _CATEGORY_COLOURS[MEMORY_CATEGORIES.index(k)])
             for k in present]
-    rows = -(-len(keys) // 4)
+    rows = svg.legend_rows(WIDTH, [name for name, _ in keys])
     bottom = c.height - 34 - 11.2 * rows
     high = max(running, default=0.0)
     span = (times[0], times[-1]) if n and times[-1] > times[0] else (0.0, 1.0)
@@ -166,7 +166,8 @@ def breakdown_chart(breakdown: Any, names: dict[str, str], titles: dict[str, str
     # The figure's height as it was with matplotlib (a report keeps its pages), and at
     # least what the bars and the legend need.
     heights = [max(row_h * n + 72 + 86.4 / len(panels),
-                   14 + row_h * n + 26 + 11.2 * -(-max(1, len(rows)) // 4) + 14)
+                   14 + row_h * n + 26 + 11.2 * max(1, svg.legend_rows(
+                       WIDTH, [names.get(key, key) for key, _ in rows])) + 14)
                for _, rows in panels]
     c = svg.Canvas(WIDTH, sum(heights), fonts)
     left = 14 + max((svg.text_width(label, 8) for label in labels), default=0.0)

@@ -189,14 +189,30 @@ class Axes:
         self.yticks(values, [tick_label(v, values) for v in values], size)
 
 
+def _legend_columns(width: float, names: Sequence[str], columns: int, size: float
+                    ) -> tuple[int, float]:
+    """How many columns of names a legend lays out on a canvas ``width`` wide (at most
+    ``columns``, fewer where the longest name leaves no room), and a column's width."""
+    column = max(text_width(name, size) for name in names) + size * 2.5
+    return max(1, min(columns, len(names), int((width - 20) // column))), column
+
+
+def legend_rows(width: float, names: Sequence[str], columns: int = 4,
+                size: float = 7.0) -> int:
+    """The rows ``legend`` takes for these names: what a chart leaves room for."""
+    if not names:
+        return 0
+    return -(-len(names) // _legend_columns(width, names, columns, size)[0])
+
+
 def legend(canvas: Canvas, top: float, items: Sequence[tuple[str, str]], columns: int = 4,
            size: float = 7.0) -> float:
     """Colour keys and names in rows of at most ``columns``, centred on the canvas
     from ``top``; the y below them."""
     if not items:
         return top
-    column = max(text_width(name, size) for name, _ in items) + size * 2.5
-    columns = max(1, min(columns, len(items), int((canvas.width - 20) // column)))
+    columns, column = _legend_columns(canvas.width, [name for name, _ in items], columns,
+                                      size)
     left = (canvas.width - columns * column) / 2
     y = top
     for i, (name, colour) in enumerate(items):
