@@ -190,6 +190,9 @@ def test_every_legend_fits_its_chart(tmp_path, lang):
     the canvas in the ru PDF of corpus trace 07)."""
     view = report_view(load(FIXTURES / "runs" / "cuda-h200-transformer"), lang)
     write_report(view, tmp_path, "md")
+    # the share chart's image text names the runtime, as its title does
+    (md,) = tmp_path.glob("*.md")
+    assert "{runtime}" not in md.read_text() and "CUDA" in md.read_text()
     charts_ = list(tmp_path.glob("*.svg"))
     assert any("steps" in f.name for f in charts_)
     for f in charts_:

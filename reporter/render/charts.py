@@ -425,8 +425,7 @@ def _draw_each(view: View, folder: Path, terms: Any, stem: str, fonts: Sequence[
         rows = s.chart_rows
         if not rows:
             continue
-        basis = "device" if s.has_device else "cpu"
-        title = terms.chart["share"][basis].replace("{runtime}", s.runtime)  # CUDA, ROCm
+        title = share_title(terms, s)
         name = f"{stem}-chart-{i + 1}-{s.mode or 'profile'}.{view.lang}.svg"
         written[(i, "share")] = name
         write_atomic(folder / name, share_chart(rows, title, fonts))
@@ -456,6 +455,14 @@ def _draw_each(view: View, folder: Path, terms: Any, stem: str, fonts: Sequence[
                                                    terms.chart["roofline_axes"], fonts))
 
 
+def share_title(terms: Any, section: Any) -> str:
+    """The operator-share chart's title in the report's language, with the device's
+    runtime named (CUDA, ROCm, XPU); the report's image text says the same
+    (templates/layout/report.md.j2)."""
+    return str(terms.chart["share"][section.chart_basis]).replace("{runtime}",
+                                                                  section.runtime)
+
+
 def _mermaid(view: View, terms: Any) -> dict[int, str]:
     """Charts as Mermaid blocks, which GitHub draws in a comment without hosted images:
     by section, a pie of the operators' shares, or by mode of a comparison, bars of the
@@ -476,8 +483,7 @@ def _mermaid(view: View, terms: Any) -> dict[int, str]:
         rows = s.chart_rows
         if not rows:
             continue
-        title = terms.chart["share"][s.chart_basis].replace("{runtime}", s.runtime
-                                                            ).replace('"', "'")
+        title = share_title(terms, s).replace('"', "'")
         lines = [f"pie showData title {title}"]
         for name, share, _ in rows:
             lines.append(f'    "{mermaid_label(name)}" : {100 * share:.1f}')
