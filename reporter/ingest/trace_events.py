@@ -1,26 +1,24 @@
-"""A trace's events as the reader decodes them (the categories, the events' fields with
-and without shapes, calls and costs), the host record's fields, and one operator's sums
-(_Agg)."""
+"""A trace's events as the reader decodes them (the events' fields with and without
+shapes, calls and costs), and the timeline record they are sorted into (timeline_of:
+reporter.model.timeline, which the analyses read)."""
 
 from __future__ import annotations
 
-from operator import attrgetter
-from typing import Any, Optional, Union
+import sys
+from collections import defaultdict
+from typing import Any, Iterable, Optional, Union
 
 import msgspec
 
-
-# Host events that nest on a thread and count as CPU time, like key_averages' events.
-HOST_CATS = {"cpu_op", "Operator", "user_annotation", "cuda_runtime", "Runtime",
-             "cuda_driver", "Driver", "xpu_runtime", "mtia_runtime", "privateuse1_runtime"}
-RUNTIME_CATS = {"cuda_runtime", "Runtime", "cuda_driver", "Driver", "xpu_runtime",
-                "mtia_runtime", "privateuse1_runtime"}
-# Device work: kernels, copies and sets (AMD traces use the same categories).
-DEVICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset",
-               "mtia_ccp_events"}
-DEVICE_ANNOTATION_CATS = {"gpu_user_annotation"}
-OP_CATS = {"cpu_op", "Operator"}
-_EPS = 1e-3  # microseconds of slack when deciding whether one event encloses another
+from ..model.timeline import (
+    DEVICE_ANNOTATION_CATS,
+    DEVICE_CATS,
+    HOST_CATS,
+    MODULE_PREFIX,
+    Event,
+    MemoryEvent,
+    Timeline,
+)
 
 
 # What aggregation reads of an event. msgspec decodes these fields and skips the
@@ -87,39 +85,58 @@ class _CostEvent(_Event, gc=False):
     args: Optional[_CostArgs] = None
 
 
-class _Agg:
-    """Per-name sums, the same fields as one key_averages() row."""
-
-    __slots__ = ("name", "kind", "calls", "self_cpu", "cpu_total", "self_dev", "dev_total",
-                 "cpu_mem", "self_cpu_mem", "dev_mem", "self_dev_mem")
-
-    def __init__(self, name: str, kind: str):
-        self.name, self.kind = name, kind
-        self.calls = 0
-        self.self_cpu = self.cpu_total = self.self_dev = self.dev_total = 0.0
-        self.cpu_mem = self.self_cpu_mem = self.dev_mem = self.self_dev_mem = 0
-
-    def add(self, dur: float, child: float, self_dev: float, dev_total: float,
-            mem: list | None) -> None:
-        self.calls += 1
-        self.cpu_total += dur
-        self.self_cpu += dur - child if dur > child else 0.0
-        self.self_dev += self_dev
-        self.dev_total += dev_total
-        if mem is not None:
-            self.self_cpu_mem += mem[0]
-            self.cpu_mem += mem[1]
-            self.self_dev_mem += mem[2]
-            self.dev_mem += mem[3]
 
 
-_by_ts, _by_dur = attrgetter("ts"), attrgetter("dur")
+_FLOAT_MAX = sys.float_info.max  # a time beyond it (or not finite) is left out with its event
 
-# Fields of a host record (a list, for speed): its name's sums (_Agg), parent
-# record, time in children, self device time, total device time, memory [self
-# cpu, total cpu, self device, total device] or None, end, duration, number of
-# children, merged into its parent, the event, its flops.Cost (None: not modelled; False:
-# modelled, but an operator inside it carries the cost), inside a modelled operator, the
-# phase it runs under (PHASES).
-(_AGG, _PARENT, _CHILD, _SDEV, _TDEV, _MEM, _END, _DUR, _NCHILD, _MERGED, _EVENT, _COST,
- _INSIDE, _PHASE) = range(14)
+
+def timeline_of(chunks: Iterable[list[_Event]], meta: dict[str, Any]) -> Timeline:
+    """The timeline record of a trace's decoded events (given as lists of events; ``meta``
+    holds the trace's other top-level fields once ``chunks`` is exhausted): host events by
+    thread, device work, the device's marks, module calls, memory events."""
+    threads: dict[Any, list[Event]] = {}  # (pid, tid) -> host events
+    device: list[Event] = []  # kernels, copies, sets
+    device_ann: list[Event] = []  # gpu_user_annotation
+    py_modules: list[Event] = []  # python_function "nn.Module: ..." events
+    # (pid, tid) -> [(ts, bytes, device type, address, the device's total allocated)]
+    memory: dict[Any, list[MemoryEvent]] = defaultdict(list)
+    host, dev_cats, dev_ann = HOST_CATS, DEVICE_CATS, DEVICE_ANNOTATION_CATS
+    last_pid = last_tid = thread = None
+    big, low = _FLOAT_MAX, -_FLOAT_MAX
+    for events in chunks:
+        for e in events:
+            ph = e.ph
+            if not (low <= e.ts <= big and low <= e.dur <= big):
+                continue  # a time no float holds (400 digits), or not finite: left out
+            if ph == "X":
+                cat = e.cat
+                if cat in host:
+                    # Events come in runs from one thread: look its list up once per run.
+                    if thread is None or e.tid != last_tid or e.pid != last_pid:
+                        last_pid, last_tid = e.pid, e.tid
+                        thread = threads.get((last_pid, last_tid))
+                        if thread is None:
+                            thread = threads[(last_pid, last_tid)] = []
+                    thread.append(e)
+                elif cat in dev_cats:
+                    device.append(e)
+                elif cat in dev_ann:
+                    device_ann.append(e)
+                elif cat == "python_function" and e.name.startswith(MODULE_PREFIX):
+                    py_modules.append(e)  # with_stack traces: module calls
+            elif ph == "i" and e.name == "[memory]" and e.args is not None:
+                a = e.args
+                try:
+                    nbytes, device_type = int(a.nbytes), int(a.device_type or 0)
+                except (TypeError, ValueError, OverflowError):
+                    continue  # a malformed memory event
+                # where it was allocated and the allocator's total: for _peak_live only
+                memory[(e.pid, e.tid)].append(
+                    (e.ts, nbytes, device_type, _count(a.addr), _count(a.total)))
+    return Timeline(threads=threads, device=device, device_annotations=device_ann,
+                    modules=py_modules, memory=dict(memory), meta=meta)
+
+
+def _count(value: Any) -> int:
+    """A non-negative integer field of an event, or -1 where it is not one."""
+    return value if type(value) is int and value >= 0 else -1

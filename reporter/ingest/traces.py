@@ -9,11 +9,11 @@ innermost operator on their thread). Works for torch 1.8 traces (``Operator``,
 ``Runtime``, ``Kernel``) to today's (``cpu_op``, ``cuda_runtime``, ``kernel``),
 plain or gzipped. No torch import.
 
-This module decodes and reads (read_trace, host_calls, read_trace_folder); the events'
-types are in trace_events, the timeline they make (nesting, attribution, memory) in
-trace_timeline, and the analyses computed while reading (FLOP costs, phases, compile facts,
-growing calls, communication) in trace_costs. Their names that others read are imported
-from here too.
+This module decodes (read_trace, host_calls, read_trace_folder): the events' types, and
+the timeline record they are sorted into (reporter.model.timeline), are in trace_events;
+the analyses of the record (nesting, attribution, memory, the step breakdown, the critical
+path, FLOP costs, phases, compile facts, growing calls, communication) are
+reporter.analyze.timeline's. Their names that others read are imported from here too.
 """
 
 from __future__ import annotations
@@ -41,7 +41,11 @@ from ..analyze.shapes import Call
 from ..analyze.stragglers import stragglers
 from ..errors import BadInput, read_error
 from ..model.profile import Profile
-from .trace_costs import (
+from ..analyze.timeline import profile_of
+from ..analyze.timeline import (
+    shape_key as shape_key,
+)
+from ..analyze.timeline_costs import (
     GROWTH as GROWTH,
     GROWTH_CALLS as GROWTH_CALLS,
     GROWTH_FIT as GROWTH_FIT,
@@ -52,25 +56,22 @@ from .trace_costs import (
     _elements as _elements,
     _grows as _grows,
 )
-from .trace_events import (
+from ..analyze.timeline_records import _EPS
+from ..model.timeline import (
+    DEVICE_ANNOTATION_CATS as DEVICE_ANNOTATION_CATS,
+    DEVICE_CATS as DEVICE_CATS,
     HOST_CATS,
     OP_CATS,
     RUNTIME_CATS,
+)
+from .trace_events import (
     _CallArgs,
     _CallEvent,
     _CostArgs,
     _CostEvent,
-    _EPS,
     _Event,
     _ShapeEvent,
-)
-from .trace_events import (
-    DEVICE_ANNOTATION_CATS as DEVICE_ANNOTATION_CATS,
-    DEVICE_CATS as DEVICE_CATS,
-)
-from .trace_timeline import _aggregate
-from .trace_timeline import (
-    shape_key as shape_key,
+    timeline_of,
 )
 
 
@@ -447,7 +448,7 @@ def profile_from_events(chunks: Iterable[list[_Event]], meta: dict[str, Any],
     ``key_averages(group_by_input_shape=True)`` does; with ``costs``, sum the FLOPs and
     bytes of the operators reporter.analyze.flops models (``Profile.costs``)."""
     with _gc_paused():
-        return _aggregate(chunks, meta, shapes, costs)
+        return profile_of(timeline_of(chunks, meta), shapes, costs)
 
 
 def _head(path: Path) -> bytes:
@@ -499,7 +500,8 @@ def read_trace(path: Path, shapes: bool = False, costs: bool = True) -> Profile:
 # step breakdown, critical path, compile facts, FLOP costs, calls read one by one): their
 # source, hashed, stamps each profile read from a trace (Profile.timeline).
 TIMELINE_CODE = ("reporter.ingest.traces", "reporter.ingest.trace_events",
-                 "reporter.ingest.trace_timeline", "reporter.ingest.trace_costs",
+                 "reporter.model.timeline", "reporter.analyze.timeline",
+                 "reporter.analyze.timeline_records", "reporter.analyze.timeline_costs",
                  "reporter.analyze.breakdown", "reporter.analyze.critical_path",
                  "reporter.analyze.compiled", "reporter.analyze.flops",
                  "reporter.analyze.shapes")

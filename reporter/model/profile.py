@@ -204,7 +204,7 @@ class Profile:
     # CUDA graphs (from a trace): the kernels a graph launch replayed, and their device time.
     graph_kernels: int = 0
     graph_kernel_us: float = 0.0
-    # torch.compile's events beyond their sums (reporter.ingest.traces._compiled_facts):
+    # torch.compile's events beyond their sums (reporter.analyze.timeline_costs._compiled_facts):
     # the generated kernels per compiled region, the graph breaks between regions. Empty
     # for tables, profiles of eager code, and runs stored before it.
     compiled: dict[str, Any] = field(default_factory=dict)
@@ -212,7 +212,7 @@ class Profile:
     # (analyze.stragglers), on the first rank's profile (the one a report shows).
     stragglers: dict[str, Any] = field(default_factory=dict)
     # From a trace with memory recorded: the host memory live at the peak of the profiled
-    # window, by the operator that allocated it (reporter.ingest.traces._peak_live). Empty
+    # window, by the operator that allocated it (reporter.analyze.timeline._peak_live). Empty
     # for tables, GPU-only memory, and runs stored before it.
     peak_live_b: dict[str, int] = field(default_factory=dict)
     # From a trace: the calls of the operators that hold the most self time (a quarter

@@ -1,20 +1,23 @@
-"""The timeline a trace's events make: host events nested on each thread, kernels
-attributed to the operator that launched them, memory charged to the innermost operator,
-summed per name (and shape) into a Profile (_aggregate)."""
+"""The timeline analyses of a trace (profile_of): host events nested on each thread,
+kernels attributed to the operator that launched them, memory charged to the innermost
+operator, summed per name (and shape) into a Profile, with the step breakdown, the
+critical path, compile facts, FLOP costs and the calls read one by one
+(reporter.analyze.timeline_costs). They read the timeline record a reader fills
+(reporter.model.timeline) and no decoder."""
 
 from __future__ import annotations
 
 import re
-import sys
 from collections import defaultdict
-from typing import Any, Iterable
+from typing import Any
 
-from ..analyze.breakdown import step_breakdown
-from ..analyze.compiled import GRAPH_LAUNCHES
-from ..analyze.critical_path import critical_path
 from ..model import device as devices
 from ..model.profile import KIND_DEVICE_ANNOTATION, KIND_KERNEL, KIND_RUNTIME, Op, Profile
-from .trace_costs import (
+from ..model.timeline import Event, MemoryEvent, Timeline
+from .breakdown import step_breakdown
+from .compiled import GRAPH_LAUNCHES
+from .critical_path import critical_path
+from .timeline_costs import (
     _comm_in_steps,
     _communication,
     _compiled_facts,
@@ -23,10 +26,8 @@ from .trace_costs import (
     _facts,
     _op_calls,
 )
-from .trace_events import (
-    DEVICE_ANNOTATION_CATS,
-    DEVICE_CATS,
-    HOST_CATS,
+from .timeline_records import (
+    Record,
     _AGG,
     _Agg,
     _CHILD,
@@ -34,7 +35,6 @@ from .trace_events import (
     _END,
     _EPS,
     _EVENT,
-    _Event,
     _INSIDE,
     _MEM,
     _MERGED,
@@ -48,66 +48,26 @@ from .trace_events import (
 )
 
 
-_FLOAT_MAX = sys.float_info.max  # a time beyond it (or not finite) is left out with its event
+def profile_of(timeline: Timeline, shapes: bool = False, costs: bool = False) -> Profile:
+    """A trace's Profile from its timeline record: with ``shapes``, operators grouped by
+    input shape too (``ops_by_shape``); with ``costs``, the FLOPs and bytes of the
+    operators reporter.analyze.flops models (the reader computed each call's cost)."""
+    threads, device, device_ann = timeline.threads, timeline.device, timeline.device_annotations
+    py_modules, memory, meta = timeline.modules, dict(timeline.memory), timeline.meta
+    scale = timeline.scale
 
-
-def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: bool,
-               costs: bool = False) -> Profile:
-    threads: dict[Any, list[_Event]] = {}  # (pid, tid) -> host events
-    device: list[_Event] = []  # kernels, copies, sets
-    device_ann: list[_Event] = []  # gpu_user_annotation
-    py_modules: list[_Event] = []  # python_function "nn.Module: ..." events
-    # (pid, tid) -> [(ts, bytes, device type, address, the device's total allocated)]
-    memory: dict[Any, list] = defaultdict(list)
-    host, dev_cats, dev_ann = HOST_CATS, DEVICE_CATS, DEVICE_ANNOTATION_CATS
-    last_pid = last_tid = thread = None
-    big, low = _FLOAT_MAX, -_FLOAT_MAX
-    for events in chunks:
-        for e in events:
-            ph = e.ph
-            if not (low <= e.ts <= big and low <= e.dur <= big):
-                continue  # a time no float holds (400 digits), or not finite: left out
-            if ph == "X":
-                cat = e.cat
-                if cat in host:
-                    # Events come in runs from one thread: look its list up once per run.
-                    if thread is None or e.tid != last_tid or e.pid != last_pid:
-                        last_pid, last_tid = e.pid, e.tid
-                        thread = threads.get((last_pid, last_tid))
-                        if thread is None:
-                            thread = threads[(last_pid, last_tid)] = []
-                    thread.append(e)
-                elif cat in dev_cats:
-                    device.append(e)
-                elif cat in dev_ann:
-                    device_ann.append(e)
-                elif cat == "python_function" and e.name.startswith("nn.Module: "):
-                    py_modules.append(e)  # with_stack traces: module calls
-            elif ph == "i" and e.name == "[memory]" and e.args is not None:
-                a = e.args
-                try:
-                    nbytes, device_type = int(a.nbytes), int(a.device_type or 0)
-                except (TypeError, ValueError, OverflowError):
-                    continue  # a malformed memory event
-                # where it was allocated and the allocator's total: for _peak_live only
-                memory[(e.pid, e.tid)].append(
-                    (e.ts, nbytes, device_type, _count(a.addr), _count(a.total)))
-    # Kineto's nanosecond mode writes integer ns and says so; everything else is in us.
-    first = next((evs[0] for evs in threads.values()), device[0] if device else None)
-    int_ts = first is not None and type(first.ts) is int
-    scale = 1e-3 if meta.get("displayTimeUnit") == "ns" and int_ts else 1.0
-
-    facts_of: dict[str, dict[str, tuple]] = defaultdict(dict)  # cat -> name -> facts
+    facts_of: dict[str, dict[str, tuple[Any, ...]]] = defaultdict(dict)  # cat -> name -> facts
     aggs: dict[tuple[str, str], _Agg] = {}
     comm_of: dict[str, int] = {}  # name -> 1 collective work, 2 collective call, 0 neither
     comm_work: list[tuple[float, float]] = []
     comm_calls: list[tuple[float, float]] = []
     # Device attribution needs every operator's ids; a trace without kernels does not.
-    by_ext: dict[Any, list] | None = {} if device else None  # External id -> host record
-    correlation_rt: dict[Any, list] = {}  # correlation id -> runtime record
-    records: list[list] = []
-    costed: list[list] = []  # records with a cost
-    host_allocs: list[tuple] = []  # the host's allocations and frees, with their operators
+    by_ext: dict[Any, Record] | None = {} if device else None  # External id -> host record
+    correlation_rt: dict[Any, Record] = {}  # correlation id -> runtime record
+    records: list[Record] = []
+    costed: list[Record] = []  # records with a cost
+    # the host's allocations and frees, with their operators
+    host_allocs: list[tuple[Any, ...]] = []
     steps = 0
     step_ranges: list[tuple[float, float]] = []
     eps = _EPS / scale
@@ -125,7 +85,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
         mems = sorted(memory.pop(key, []))
         mi, n_mems = 0, len(mems)
         next_mem = mems[0][0] if mems else None
-        stack: list[list] = []
+        stack: list[Record] = []
         first_of_thread = len(records)
         for e in evs:
             ts, dur = e.ts, e.dur
@@ -256,7 +216,7 @@ def _aggregate(chunks: Iterable[list[_Event]], meta: dict[str, Any], shapes: boo
                    op_calls=op_calls)
 
 
-def _launches(device: list[_Event], correlation_rt: dict[Any, list]) -> list[tuple[float, float]]:
+def _launches(device: list[Event], correlation_rt: dict[Any, Record]) -> list[tuple[float, float]]:
     """Each piece of device work's start and its launch on the host (the end of its runtime
     call: until the call returns the host is still launching it; under the profiler a
     launch call takes about as long as the launch-to-start delay, 12 us on an H200, and
@@ -283,7 +243,7 @@ def _launches(device: list[_Event], correlation_rt: dict[Any, list]) -> list[tup
     return out
 
 
-def _device_name(props: list) -> str | None:
+def _device_name(props: list[Any]) -> str | None:
     """The device's name; where a HIP build names it generically ("AMD Radeon Graphics"),
     with its compute capability and compute units, which tell the parts apart
     (reporter.analyze.peaks: "AMD Radeon Graphics (compute 9.0, 104 CUs)")."""
@@ -298,12 +258,13 @@ def _device_name(props: list) -> str | None:
     return name
 
 
-def _device_memory(props: list) -> int | None:
+def _device_memory(props: list[Any]) -> int | None:
     mem = props[0].get("totalGlobalMem") if props and isinstance(props[0], dict) else None
     return mem if type(mem) is int and mem > 0 else None
 
 
-def _attribute(kernel: _Event, dur: float, by_ext: dict, correlation_rt: dict) -> None:
+def _attribute(kernel: Event, dur: float, by_ext: dict[Any, Record],
+               correlation_rt: dict[Any, Record]) -> None:
     """A kernel's time to the operator that launched it (External id), else to the
     caller of the runtime call with its correlation id; and to that operator's callers."""
     args = kernel.args
@@ -324,7 +285,7 @@ def _attribute(kernel: _Event, dur: float, by_ext: dict, correlation_rt: dict) -
             node = node[_PARENT]
 
 
-def _by_shape(records: list[list], scale: float) -> list[Op]:
+def _by_shape(records: list[Record], scale: float) -> list[Op]:
     """Operators grouped by name and input shapes."""
     shape_aggs: dict[tuple[str, str, str], _Agg] = {}
     for agg, _, child, self_dev, dev_total, mem, _, dur, _, merged, e, *_ in records:
@@ -359,7 +320,7 @@ def _shape_key(dims: Any) -> str:
 shape_key = _shape_key  # the key of Profile.ops_by_shape rows, for the what-ifs
 
 
-def _merge_self_calls(records: list, start: int) -> None:
+def _merge_self_calls(records: list[Record], start: int) -> None:
     """Fold an event into its parent when both have one name and it is the only child.
 
     This is what key_averages() does (EventList._remove_dup_nodes): an operator
@@ -382,10 +343,11 @@ def _merge_self_calls(records: list, start: int) -> None:
             mem[2] += rec[_MEM][2]
 
 
-def _mem(rec: list) -> list:
+def _mem(rec: Record) -> list[int]:
     if rec[_MEM] is None:
         rec[_MEM] = [0, 0, 0, 0]
-    return rec[_MEM]
+    mem: list[int] = rec[_MEM]
+    return mem
 
 
 # Operators that only hand memory out: what they allocate is their caller's (an
@@ -394,7 +356,7 @@ _ALLOCATORS = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::
                "aten::new_empty_strided", "aten::resize_"}
 
 
-def _charge_memory(stack: list[list], mem: tuple, host: list[tuple]) -> None:
+def _charge_memory(stack: list[Record], mem: MemoryEvent, host: list[tuple[Any, ...]]) -> None:
     """An allocation (or free) belongs to the innermost open host event on its thread.
     The host's (device type 0) with an address and the allocator's total also go into
     ``host`` with the operator they are of (``_peak_live``)."""
@@ -416,12 +378,7 @@ def _charge_memory(stack: list[list], mem: tuple, host: list[tuple]) -> None:
     m[slot + 1] += mem[1]
 
 
-def _count(value: Any) -> int:
-    """A non-negative integer field of an event, or -1 where it is not one."""
-    return value if type(value) is int and value >= 0 else -1
-
-
-def _peak_live(host: list[tuple]) -> dict[str, int]:
+def _peak_live(host: list[tuple[Any, ...]]) -> dict[str, int]:
     """The host memory live at the peak of what the allocator held in the trace (its
     "Total Allocated"), by the operator that allocated it (an allocator's to its caller):
     what a fix that no longer makes those tensors takes off the peak. Allocations made
@@ -443,14 +400,14 @@ def _peak_live(host: list[tuple]) -> dict[str, int]:
     return dict(by_op)
 
 
-def _pop(stack: list[list]) -> None:
+def _pop(stack: list[Record]) -> None:
     """Close the innermost event."""
     rec = stack.pop()
     if rec[_MEM] is not None:
         _closed(rec)
 
 
-def _closed(rec: list) -> None:
+def _closed(rec: Record) -> None:
     """A closed event's total memory counts in its parent's total."""
     parent = rec[_PARENT]
     if parent is not None:

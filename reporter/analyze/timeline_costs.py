@@ -1,4 +1,4 @@
-"""The analyses computed while a trace is read, from its operators and their phases:
+"""The timeline analyses of a trace's operators and their phases (reporter.analyze.timeline):
 FLOP and byte costs (_costs), compile facts (_compiled_facts, _facts), the operators
 whose calls grow (_op_calls) and the communication (_communication)."""
 
@@ -10,8 +10,11 @@ from bisect import bisect_right
 from collections import defaultdict
 from typing import Any
 
-from ..analyze.breakdown import MODULE_MARK, overlap, union
-from ..analyze.compiled import (
+from ..model import vendors
+from ..model.profile import KIND_ANNOTATION, KIND_OP, KIND_RUNTIME, Breakdown, OpCalls, classify
+from ..model.timeline import OP_CATS, RUNTIME_CATS, Event
+from .breakdown import MODULE_MARK, overlap, union
+from .compiled import (
     BACKWARD,
     CACHE_LOOKUP,
     FORWARD,
@@ -20,20 +23,15 @@ from ..analyze.compiled import (
     REGION,
     UNNAMED_TRITON,
 )
-from ..analyze.flops import MATRIX, cost, modelled
-from ..model import vendors
-from ..model.profile import KIND_ANNOTATION, KIND_OP, KIND_RUNTIME, Breakdown, OpCalls, classify
-from .trace_events import (
-    OP_CATS,
-    RUNTIME_CATS,
+from .flops import MATRIX, cost, modelled
+from .timeline_records import (
+    Record,
     _AGG,
     _Agg,
     _COST,
-    _CostArgs,
     _DUR,
     _END,
     _EVENT,
-    _Event,
     _INSIDE,
     _MERGED,
     _PARENT,
@@ -42,13 +40,13 @@ from .trace_events import (
 )
 
 
-def _cost_of(rec: list, args: Any) -> bool:
+def _cost_of(rec: Record, args: Any) -> bool:
     """A modelled operator's cost. Of nested modelled operators, one carries the cost: a
     matrix product, convolution or attention keeps it from the helpers it calls (the
     copy of the bias in aten::addmm); otherwise the innermost one does (aten::linear
     leaves it to its aten::addmm, aten::softmax to aten::_softmax)."""
-    if type(args) is _CostArgs:
-        c = args.computed  # _scan_costs
+    if hasattr(args, "computed"):
+        c = args.computed  # the reader computed it from the call's inputs
     else:
         dims = args.dims if args.dims is not None else args.dims_old
         c = cost(rec[_AGG].name, dims, args.types, args.concrete)
@@ -89,13 +87,13 @@ def _phase_of(name: str) -> int:
 NOT_MODELLED_ROWS = 15
 
 
-def _costs(costed: list[list], aggs: dict, on_device: bool, scale: float
+def _costs(costed: list[Record], aggs: dict[tuple[str, str], _Agg], on_device: bool, scale: float
            ) -> tuple[list[dict[str, Any]], dict[str, float], bool]:
     """Modelled operators' FLOPs, bytes and time summed per (name, dtype, family, phase),
     time being device time on a GPU trace and CPU time (inclusive) on a CPU one; the
     self time of the operators that have no formula; whether the trace recorded input
     types (some call has a cost)."""
-    groups: dict[tuple, list] = {}
+    groups: dict[tuple[Any, ...], list[Any]] = {}
     recorded = bool(costed)
     for rec in costed:
         c = rec[_COST]
@@ -132,8 +130,8 @@ def _costs(costed: list[list], aggs: dict, on_device: bool, scale: float
     return rows, {n: t * scale for n, t in top}, recorded
 
 
-def _compiled_facts(records: list[list], aggs: dict, device: list[_Event],
-                    correlation_rt: dict, scale: float,
+def _compiled_facts(records: list[Record], aggs: dict[tuple[str, str], _Agg], device: list[Event],
+                    correlation_rt: dict[Any, Record], scale: float,
                     step_ranges: list[tuple[float, float]]) -> dict[str, Any]:
     """What torch.compile's events say beyond their sums (reporter.analyze.compiled):
 
@@ -174,7 +172,7 @@ def _compiled_facts(records: list[list], aggs: dict, device: list[_Event],
         return {}
     seq_region: dict[Any, str | None] = {}
 
-    def region(rec: list | None) -> str | None:
+    def region(rec: Record | None) -> str | None:
         while rec is not None:
             a = rec[_AGG]
             label = labels.get(id(a))
@@ -190,11 +188,12 @@ def _compiled_facts(records: list[list], aggs: dict, device: list[_Event],
     # eagerly, then calls the frame it resumes in, whose region nests in the first one.
     # The break's time: from the end of the outer region's last graph call (its start,
     # when it ran none) to the start of the nested region.
-    def outer_of(rec: list) -> list | None:
+    def outer_of(rec: Record) -> Record | None:
         node = rec[_PARENT]
         while node is not None:
             if id(node[_AGG]) in labels:
-                return node
+                found: Record = node
+                return found
             node = node[_PARENT]
         return None
 
@@ -295,7 +294,8 @@ def _compiled_facts(records: list[list], aggs: dict, device: list[_Event],
             "break_lookup_us": break_lookup_us * scale, "break_pairs": dict(pairs)}
 
 
-def _facts(name: str, cat: str, aggs: dict, comm_of: dict) -> tuple:
+def _facts(name: str, cat: str, aggs: dict[tuple[str, str], _Agg],
+           comm_of: dict[str, int]) -> tuple[Any, ...]:
     """What every event of one (category, name) shares: its row (_Agg), whether it
     is a collective (1 the work, 2 the call that enqueues it), a step, a runtime call,
     whether reporter.analyze.flops has a formula for it, the phase it starts (_phase_of)."""
@@ -329,7 +329,7 @@ def _elements(dims: Any) -> int | None:
     if not isinstance(dims, list):
         return None
     if dims and all(type(d) is int for d in dims):
-        return math.prod(max(d, 0) for d in dims)
+        return int(math.prod(max(d, 0) for d in dims))
     found = [n for n in (_elements(d) for d in dims if isinstance(d, list) and d)
              if n is not None]
     return sum(found) if found else None
@@ -348,14 +348,16 @@ def _grows(sizes: list[int]) -> bool:
     return var_s > 0 and cov / math.sqrt(var_i * var_s) >= GROWTH_FIT
 
 
-def _op_calls(records: list[list], aggs: dict, step_ranges: list[tuple[float, float]],
+def _op_calls(records: list[Record], aggs: dict[tuple[str, str], _Agg],
+              step_ranges: list[tuple[float, float]],
               on_device: bool) -> dict[str, OpCalls]:
     """The calls of the operators that hold OP_CALLS_SHARE of the self time or more, read
     within the profiled steps (reporter.model.profile.OpCalls); none without steps."""
     if not step_ranges:
         return {}
     ops = [a for (_, kind), a in aggs.items() if kind == KIND_OP and a.calls]
-    time = (lambda a: a.self_dev) if on_device else (lambda a: a.self_cpu)
+    def time(a: _Agg) -> float:
+        return a.self_dev if on_device else a.self_cpu
     total = sum(time(a) for a in ops)
     tops = sorted((a for a in ops if total > 0 and time(a) >= OP_CALLS_SHARE * total),
                   key=time, reverse=True)[:OP_CALLS_ROWS]
@@ -363,7 +365,7 @@ def _op_calls(records: list[list], aggs: dict, step_ranges: list[tuple[float, fl
         return {}
     steps = sorted(step_ranges)
     starts = [s for s, _ in steps]
-    by_step: dict[Any, dict[int, list[list]]] = {a: defaultdict(list) for a in tops}
+    by_step: dict[Any, dict[int, list[Record]]] = {a: defaultdict(list) for a in tops}
     for rec in records:
         per = by_step.get(rec[_AGG])
         if per is None or rec[_MERGED]:
@@ -411,8 +413,9 @@ _COMM_WORK = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):|"
 _COMM_CALL = re.compile(r"^c10d::|^c10d_functional::|^_c10d_functional::|record_param_comms")
 
 
-def _communication(host_comm: list[tuple[float, float]], threads: dict, comm_of: dict,
-                   device: list[_Event]) -> tuple[float, float] | None:
+def _communication(host_comm: list[tuple[float, float]], threads: dict[Any, list[Event]],
+                   comm_of: dict[str, int],
+                   device: list[Event]) -> tuple[float, float] | None:
     """(time in collectives, the part of it that overlaps computation), or None without any.
 
     Communication is the union of the collectives' intervals: the NCCL (RCCL) kernels
