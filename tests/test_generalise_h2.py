@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from reporter.analyze.savings import UP_TO, _rank_key, ranked
-from reporter.ingest.traces import _elements, _grows
+from reporter.analyze.timeline_costs import _elements, _grows
 from reporter.model.finding import Finding, Saving
 from reporter.model.profile import Op, OpCalls, Profile
 

@@ -355,7 +355,7 @@ def test_the_blowup_on_a_gpu_takes_device_time_and_the_devices_memory(tmp_path):
     from fake_cuda import fake_cuda
 
     from reporter.analyze.shapes import backward_nodes
-    from reporter.ingest.traces import shape_key
+    from reporter.analyze.timeline import shape_key
 
     prof, calls, _ = traced(_bloat(), tmp_path)
     prof.device_type, prof.self_device_us = "cuda", 1.0

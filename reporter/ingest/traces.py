@@ -13,7 +13,7 @@ This module decodes (read_trace, host_calls, read_trace_folder): the events' typ
 the timeline record they are sorted into (reporter.model.timeline), are in trace_events;
 the analyses of the record (nesting, attribution, memory, the step breakdown, the critical
 path, FLOP costs, phases, compile facts, growing calls, communication) are
-reporter.analyze.timeline's. Their names that others read are imported from here too.
+reporter.analyze.timeline's.
 """
 
 from __future__ import annotations
@@ -42,20 +42,6 @@ from ..analyze.stragglers import stragglers
 from ..errors import BadInput, read_error
 from ..model.profile import Profile
 from ..analyze.timeline import profile_of
-from ..analyze.timeline import (
-    shape_key as shape_key,
-)
-from ..analyze.timeline_costs import (
-    GROWTH as GROWTH,
-    GROWTH_CALLS as GROWTH_CALLS,
-    GROWTH_FIT as GROWTH_FIT,
-    NOT_MODELLED_ROWS as NOT_MODELLED_ROWS,
-    OP_CALLS_ROWS as OP_CALLS_ROWS,
-    OP_CALLS_SHARE as OP_CALLS_SHARE,
-    PHASES as PHASES,
-    _elements as _elements,
-    _grows as _grows,
-)
 from ..analyze.timeline_records import _EPS
 from ..model.timeline import (
     DEVICE_ANNOTATION_CATS as DEVICE_ANNOTATION_CATS,

@@ -32,7 +32,7 @@ def reduced_rows(profile: Profile, calls: list[Call] | None) -> set[tuple[str, A
     the trace's input types."""
     if not calls:
         return set()
-    from ...ingest.traces import shape_key
+    from ...analyze.timeline import shape_key
 
     votes: dict[tuple[str, Any], list[int]] = {}
     for c in calls:
@@ -154,7 +154,7 @@ def _recorded_us(profile: Profile, calls: list[Call], indexes: Iterable[int]) ->
     """The recorded time of these calls. On a GPU the device time of each call's
     (name, shapes) row over its calls (a backward node: of the operators directly inside
     it); on the CPU each call's own time."""
-    from ...ingest.traces import shape_key
+    from ...analyze.timeline import shape_key
 
     wanted = list(indexes)
     if not profile.has_device:

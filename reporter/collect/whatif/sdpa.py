@@ -77,7 +77,7 @@ def attention_shapes(profile: Profile, calls: list[Call] | None = None
 def _forward_products(calls: list[Call]) -> set[tuple[str, str]]:
     """The (name, input shapes) rows of the matrix products the forward called: those
     not inside an autograd backward node (``BACKWARD_NODE``), at any depth."""
-    from ...ingest.traces import shape_key
+    from ...analyze.timeline import shape_key
 
     inside: dict[int, bool] = {}
 
