@@ -303,13 +303,20 @@ def report_stem(path: Path) -> str:
     return f"{path.stem}.report"
 
 
-def compare_inputs(inputs: list[str], runs: Path):
-    """The comparison of runs or recorded profiles, in order (the first is the base)."""
-    from .compare import compare, load_step
+def compare_inputs(inputs: list[str], runs: Path, workers: int | None = None,
+                   scheduler: str | None = None):
+    """The comparison of runs or recorded profiles, in order (the first is the base); a
+    folder of per-rank traces read in ``workers`` processes or on a Dask ``scheduler``, as
+    analyze reads one (inputs.read_sections). Every input is resolved before any is read:
+    a mistyped last input fails at once."""
+    from .compare import compare, step_of
+    from .inputs import run_folder
 
     if len(inputs) < 2:
         raise BadInput("compare needs at least two inputs: BASE NEW", error_id="usage")
-    return compare([load_step(arg, runs) for arg in inputs])
+    folders = [run_folder(arg, runs) for arg in inputs]
+    return compare([step_of(arg, folder, workers, scheduler)
+                    for arg, folder in zip(inputs, folders)])
 
 
 def write_comparison(comparison, runs: Path, out: Path | None, output: Output) -> list[Path]:
