@@ -85,10 +85,12 @@ def _rank_reading(p: argparse.ArgumentParser) -> None:
     (analyze, compare): the same options, checks and defaults in both."""
     p.add_argument("--workers", type=_workers, default=None, metavar="N",
                    help="read a folder's ranks in N processes (default: one per core this "
-                        "process may use, at most one per rank; 1: in this process)")
+                        "process may use, at most one per rank; 1: in this process); no "
+                        "effect on a stored run or a single file")
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
                    help="read a folder's ranks on a Dask cluster (pip install "
-                        "'reporter[dask]'): its workers must see the folder at the same path")
+                        "'reporter[dask]'): its workers must see the folder at the same "
+                        "path; no effect on a stored run or a single file")
 
 
 def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:

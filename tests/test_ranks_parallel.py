@@ -150,6 +150,61 @@ def test_compare_checks_workers_as_analyze_does(two_jobs):
                               "of processes from 1 to 1,024, not '0'"), res.err
 
 
+# --- the options where no folder of ranks is read: a notice, not an error -----------------
+
+def _noticed(argv: list, *options: str) -> tuple[str, str]:
+    """The command with the options and without: the same exit 0 and stdout; stderr the
+    same after one more line first, which is returned (and stdout)."""
+    plain, given = cli(*argv), cli(*argv, *options)
+    assert (plain.code, given.code) == (0, 0), given.err
+    assert given.out == plain.out
+    first, rest = given.err.split("\n", 1)
+    assert rest == plain.err and "Traceback" not in given.err
+    return first, given.out
+
+
+def test_a_stored_run_with_the_options_says_they_have_no_effect(stored):
+    root, run = stored("cpu-tensor-ops")
+    for command in (["analyze", run, "--json"], ["analyze", "latest", "--runs", root,
+                                                 "--out", root]):
+        line, _ = _noticed(command, "--scheduler", "tcp://127.0.0.1:9")
+        assert line == ("reporter: --scheduler has no effect (it reads folders of per-rank "
+                        f"traces only): {run} is a stored run, read from its run.json")
+    line, out = _noticed(["compare", run, "latest", "--runs", root, "--json"],
+                         "--workers", "2", "--scheduler", "tcp://127.0.0.1:9")
+    assert line == ("reporter: --workers and --scheduler have no effect (they read folders "
+                    f"of per-rank traces only): {run} is a stored run, read from its "
+                    "run.json")
+    assert json.loads(out)["steps"][0]["name"] == "tensor-ops"
+
+
+def test_a_single_file_with_the_options_says_they_have_no_effect(two_jobs, stored):
+    """A single trace is read in this process (--scheduler with one used to be an error:
+    now the same notice as a stored run, for analyze and compare alike)."""
+    trace = sorted(two_jobs[0].iterdir())[0]
+    line, _ = _noticed(["analyze", trace, "--json"], "--scheduler", "tcp://127.0.0.1:9")
+    assert line == ("reporter: --scheduler has no effect (it reads folders of per-rank "
+                    f"traces only): {trace} is a single file, read in this process")
+    root, run = stored("cpu-tensor-ops")
+    line, _ = _noticed(["compare", run, trace, "--json"], "--workers", "2")
+    assert line == ("reporter: --workers has no effect (it reads folders of per-rank traces "
+                    f"only): {run} is a stored run, read from its run.json; {trace} is a "
+                    "single file, read in this process")
+
+
+def test_no_notice_when_one_input_is_a_folder_of_ranks(two_jobs, stored, monkeypatch):
+    """A stored run compared with a folder of ranks: the options read the folder, and
+    nothing is said of the run."""
+    pools: list[int] = []
+    in_pool = ranks._in_pool
+    monkeypatch.setattr(ranks, "_in_pool", lambda files, costs, progress, n: (
+        pools.append(n), in_pool(files, costs, progress, n))[1])
+    _, run = stored("cpu-tensor-ops")
+    res = cli("compare", run, two_jobs[1], "--json", "--workers", "2")
+    assert (res.code, res.err) == (0, ""), res.err
+    assert pools == [2]
+
+
 # --- Dask ---------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
