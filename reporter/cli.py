@@ -80,6 +80,19 @@ def _workers(text: str) -> int:
     return value
 
 
+def _rank_reading(p: argparse.ArgumentParser) -> None:
+    """--workers and --scheduler, for the commands that read folders of per-rank traces
+    (analyze, compare): the same options, checks and defaults in both."""
+    p.add_argument("--workers", type=_workers, default=None, metavar="N",
+                   help="read a folder's ranks in N processes (default: one per core this "
+                        "process may use, at most one per rank; 1: in this process); no "
+                        "effect on a stored run or a single file")
+    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+                   help="read a folder's ranks on a Dask cluster (pip install "
+                        "'reporter[dask]'): its workers must see the folder at the same "
+                        "path; no effect on a stored run or a single file")
+
+
 def _common(p: argparse.ArgumentParser, formats: bool = True) -> None:
     from .pipeline import GITHUB_COMMENT_LIMIT, language_choices
 
@@ -150,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="where the comparison goes (default: runs/compare-<time>/)")
+    _rank_reading(p)
     _common(p)
     p.set_defaults(func=cmd_compare)
 
@@ -169,12 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
                    help="where reports of table files go (default: the current folder); "
                         "a run's reports go into its folder")
-    p.add_argument("--workers", type=_workers, default=None, metavar="N",
-                   help="read a folder's ranks in N processes (default: one per core this "
-                        "process may use, at most one per rank; 1: in this process)")
-    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
-                   help="read a folder's ranks on a Dask cluster (pip install "
-                        "'reporter[dask]'): its workers must see the folder at the same path")
+    _rank_reading(p)
     _common(p)
     p.set_defaults(func=cmd_analyze)
 
@@ -229,7 +238,7 @@ def cmd_compare(args) -> int:
     output = _output(args)
     if args.fail_if_slower is not None:
         pipeline.check_slowdown(args.fail_if_slower)
-    comparison = pipeline.compare_inputs(args.inputs, args.runs)
+    comparison = pipeline.compare_inputs(args.inputs, args.runs, args.workers, args.scheduler)
     if args.json:
         _print_json(pipeline.comparison_json(comparison))
     else:

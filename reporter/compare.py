@@ -125,17 +125,29 @@ class Comparison:
     mismatches: list[str] = field(default_factory=list)  # "device", "target", "batch"
 
 
-def load_step(arg: str, runs_root: Path) -> Step:
-    """A comparison input: a run (folder, run.json, id, 'latest') or a table/trace file."""
-    from .inputs import load_run, read_sections, run_folder
+def load_step(arg: str, runs_root: Path, workers: int | None = None,
+              scheduler: str | None = None) -> Step:
+    """A comparison input: a run (folder, run.json, id, 'latest'), a table or trace file,
+    or a folder of per-rank traces (its ranks read as analyze reads them: in ``workers``
+    processes or on a Dask ``scheduler``, inputs.read_sections)."""
+    from .inputs import run_folder
 
-    folder = run_folder(arg, runs_root)
+    return step_of(arg, run_folder(arg, runs_root), workers, scheduler)
+
+
+def step_of(arg: str, folder: Path | None, workers: int | None = None,
+            scheduler: str | None = None) -> Step:
+    """The input ``arg`` as a step: the run stored in ``folder`` (inputs.run_folder's
+    answer for ``arg``), or, when None, what inputs.read_sections reads from ``arg``."""
+    from .inputs import load_run, read_sections
+
     if folder is not None:
         run = load_run(folder)
         return Step(name=run.target.get("name") or run.id, source=run.id,
                     sections=run.sections, run=run)
     path = Path(arg)
-    return Step(name=path.name, source=str(path), sections=read_sections(path))
+    return Step(name=path.name, source=str(path),
+                sections=read_sections(path, workers, scheduler))
 
 
 def _self_times(profile: Profile, basis: str) -> dict[str, float]:

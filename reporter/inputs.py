@@ -42,14 +42,12 @@ def read_sections(path: Path, workers: int | None = None,
     """The sections of a table file, a Chrome trace, or a folder of per-rank traces, read
     by the reader that knows the input (reporter.ingest.readers), checked and scrubbed; a
     folder's ranks read in ``workers`` processes (None: one per core, 1: in this process)
-    or on the Dask cluster whose scheduler is at ``scheduler`` (reporter.ingest.ranks)."""
+    or on the Dask cluster whose scheduler is at ``scheduler`` (reporter.ingest.ranks); a
+    file is read in this process whatever they say (pipeline.unread_options tells the user)."""
     from .ingest.readers import ReadOptions
     from .ingest.readers import read_sections as read
     from .validate import scrub
 
-    if scheduler is not None and not path.is_dir():
-        raise BadInput(f"--scheduler reads a folder of per-rank traces; {path} is not one",
-                       error_id="usage")
     sections = read(path, ReadOptions(costs=costs_wanted(), progress=_progress(),
                                       workers=workers, scheduler=scheduler))
     check_names([s.profile for s in sections], str(path))

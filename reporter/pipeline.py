@@ -266,6 +266,7 @@ def analysis_json(path: str, runs: Path, workers: int | None = None,
     from .inputs import load_run, read_sections, run_folder
 
     folder = run_folder(path, runs)
+    unread_options([(path, folder)], workers, scheduler)
     if folder is None:
         sections = read_sections(Path(path), workers, scheduler)
         return profiles_json([s.profile for s in sections],
@@ -285,6 +286,7 @@ def analyze(path: str, runs: Path, out: Path, output: Output, workers: int | Non
     from .inputs import read_sections, run_folder
 
     folder = run_folder(path, runs)
+    unread_options([(path, folder)], workers, scheduler)
     if folder is not None:
         return _report_stored(folder, output)
     source = Path(path)
@@ -303,13 +305,42 @@ def report_stem(path: Path) -> str:
     return f"{path.stem}.report"
 
 
-def compare_inputs(inputs: list[str], runs: Path):
-    """The comparison of runs or recorded profiles, in order (the first is the base)."""
-    from .compare import compare, load_step
+def unread_options(inputs: list[tuple[str, Path | None]], workers: int | None,
+                   scheduler: str | None, say: Say = _stderr) -> None:
+    """Say, in one line, that --workers or --scheduler has no effect when none of the
+    ``inputs`` (each as typed, with the stored run's folder that inputs.run_folder found
+    for it, or None) is a folder of per-rank traces: a stored run is read from its
+    run.json and a single file read in this process, whatever the options. Not an error:
+    what is written is the same, and a script that passes the options to every input
+    (a run on one side, a folder of ranks on the other) works unchanged."""
+    given = [name for name, value in (("--workers", workers), ("--scheduler", scheduler))
+             if value is not None]
+    if not given or any(run is None and Path(arg).is_dir() for arg, run in inputs):
+        return
+    what = [f"{printable(run)} is a stored run, read from its run.json" if run is not None
+            else f"{printable(arg)} is a single file, read in this process"
+            for arg, run in inputs]
+    one = len(given) == 1
+    say(f"reporter: {' and '.join(given)} {'has' if one else 'have'} no effect "
+        f"({'it reads' if one else 'they read'} folders of per-rank traces only): "
+        f"{'; '.join(dict.fromkeys(what))}")
+
+
+def compare_inputs(inputs: list[str], runs: Path, workers: int | None = None,
+                   scheduler: str | None = None):
+    """The comparison of runs or recorded profiles, in order (the first is the base); a
+    folder of per-rank traces read in ``workers`` processes or on a Dask ``scheduler``, as
+    analyze reads one (inputs.read_sections). Every input is resolved before any is read:
+    a mistyped last input fails at once."""
+    from .compare import compare, step_of
+    from .inputs import run_folder
 
     if len(inputs) < 2:
         raise BadInput("compare needs at least two inputs: BASE NEW", error_id="usage")
-    return compare([load_step(arg, runs) for arg in inputs])
+    folders = [run_folder(arg, runs) for arg in inputs]
+    unread_options(list(zip(inputs, folders)), workers, scheduler)
+    return compare([step_of(arg, folder, workers, scheduler)
+                    for arg, folder in zip(inputs, folders)])
 
 
 def write_comparison(comparison, runs: Path, out: Path | None, output: Output) -> list[Path]:

@@ -102,6 +102,109 @@ def test_workers_must_be_a_count():
     assert res.code == 2 and "--workers" in res.err and res.err.count("\n") == 1
 
 
+# --- compare: each side's folder read the same way -----------------------------------------
+
+@pytest.fixture(scope="module")
+def two_jobs(tmp_path_factory) -> tuple[Path, Path]:
+    """Two small folders of 3 ranks: before (rank 1 a straggler) and after (none)."""
+    root = tmp_path_factory.mktemp("compare")
+    return (write_folder(root / "before", ranks=3, slow_rank=1),
+            write_folder(root / "after", ranks=3, slow_rank=-1))
+
+
+def _compared(jobs: tuple[Path, Path], out: Path, *options: str) -> tuple[str, dict[str, bytes]]:
+    as_json = cli("compare", *jobs, "--json", *options)
+    assert (as_json.code, as_json.err) == (0, ""), as_json.err
+    res = cli("compare", *jobs, "--out", out, *options)
+    assert (res.code, res.err) == (0, ""), res.err
+    return as_json.out, {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def compared_in_turn(two_jobs, tmp_path_factory) -> tuple[str, dict[str, bytes]]:
+    return _compared(two_jobs, tmp_path_factory.mktemp("cmp-one"), "--workers", "1")
+
+
+def test_compare_reads_each_folder_in_worker_processes(two_jobs, compared_in_turn, tmp_path,
+                                                       monkeypatch):
+    """compare --workers 2: both sides' ranks read in a pool of two processes, and the
+    report and --json are the rank-by-rank reading's, byte for byte; without --workers the
+    small folders are read in this process, the same."""
+    pools: list[int] = []
+    in_pool = ranks._in_pool
+    monkeypatch.setattr(ranks, "_in_pool", lambda files, costs, progress, n: (
+        pools.append(n), in_pool(files, costs, progress, n))[1])
+    assert _compared(two_jobs, tmp_path / "two", "--workers", "2") == compared_in_turn
+    assert pools == [2, 2] * 2  # each side, for --json and for the report
+    pools.clear()
+    assert _compared(two_jobs, tmp_path / "auto") == compared_in_turn
+    assert pools == []
+    modes = json.loads(compared_in_turn[0])["modes"]
+    assert [m["mode"] for m in modes] == ["rank 0", "rank 1", "rank 2"]
+
+
+def test_compare_checks_workers_as_analyze_does(two_jobs):
+    res = cli("compare", *two_jobs, "--workers", "0")
+    assert res.code == 2 and res.out == "" and res.err.count("\n") == 1
+    assert res.err.startswith("reporter: error [usage]: argument --workers: takes a number "
+                              "of processes from 1 to 1,024, not '0'"), res.err
+
+
+# --- the options where no folder of ranks is read: a notice, not an error -----------------
+
+def _noticed(argv: list, *options: str) -> tuple[str, str]:
+    """The command with the options and without: the same exit 0 and stdout; stderr the
+    same after one more line first, which is returned (and stdout)."""
+    plain, given = cli(*argv), cli(*argv, *options)
+    assert (plain.code, given.code) == (0, 0), given.err
+    assert given.out == plain.out
+    first, rest = given.err.split("\n", 1)
+    assert rest == plain.err and "Traceback" not in given.err
+    return first, given.out
+
+
+def test_a_stored_run_with_the_options_says_they_have_no_effect(stored):
+    root, run = stored("cpu-tensor-ops")
+    for command in (["analyze", run, "--json"], ["analyze", "latest", "--runs", root,
+                                                 "--out", root]):
+        line, _ = _noticed(command, "--scheduler", "tcp://127.0.0.1:9")
+        assert line == ("reporter: --scheduler has no effect (it reads folders of per-rank "
+                        f"traces only): {run} is a stored run, read from its run.json")
+    line, out = _noticed(["compare", run, "latest", "--runs", root, "--json"],
+                         "--workers", "2", "--scheduler", "tcp://127.0.0.1:9")
+    assert line == ("reporter: --workers and --scheduler have no effect (they read folders "
+                    f"of per-rank traces only): {run} is a stored run, read from its "
+                    "run.json")
+    assert json.loads(out)["steps"][0]["name"] == "tensor-ops"
+
+
+def test_a_single_file_with_the_options_says_they_have_no_effect(two_jobs, stored):
+    """A single trace is read in this process (--scheduler with one used to be an error:
+    now the same notice as a stored run, for analyze and compare alike)."""
+    trace = sorted(two_jobs[0].iterdir())[0]
+    line, _ = _noticed(["analyze", trace, "--json"], "--scheduler", "tcp://127.0.0.1:9")
+    assert line == ("reporter: --scheduler has no effect (it reads folders of per-rank "
+                    f"traces only): {trace} is a single file, read in this process")
+    root, run = stored("cpu-tensor-ops")
+    line, _ = _noticed(["compare", run, trace, "--json"], "--workers", "2")
+    assert line == ("reporter: --workers has no effect (it reads folders of per-rank traces "
+                    f"only): {run} is a stored run, read from its run.json; {trace} is a "
+                    "single file, read in this process")
+
+
+def test_no_notice_when_one_input_is_a_folder_of_ranks(two_jobs, stored, monkeypatch):
+    """A stored run compared with a folder of ranks: the options read the folder, and
+    nothing is said of the run."""
+    pools: list[int] = []
+    in_pool = ranks._in_pool
+    monkeypatch.setattr(ranks, "_in_pool", lambda files, costs, progress, n: (
+        pools.append(n), in_pool(files, costs, progress, n))[1])
+    _, run = stored("cpu-tensor-ops")
+    res = cli("compare", run, two_jobs[1], "--json", "--workers", "2")
+    assert (res.code, res.err) == (0, ""), res.err
+    assert pools == [2]
+
+
 # --- Dask ---------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -132,6 +235,13 @@ def test_a_dask_cluster_gives_the_same_report(folder, sequential, cluster, tmp_p
     assert _straggler(out)["rank"] == str(SLOW_RANK)
     workers = {w.worker_address for w in cluster.workers.values()}
     assert len(workers) == 2
+
+
+def test_compare_on_a_dask_cluster(two_jobs, compared_in_turn, cluster, tmp_path):
+    """compare --scheduler: both sides' ranks read on the cluster, the same report and
+    --json as the rank-by-rank reading."""
+    assert _compared(two_jobs, tmp_path, "--scheduler",
+                     cluster.scheduler_address) == compared_in_turn
 
 
 def test_a_bad_rank_on_the_cluster(folder, tmp_path, cluster):
