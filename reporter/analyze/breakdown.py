@@ -36,6 +36,7 @@ from typing import Any, Iterable
 
 from ..model import vendors
 from ..model.profile import LATENCY_US, Breakdown
+from ..model.timeline import Event
 
 Interval = tuple[float, float]
 
@@ -169,7 +170,7 @@ def _minus(a: list[Interval], b: list[Interval]) -> list[Interval]:
     return out
 
 
-def copy_statistics(device: list[Any], windows: list[Interval], scale: float,
+def copy_statistics(device: list[Event], windows: list[Interval], scale: float,
                     device_name: str | None = None, device_mem_b: int | None = None
                     ) -> list[dict[str, Any]]:
     """Copies that start inside the steps, per direction (h2d, d2h, d2d) and memory kind
@@ -231,7 +232,7 @@ def _module_name(e: Any) -> str | None:
     return None
 
 
-def modules(threads: dict[Any, list[Any]], py_modules: list[Any], windows: list[Interval],
+def modules(threads: dict[Any, list[Event]], py_modules: list[Event], windows: list[Interval],
             scale: float) -> tuple[dict[str, float], dict[str, float], dict[str, int]]:
     """Forward and backward time per module, mean per step, and each module's depth.
 
@@ -306,7 +307,7 @@ def _nearest_rank(ordered: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def launch_statistics(device: list[Any], launches: list[Interval] | None,
+def launch_statistics(device: list[Event], launches: list[Interval] | None,
                       windows: list[Interval], nothing_queued: list[float], scale: float
                       ) -> dict[str, float]:
     """How the host feeds the device, inside the steps: the delay from each kernel's
@@ -361,7 +362,7 @@ def launch_statistics(device: list[Any], launches: list[Interval] | None,
 FULL_QUEUE = 1024
 
 
-def queue_lengths(device: list[Any], launches: list[Interval] | None,
+def queue_lengths(device: list[Event], launches: list[Interval] | None,
                   windows: list[Interval], scale: float) -> dict[str, dict[str, float]]:
     """Per stream, inside the steps: how many launches were outstanding (launched, their
     work not yet ended), as a time-weighted mean and a maximum, and the time per step
@@ -432,7 +433,7 @@ def _number_first(value: Any) -> tuple[int, float, str]:
         return (1, 0.0, str(value))
 
 
-def _streams(device: list[Any], launches: list[Interval] | None
+def _streams(device: list[Event], launches: list[Interval] | None
              ) -> dict[str, tuple[list[Interval], list[Interval]]]:
     """Per stream that runs compute kernels, when more than one does: the union of its
     work (kernels, copies, sets) and when work was queued on it (queued_spans).
@@ -479,8 +480,8 @@ def _outside_steps(calls: list[tuple[float, float, str]], windows: list[Interval
     return out
 
 
-def step_breakdown(threads: dict[Any, list[Any]], steps: list[Interval], device: list[Any],
-                   scale: float, py_modules: list[Any] | None = None,
+def step_breakdown(threads: dict[Any, list[Event]], steps: list[Interval], device: list[Event],
+                   scale: float, py_modules: list[Event] | None = None,
                    launches: list[Interval] | None = None, device_name: str | None = None,
                    device_mem_b: int | None = None) -> Breakdown | None:
     """The breakdown of a trace: ``threads`` maps a thread to its host events (with

@@ -51,6 +51,7 @@ from typing import Any
 
 from ..model import vendors
 from ..model.profile import LATENCY_US
+from ..model.timeline import Event
 from .breakdown import (
     HOST_PHASES,
     PRIORITY,
@@ -97,7 +98,7 @@ def _within(u: list[Interval], lo: float, hi: float) -> list[Interval]:
 class _Device:
     """Device work (kernels, copies, sets) indexed for the walk."""
 
-    def __init__(self, device: list[Any], launch_of: dict[Any, tuple[Any, float]]):
+    def __init__(self, device: list[Event], launch_of: dict[Any, tuple[Any, float]]):
         items = []
         kinds: dict[str, str] = {}  # by name: a kernel's name is never a copy's
         spans: dict[str, list[Interval]] = {k: [] for k in DEVICE_KINDS}
@@ -153,7 +154,7 @@ def _last_end(events: list[Any]) -> Any:
     return last
 
 
-def critical_path(threads: dict[Any, list[Any]], device: list[Any], scale: float
+def critical_path(threads: dict[Any, list[Event]], device: list[Event], scale: float
                   ) -> dict[str, Any]:
     """The critical path of each profiled step (``ProfilerStep#N`` ranges; without them,
     the trace from its first host event to its last is one step), mean per step, in us:
