@@ -225,7 +225,7 @@ NO_WORTH = WorthChoices(
 
 @dataclass(frozen=True, kw_only=True)
 class FindingChoices:
-    """A finding's view (report_view._finding_view: the report's and a comparison's)."""
+    """A finding's view (finding_view._finding_view: the report's and a comparison's)."""
 
     op: bool  # the finding names an operator
     loop: bool  # its loop's module's own code is timed (dominant-operator's loop_us)

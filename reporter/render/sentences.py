@@ -11,14 +11,19 @@ and holds each sentence the slot may choose as a macro of that name::
 
 A finding's template (templates/*/findings/) chooses by its rule's choices, declared beside
 the rule's detection (``@rule(..., says={slot: Choice})``, reporter.analyze.rules; the
-choices themselves, reporter.model.choice), from the finding's view ``f`` and the report's
-values (``on_gpu``); ``REPORT[slot]`` in
-report.md.j2 and compare.md.j2, from what the sentence is about (``x``: a section, its
-breakdown, a row...), else from the report's values. A choice returns the name of a
-sentence (a macro), or None: nothing is said there. A ``Choice`` lists every sentence it
+choices themselves, reporter.model.choice), from the finding's evidence as its rule's class
+and the report's values (``on_gpu``). ``REPORT[slot]`` chooses in report.md.j2 and
+compare.md.j2, from what the sentence is about (``x``: a section, its breakdown, a row...),
+else from the report's own values; never by a key's name: each kind of value carries the
+facts its choices test as a frozen dataclass (reporter.render.choices), computed by its
+view builder, and a choice reads them through that kind's typed getter
+(``lambda s: section(s).interval``), which mypy checks strictly (pyproject.toml), as a
+rule's choices read its evidence (``of(MyRule)(v).compiled``). A choice returns the name of
+a sentence (a macro), or None: nothing is said there. A ``Choice`` lists every sentence it
 may choose; tests/test_sentences.py holds each language to word every one of them where
-it says the slot. ``{{ each("name", items,
-", ") }}`` says the sentence ``name`` of each item, joined: a list in words.
+it says the slot, tests/test_typed_choices.py every choice to read typed fields. ``{{
+each("name", items, ", ") }}`` says the sentence ``name`` of each item, joined: a list in
+words.
 """
 
 from __future__ import annotations
