@@ -161,6 +161,10 @@ def test_a_recorded_chain_longer_than_the_step_keeps_its_timed_ratio():
     worth line then says so, not "measured here" of the step's own length."""
     from reporter.render.sentences import REPORT
 
+    from test_sentences import about, blank
+
+    from reporter.render.choices import FindingChoices, WorthChoices
+
     pick = REPORT["measured"].pick
     p = _profile()  # 10 ms profiled step
     f = _f("elementwise-blowup", 0.9, basis="cpu", ops=["aten::mul"])
@@ -174,15 +178,16 @@ def test_a_recorded_chain_longer_than_the_step_keeps_its_timed_ratio():
         assert s.share(s.saving_us) > 0.25
         # the report says the chain was recorded longer than the step, and brought down
         assert s.measured["recorded_ms"] > 10.0
-        assert pick({"worth": {"recorded": s.measured["recorded_ms"], "before": 1.0,
-                               "faults": None, "step_less": None}}) == "measured_past_the_step"
+        assert pick(about(FindingChoices, worth=blank(
+            WorthChoices, recorded=bool(s.measured["recorded_ms"]), before=True))
+        ) == "measured_past_the_step"
     # A chain inside the step is left as it was timed
     inside = estimate(_f("elementwise-blowup", 0.3, basis="cpu", ops=["aten::mul"]), p,
                       measured={"before_ms": 5.0, "after_ms": 1.0}, real_step_us=10_000)
     assert inside.measured == pytest.approx({"before_ms": 5.0, "after_ms": 1.0})
     assert inside.saving_us == pytest.approx(4000)
-    assert pick({"worth": {"recorded": None, "before": 5.0, "faults": None,
-                           "step_less": None}}) == "measured_before_after"
+    assert pick(about(FindingChoices, worth=blank(WorthChoices, before=True))
+                ) == "measured_before_after"
 
 
 def test_on_the_cpu_the_profilers_cost_is_taken_per_call():
@@ -480,8 +485,13 @@ def test_a_saving_of_nothing_says_why_instead_of_a_bare_zero():
         profiled_step_us=40_000, modelled_us=30_000, roof_us=21_000, total_us=40_000)
     full = estimate(f, p, eff, real_step_us=20_000)
     assert full.saving_us == 0 and full.note == NO_ROOM
+    from test_sentences import about, blank
+
+    from reporter.render.choices import FindingChoices, WorthChoices
+
     pick = REPORT["minor_worth"].pick
-    assert [pick({"worth": {"note": n}}) for n in (IN_OTHERS, NO_ROOM, None)] == [
+    assert [pick(about(FindingChoices, worth=blank(WorthChoices, note=n)))
+            for n in (IN_OTHERS, NO_ROOM, None)] == [
         "time_in_others", "no_room_left", "minor_saving"]
 
 

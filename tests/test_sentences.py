@@ -5,13 +5,16 @@ a language's templates keep few control tags of their own."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
+import typing
 from pathlib import Path
 
 import jinja2
 import pytest
 from jinja2 import nodes
 
+from reporter.render.choices import BreakdownChoices, BusyChoices, SectionChoices
 from reporter.render.languages import language
 from reporter.render.report import environment
 from reporter.render.sentences import REPORT, finding_choices
@@ -105,11 +108,39 @@ def test_the_launch_latency_threshold_is_printed_from_the_analysis(lang):
         assert not written, f"{path}: a time written into the prose: {written}"
 
 
+def blank(cls: type, **given: object) -> object:
+    """Typed choices (reporter.render.choices) with ``given`` fields and every other one
+    false: False, 0, None, (), a Literal's first value."""
+    hints = typing.get_type_hints(cls)
+
+    def false(t: object) -> object:
+        args = typing.get_args(t)
+        if t is bool or t is int:
+            return t()
+        if type(None) in args:
+            return None
+        if typing.get_origin(t) is tuple:
+            return ()
+        if typing.get_origin(t) is typing.Literal:
+            return args[0]
+        if dataclasses.is_dataclass(t):
+            return blank(t)
+        raise TypeError(t)
+    return cls(**{f.name: given[f.name] if f.name in given else false(hints[f.name])
+                  for f in dataclasses.fields(cls)})
+
+
+def about(cls: type, **given: object) -> dict:
+    """A view that carries ``blank(cls, **given)``, as the views carry their choices."""
+    return {"choices": blank(cls, **given)}
+
+
 def test_a_count_of_all_is_said_as_all():
     """"in every step", "all 3 windows": not "in 4 of 4 steps", "3 of 3 windows" (review
     l10n-2026-12-03 ZC-4, ZC-5); none and some keep their counts."""
     def launch(dry: int, steps: int) -> dict:
-        return {"launch": {"dry": dry, "steps": steps, "all_steps": dry == steps}}
+        return about(BreakdownChoices, dry_steps=dry, launch_steps=steps,
+                     all_steps_dry=dry == steps)
     assert REPORT["dry_steps"].pick(launch(0, 4)) == "dry_in_no_step"
     assert REPORT["dry_steps"].pick(launch(4, 4)) == "dry_in_all_steps"
     # one recorded step (corpus trace 06): not "во всех 1 шаге"
@@ -117,16 +148,18 @@ def test_a_count_of_all_is_said_as_all():
     assert REPORT["dry_steps"].pick(launch(3, 4)) == "dry_in_some_steps"
     # an unreliable throughput: "all of them disturbed" ("所有窗口均受其他负载干扰"), not
     # "3 of them" of 3
-    assert (REPORT["unreliable_disturbed"].pick({"windows": 3, "disturbed_windows": 3})
-            == "every_window_disturbed")
-    assert (REPORT["unreliable_disturbed"].pick({"windows": 3, "disturbed_windows": 1})
-            == "windows_disturbed")
+    def section(windows: int, disturbed: int) -> dict:
+        return about(SectionChoices, windows=windows, disturbed_windows=disturbed)
+    assert REPORT["unreliable_disturbed"].pick(section(3, 3)) == "every_window_disturbed"
+    assert REPORT["unreliable_disturbed"].pick(section(3, 1)) == "windows_disturbed"
     # two: "in both steps", not "во всех 2 шагах" (review R1, trace 14)
     assert REPORT["dry_steps"].pick(launch(2, 2)) == "dry_in_both_steps"
     assert REPORT["dry_steps"].pick(launch(1, 2)) == "dry_in_some_steps"
-    assert REPORT["busy_windows"].pick({"all_windows": True, "of": 3}) == "all_windows_disturbed"
-    assert REPORT["busy_windows"].pick({"all_windows": True, "of": 2}) == "both_windows_disturbed"
-    assert REPORT["busy_windows"].pick({"all_windows": False, "of": 2}) == "some_windows_disturbed"
+    def busy(all_windows: bool, windows: int) -> dict:
+        return about(BusyChoices, all_windows=all_windows, windows=windows)
+    assert REPORT["busy_windows"].pick(busy(True, 3)) == "all_windows_disturbed"
+    assert REPORT["busy_windows"].pick(busy(True, 2)) == "both_windows_disturbed"
+    assert REPORT["busy_windows"].pick(busy(False, 2)) == "some_windows_disturbed"
     from test_findings import _finding_for
 
     def launch(steps: int, dry_steps: int) -> dict:

@@ -2,7 +2,8 @@
 Python from the values where it is said; each language only words the sentences
 (reporter.render.sentences places them). A rule declares its findings' choices beside its
 detection (``@rule(..., says={slot: Choice})``, reporter.analyze.findings); the report's
-own choices are in reporter.render.sentences.
+own choices are in reporter.render.sentences, over the typed values each view carries
+(reporter.render.choices).
 
 A choice returns the name of a sentence (a macro of that name in each language's
 template), or None: nothing is said there. ``Choice.names`` lists every sentence it may
@@ -51,7 +52,7 @@ E = TypeVar("E", bound=Evidence)
 
 
 def evidence(v: Values) -> Evidence:
-    """The finding's evidence (its view carries it: report_view._finding_view)."""
+    """The finding's evidence (its view carries it: finding_view._finding_view)."""
     e = v["f"]["evidence"]
     if not isinstance(e, Evidence):
         raise TypeError(f"a finding's words read {type(e).__name__}, not its evidence")

@@ -5,7 +5,7 @@ regions with their generated kernels, formatted for one locale."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 from ..analyze.compiled import KERNEL_ROWS, Compiled
@@ -13,6 +13,8 @@ from ..analyze.critical_path import BETWEEN, DEVICE_KINDS
 from ..analyze.reading import StepReading
 from ..model.run import Section
 from . import markup
+from .choices import (BreakdownChoices, CompiledChoices, CriticalChoices, LongStepChoices,
+                      PathRowChoices, StreamChoices)
 from .fmt import Fmt
 
 
@@ -56,8 +58,9 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
                        busy_share=fmt.pct(1 - r.idle_us / step) if step else "—")
     # "2× the median", not "2.0×"; "2.3×" as it is
     long_steps = [{"n": x.n, "ratio": fmt.num(x.ratio, 0 if round(x.ratio, 1).is_integer()
-                                              else 1), "time": fmt.time(x.us)}
-                  for x in r.long_steps]
+                                              else 1), "time": fmt.time(x.us),
+                   "choices": LongStepChoices(first=i == 0, count=len(r.long_steps))}
+                  for i, x in enumerate(r.long_steps)]
     fwd, bwd = b.module_forward_us, b.module_backward_us
     top = sorted(fwd, key=lambda k: fwd[k] + bwd.get(k, 0.0), reverse=True)[:MODULE_ROWS]
     module_rows = [{"name": markup.code(k), "forward": fmt.time(fwd[k]),
@@ -72,7 +75,8 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
                         "stream": said.group(2) if said else key,
                         "busy": fmt.time(busy), "busy_share": fmt.pct(busy / step) if step else "—",
                         **{k: fmt.pct(b.mean(split.get(k, [])) / step) if step else "—"
-                           for k in ("idle_latency", "idle_queued", "idle_host")}})
+                           for k in ("idle_latency", "idle_queued", "idle_host")},
+                        "choices": StreamChoices(device=bool(said and said.group(1)))})
     ls = b.launch
     launch = ({"per_step": fmt.count(ls["launches_per_step"]),
                "per_step_n": round(ls["launches_per_step"]),
@@ -89,7 +93,8 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
         queue.append({"device": said.group(1) if said else None,
                       "stream": said.group(2) if said else key,
                       "mean": fmt.num(q["mean"], 1), "max": fmt.int(int(q["max"])),
-                      "full": fmt.time(q["full_us"]) if q["full_us"] > 0 else "0"})
+                      "full": fmt.time(q["full_us"]) if q["full_us"] > 0 else "0",
+                      "choices": StreamChoices(device=bool(said and said.group(1)))})
     n = len(b.steps_us)
     copies = [{"direction": r["direction"], "kind": r["kind"], "copies": fmt.int(r["copies"]),
                "mean": fmt.bytes(r["bytes"] / r["copies"]) if r["copies"] else "—",
@@ -108,6 +113,8 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
     critical = _critical_view(b.critical, fmt)
     if critical is not None and r.idle_us is not None:
         critical["unprofiled"] = _unprofiled_path(b.critical, step - r.idle_us, timed_us, fmt)
+    if critical is not None:
+        critical["choices"] = CriticalChoices(unprofiled=bool(critical.get("unprofiled")))
     stragglers = ({"rows": [{"rank": str(r["rank"]).replace("rank ", ""),
                              "step": fmt.time(r["step_us"]),
                              **{k: fmt.time(r[k]) for k in ("compute", "communication", "host",
@@ -122,6 +129,16 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
                                   if r["rank"] != st["slowest"]), None)
                    if len(st["ranks"]) == 2 else None}
                   if st else None)
+    # what the report's choices read (reporter.render.sentences)
+    choices = BreakdownChoices(
+        gpu_bound=bool(r.gpu_bound), unmarked_first=bool(reading["other_share"]),
+        idle_known=bool(reading["busy_share"]), idle_reason=r.idle_reason,
+        comm_hidden=bool(reading["comm_hidden"]), pageable=bool(reading["pageable"]),
+        pageable_from_host=bool(reading.get("pageable_from_host")),
+        dry_steps=int(ls["dry_steps"]) if ls else 0, launch_steps=int(ls["steps"]) if ls else 0,
+        all_steps_dry=bool(ls) and int(ls["dry_steps"]) == int(ls["steps"]),
+        two_ranks=bool(stragglers and stragglers["other"]),
+        ranks_on_device=bool(stragglers and stragglers["device"]))
     return {
         "breakdown": {
             "modules": module_rows, "streams": streams, "launch": launch, "copies": copies,
@@ -129,7 +146,7 @@ def _breakdown_view(section: Section, r: StepReading | None, fmt: Fmt,
             "stragglers": stragglers, "critical": critical,
             "host": host, "device": device, "step": fmt.time(step), "steps": len(b.steps_us),
             "marked": b.marked, "phases_found": b.phases_found, "long_steps": long_steps,
-            **reading,
+            **reading, "choices": choices,
         },
         "breakdown_rows": b,  # for the chart
         "breakdown_note": None,
@@ -146,9 +163,11 @@ def _critical_view(c: dict[str, Any], fmt: Fmt) -> dict[str, Any] | None:
     if not c.get("device") or step <= 0:
         return None
     rows = []
-    for group, keys, on, whole in (("host", HOST_PHASES, "host_us", "host_total_us"),
-                                   ("device", DEVICE_KINDS, "device_us", "device_total_us"),
-                                   ("link", BETWEEN, "between_us", None)):
+    groups: tuple[tuple[Literal["host", "device", "link"], tuple[str, ...], str, str | None],
+                  ...] = (("host", HOST_PHASES, "host_us", "host_total_us"),
+                          ("device", DEVICE_KINDS, "device_us", "device_total_us"),
+                          ("link", BETWEEN, "between_us", None))
+    for group, keys, on, whole in groups:
         for k in keys:
             us = c.get(on, {}).get(k, 0.0)
             if us <= 0.0005 * step:  # under 0.05% of the step: not worth a row
@@ -156,7 +175,8 @@ def _critical_view(c: dict[str, Any], fmt: Fmt) -> dict[str, Any] | None:
             total = c.get(whole, {}).get(k, 0.0) if whole else 0.0
             rows.append({"group": group, "name": k, "time": fmt.time(us),
                          "share": fmt.pct(us / step),
-                         "on_path": fmt.pct(min(1.0, us / total)) if total > 0 else "—"})
+                         "on_path": fmt.pct(min(1.0, us / total)) if total > 0 else "—",
+                         "choices": PathRowChoices(group=group)})
     parts = {g: sum(c.get(key, {}).values()) / step
              for g, key in (("host", "host_us"), ("device", "device_us"),
                             ("link", "between_us"))}
@@ -204,7 +224,7 @@ def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, 
     def count(v: float) -> str:  # per step: whole when it is
         return fmt.int(int(v)) if v == int(v) else fmt.num(v, 1)
 
-    return {"compiled": {
+    view: dict[str, Any] = {
         "steps": n,
         "regions": len(c.regions), "frames": c.frames,
         "calls": count(c.region_calls / n), "calls_n": c.region_calls / n,
@@ -258,4 +278,14 @@ def _compiled_view(section: Section, c: Compiled | None, fmt: Fmt) -> dict[str, 
         "graph_kernels": count(c.graph_kernels / n),
         "graph_kernels_n": c.graph_kernels / n,
         "graph_time": fmt.time(c.graph_kernel_us / n),
-    }}
+    }
+    # what the report's choices read (reporter.render.sentences)
+    view["choices"] = CompiledChoices(
+        device_parts=bool(view["device_parts"]), device_share=bool(view["device_share"]),
+        share=bool(view["share"]), lookups=bool(view["lookups"]), step_range=bool(view["low"]),
+        breaks=bool(view["breaks"]), frames=c.frames, breaks_known=view["breaks_known"],
+        by_region=view["by_region"], by_source=view["by_source"],
+        recompiled=bool(view["recompiled"]), compile_time=bool(view["compile_time"]),
+        kernels=len(view["kernels"]), kernels_more=view["kernels_more"],
+        unnamed_fusions=any(k["fused"] is None for k in view["kernels"]), on_gpu=device)
+    return {"compiled": view}

@@ -4,7 +4,7 @@ locale, from reporter.compare's comparison of runs or profiles.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -12,8 +12,10 @@ from ..analyze.analyzer import Analysis
 from ..analyze.breakdown import DEVICE_ACTIVITIES, HOST_PHASES
 from ..model.run import Section
 from . import markup
+from .choices import ModeChoices
 from .fmt import Fmt, check_language, md_name
-from .report_view import Row, _finding_view, device_words
+from .finding_view import _finding_view
+from .report_view import Row, device_words
 
 
 @dataclass
@@ -45,6 +47,12 @@ class ModeView:
     breakdown: dict[str, Any] | None
     efficiency: dict[str, Any] | None
     sub: markup.Md
+    choices: ModeChoices = field(init=False)  # what the report's choices read
+
+    def __post_init__(self) -> None:
+        self.choices = ModeChoices(ratio_low=bool(self.ratio_low),
+                                   ratio_high=bool(self.ratio_high),
+                                   busy_runs=len(self.busy_runs))
 
 
 @dataclass

@@ -21,11 +21,14 @@ from ..analyze.efficiency import Efficiency
 from ..model.contention import mean_share
 from ..model import device as devices
 from ..model import vendors
-from ..model.finding import BOUNDS, MINOR_SHARE, UP_TO_PEAKS, Finding, Saving
+from ..model.finding import MINOR_SHARE
 from ..model.profile import KIND_DATALOADER, KIND_KERNEL, KIND_OP, KIND_RUNTIME, Op, Profile
 from ..model.run import MEMORY_CATEGORIES, Run, Section
 from . import markup
 from .keytable import LOG_ROWS, log_tables
+from .choices import (BusyChoices, CountsChoices, EfficiencyChoices, RankChoices, RunChoices,
+                      SectionChoices, WhatifChoices, mode_of)
+from .finding_view import _finding_view as _finding_view
 from .fmt import Fmt, check_language, md_name, md_text
 from .breakdown_view import _breakdown_view, _compiled_view
 from .breakdown_view import (
@@ -54,155 +57,6 @@ def _op_row(op: Op, profile: Profile, fmt: Fmt, device: bool) -> dict[str, str]:
     }
     return row
 
-
-_SHARES = ("share", "threshold", "op_share", "per_call_share", "overlap_share",
-           "materialised_share")
-_TEXT = ("dtype", "faster_dtype")  # read from a stored run: text, never Markdown
-_COUNTS = ("launches_per_step",)  # a count per step, averaged: "79", not "79.0"
-# dominant-operator's calls per step, averaged over the steps (a float): "7", not "7.00"
-# (review R8/Z4); per-sample-loop's is rounded already (an int, its plural's number)
-_AVERAGED_COUNTS = ("calls_per_step",)
-
-
-def _at_top(saving: Saving, fmt: Fmt) -> bool:
-    """A saving whose point is the top of its own range, as printed."""
-    return (saving.saving_us is not None and saving.low_us is not None
-            and saving.high_us is not None and saving.high_us > saving.low_us
-            and fmt.time(saving.saving_us) == fmt.time(saving.high_us))
-
-
-def _finding_view(f: Finding, fmt: Fmt, saving: Saving | None = None) -> dict[str, Any]:
-    """A finding's evidence formatted for the locale, by naming convention.
-
-    ``x_us`` becomes a time ``x``, ``x_b`` a size ``x`` (None when zero), shares
-    (``x_share``) become percentages, ``x_fps`` a FLOP/s rate, ints get an ``x_text``
-    with digit grouping, operator names become inline code.
-    """
-    # the evidence itself, for the rule's sentence choices (reporter.model.choice.of)
-    view: dict[str, Any] = {"rule": f.rule, "severity": f.severity, "evidence": f.evidence}
-    ev = f.evidence.as_dict()  # its fields by name, as the JSON has them
-    for key, value in ev.items():
-        if key.endswith("_us"):
-            view[key[:-3]] = fmt.time(value)
-        elif key.endswith("_b"):  # under 1 KiB, or negative (memory freed): not said
-            view[key[:-2]] = fmt.bytes(value) if value and value >= 1024 else None
-        elif key in _SHARES or key.endswith("_share"):
-            view[key] = fmt.pct(value) if value is not None else None
-        elif key.endswith("_fps"):  # FLOP/s
-            view[key] = fmt.si(value, "FLOP/s") if value else None
-        elif key in _TEXT:
-            view[key] = markup.text(value) if value is not None else None
-        elif isinstance(value, bool) or value is None or isinstance(value, (str, list)):
-            view[key] = value
-        elif isinstance(value, int):
-            view[key], view[f"{key}_text"] = value, fmt.int(value)
-        elif isinstance(value, float):
-            view[key] = fmt.num(value)
-    # The profiled steps a total in the evidence (``op_time``, ``step``...) is over: the
-    # templates say "over N steps" when there are several.
-    steps = f.evidence.steps
-    view["steps"] = steps if isinstance(steps, int) and not isinstance(steps, bool) else 0
-    view["steps_text"] = fmt.int(view["steps"])
-    for key in _COUNTS:  # counts averaged over the steps: whole, as counts are
-        if isinstance(ev.get(key), (int, float)):
-            view[key], view[f"{key}_n"] = fmt.count(ev[key]), round(ev[key])
-    for key in _AVERAGED_COUNTS:
-        if isinstance(ev.get(key), float):
-            view[key], view[f"{key}_n"] = fmt.count(ev[key]), round(ev[key])
-    # a finding with no share of the step (inference-autograd: memory, and work outside
-    # the step measured here): a dash where a comparison lists findings by their share
-    view.setdefault("share", "—")
-    view.setdefault("compiled", False)  # set by the analyzer on a compiled model's findings
-    view["op"] = md_name(f.evidence.op) if f.evidence.op else ""
-    view.setdefault("matrix_op", False)  # dominant-operator's: the rule decides
-    view.setdefault("faults_added", None)  # per-sample-loop's, where the profiler added faults
-    for key in ("materialisers", "others"):
-        view[key] = [md_name(n) for n in ev.get(key, [])]
-    view["products_named"] = [view["op"], *view["others"]]  # near-roofline's products
-    made = ev.get("materialised_share")
-    if isinstance(made, float) and 0 < made < 0.0005:  # not "0.0%" for copies that cost little
-        view["materialised_share"] = markup.Md("<" + fmt.pct(0.001))  # "<" then a digit: text
-    if saving is not None and saving.saving_us is not None and "saving_us" in ev:
-        # A saving the evidence states (savings.stated) is of the profiled step; the worth
-        # line below it, of the step without the profiler: the sentence says the latter.
-        view["saving"] = fmt.time(saving.saving_us)
-        if "saving_share" in ev and saving.step_us:  # its share, of the same step
-            view["saving_share"] = fmt.pct(saving.share(saving.saving_us))
-    elif saving is not None and saving.note == UP_TO_PEAKS and saving.high_us is not None \
-            and "saving_us" in ev:  # the bound the evidence states, of that step
-        view["saving"] = fmt.time(saving.high_us)
-        if "saving_share" in ev and saving.step_us:
-            view["saving_share"] = fmt.pct(saving.share(saving.high_us))
-    if saving is not None:  # what the finding is worth (reporter.analyze.savings)
-        upper = saving.high_us if saving.note in BOUNDS else None
-        view["worth"] = {
-            # an upper bound (savings.upper_bound): the time said "up to", and no other
-            "upper": fmt.time(upper) if upper is not None else None,
-            "upper_share": fmt.pct(saving.share(upper)) if upper is not None else None,
-            "accounts": fmt.time(saving.accounts_us)
-            if saving.accounts_us and upper is None else None,
-            # of the step timed without the profiler, not the profiled time the finding
-            # states ("13.5 ms over 10 steps", then "944 us per step": review C1)
-            "accounts_unprofiled": saving.accounts_unprofiled,
-            "accounts_share": fmt.pct(saving.share(saving.accounts_us))
-            if saving.accounts_us and saving.step_us else None,
-            "saving": fmt.time(saving.saving_us) if saving.saving_us is not None else None,
-            "share": fmt.pct(saving.share(saving.saving_us)),
-            "low": fmt.time(saving.low_us) if saving.low_us is not None else None,
-            "high": fmt.time(saving.high_us) if saving.high_us is not None else None,
-            "band": saving.low_us is not None and saving.high_us is not None
-            and saving.high_us - saving.low_us > 0.01 * (saving.saving_us or 0.0)
-            and not _at_top(saving, fmt),
-            # the point is its range's top (savings.work_removed: all of the work's time,
-            # beyond_roofline: all of its time beyond the roof): "up to 877 us", not
-            # "about 877 us (0 to 877 us)" (review C2); the range's floor, where above 0
-            "at_top": _at_top(saving, fmt),
-            "floor": fmt.time(saving.low_us)
-            if _at_top(saving, fmt) and saving.low_us and fmt.time(saving.low_us) != fmt.time(0.0)
-            else None,
-            "note": saving.note,
-            # "up to" the operators' whole time: the worth line says it once (review C-D)
-            "all_of_it": bool(saving.accounts_us and upper is None and _at_top(saving, fmt)
-                              and saving.saving_us is not None
-                              and fmt.time(saving.accounts_us) == fmt.time(saving.saving_us)),
-            # the bound is the peaks' ratio (savings.peaks_bound, savings.faster_dtype)
-            "peaks": saving.note == UP_TO_PEAKS and upper is not None,
-            "unprofiled": (fmt.time(saving.unprofiled_step_us)
-                           if saving.unprofiled_step_us else None),
-            # an idle device's time that other findings' host work accounts for, taken
-            # off its saving (savings.idle_left), and the idle time with it
-            "others": fmt.time(saving.others_us) if saving.others_us else None,
-            "idle": fmt.time(saving.with_others_us)
-            if saving.with_others_us is not None else None,
-            "before": fmt.time(saving.measured["before_ms"] * 1e3) if saving.measured else None,
-            "after": fmt.time(saving.measured["after_ms"] * 1e3) if saving.measured else None,
-            # the operators' recorded time, where it ran past the step and both sides were
-            # brought down to the step (savings._within_step)
-            "recorded": fmt.time(saving.measured["recorded_ms"] * 1e3)
-            if saving.measured and saving.measured.get("recorded_ms") else None,
-            "ratio": fmt.pct(saving.measured["after_ms"] / saving.measured["before_ms"])
-            if saving.measured and saving.measured.get("before_ms") else None,
-            # the model's whole step timed with the fix and without it (its result's whole_step)
-            "step_less": fmt.pct(saving.measured["saved_share"])
-            if saving.measured and saving.measured.get("whole_step") else None,
-            "step": fmt.time(saving.step_us) if saving.step_us else None,
-            # the step measured here is the fixed one; the saving is of the user's own
-            # (savings.estimate: step_is_fixed)
-            "users_step": bool(saving.measured and saving.measured.get("step_is_fixed")
-                               and saving.measured.get("whole_step")),
-            # the model's step saved more than the finding's operators take (a whole
-            # step's timing: the fix changed more of the step than their own time)
-            "beyond": bool(saving.measured and saving.measured.get("whole_step")
-                           and saving.accounts_us and saving.saving_us
-                           and saving.saving_us > 1.05 * saving.accounts_us),
-            # the page faults of the finding's tensors, which the timed replacement lacks
-            "faults": fmt.time(saving.measured["faults_ms"] * 1e3)
-            if saving.measured and saving.measured.get("faults_ms") else None,
-            # the replacement timed twice, the two savings apart (savings.varied)
-            **({"first": fmt.time(max(0.0, saving.measured["saved_first_ms"]) * 1e3),
-                "second": fmt.time(max(0.0, saving.measured["saved_second_ms"]) * 1e3)}
-               if saving.measured and "saved_first_ms" in saving.measured else {})}
-    return view
 
 
 # Why a section has no memory profile; worded by terms.j2's memory_note.
@@ -264,12 +118,14 @@ def _counts_view(e: Any, fmt: Fmt) -> dict[str, Any]:
     """What the step computes, where no rate is given (the machine was busy): the FLOPs
     per step and each modelled operator's FLOPs and bytes, the most FLOPs first."""
     ops = e.ops
+    more = max(0, len(ops) - EFFICIENCY_ROWS)
     return {
         "flops_per_step": fmt.si(e.model_flops_per_step, "FLOP"),
         "all_flops": fmt.si(e.flops_per_step, "FLOP"), "training": e.training,
         "rows": [{**_op_counts(o, fmt), "calls": _per_step(o.calls, e.steps, fmt)}
                  for o in ops[:EFFICIENCY_ROWS]],
-        "more": max(0, len(ops) - EFFICIENCY_ROWS),
+        "more": more,
+        "choices": CountsChoices(training=bool(e.training), more=more),
     }
 
 
@@ -288,35 +144,43 @@ def _efficiency_view(e: Any, fmt: Fmt, counts: Any = None) -> dict[str, Any]:
              "roofline": fmt.pct(o.roofline_share)}
             for o in e.ops[:EFFICIENCY_ROWS]]
     sol = e.speed_of_light_us
+    view: dict[str, Any] = {
+        "rows": rows, "basis": e.basis, "source": e.peaks.source,
+        "device": markup.text(e.peaks.device), "reference": markup.code(e.peaks.reference),
+        "peak_dtype": markup.text(e.peak_dtype), "peak": fmt.si(e.peak_flops, "FLOP/s"),
+        "bandwidth": fmt.si(e.peaks.bandwidth, "B/s"),
+        "peaks": [markup.text(f"{k} {fmt.si(v, 'FLOP/s')}") for k, v in
+                  sorted(e.peaks.flops.items(), key=lambda kv: kv[1])],
+        "seconds": fmt.time(e.peaks.seconds * 1e6) if e.peaks.seconds else None,
+        "threads": e.peaks.threads,
+        "mfu": fmt.fine_pct(e.mfu), "hfu": fmt.fine_pct(e.hfu), "training": e.training,
+        "flops_per_step": fmt.si(e.model_flops_per_step, "FLOP"),
+        "step": fmt.time(e.step_us), "step_timed": e.step_timed,
+        "profiled_step": fmt.time(e.profiled_step_us),
+        "sol": fmt.time(sol),
+        # the rest of the profiled step, which the speed of light keeps as it is: work
+        # not modelled, idle time, the host's (C-L of the last native read)
+        "sol_kept": fmt.time(max(0.0, e.profiled_step_us - e.modelled_us)),
+        "sol_share": fmt.pct(sol / e.profiled_step_us)
+        if e.profiled_step_us else "—",
+        "sol_speedup": fmt.times(e.profiled_step_us / sol) if sol > 0 else "—",
+        "coverage": fmt.pct(e.coverage), "tf32_inferred": e.tf32_inferred,
+        "raised": [markup.text(k) for k in e.peaks_raised],
+        "not_modelled": [{"name": markup.code(n), "time": fmt.time(us)}
+                         for n, us in e.not_modelled[:5]],
+        "no_peak": [markup.text(d) for d in e.no_peak],
+        # Faster than the memory roof: operands that stayed in the caches.
+        "over_roof": any(o.roofline_share > 1 for o in e.ops[:EFFICIENCY_ROWS]),
+    }
+    view["choices"] = EfficiencyChoices(
+        training=bool(e.training), step_timed=bool(e.step_timed),
+        measured=bool(view["seconds"]), threads=bool(e.peaks.threads),
+        sparse="sparse" in view["reference"], raised=bool(view["raised"]),
+        tf32_inferred=bool(e.tf32_inferred), basis="device" if e.basis == "device" else "cpu",
+        not_modelled=bool(view["not_modelled"]), over_roof=bool(view["over_roof"]),
+        no_peak=bool(view["no_peak"]))
     return {
-        "efficiency": {
-            "rows": rows, "basis": e.basis, "source": e.peaks.source,
-            "device": markup.text(e.peaks.device), "reference": markup.code(e.peaks.reference),
-            "peak_dtype": markup.text(e.peak_dtype), "peak": fmt.si(e.peak_flops, "FLOP/s"),
-            "bandwidth": fmt.si(e.peaks.bandwidth, "B/s"),
-            "peaks": [markup.text(f"{k} {fmt.si(v, 'FLOP/s')}") for k, v in
-                      sorted(e.peaks.flops.items(), key=lambda kv: kv[1])],
-            "seconds": fmt.time(e.peaks.seconds * 1e6) if e.peaks.seconds else None,
-            "threads": e.peaks.threads,
-            "mfu": fmt.fine_pct(e.mfu), "hfu": fmt.fine_pct(e.hfu), "training": e.training,
-            "flops_per_step": fmt.si(e.model_flops_per_step, "FLOP"),
-            "step": fmt.time(e.step_us), "step_timed": e.step_timed,
-            "profiled_step": fmt.time(e.profiled_step_us),
-            "sol": fmt.time(sol),
-            # the rest of the profiled step, which the speed of light keeps as it is: work
-            # not modelled, idle time, the host's (C-L of the last native read)
-            "sol_kept": fmt.time(max(0.0, e.profiled_step_us - e.modelled_us)),
-            "sol_share": fmt.pct(sol / e.profiled_step_us)
-            if e.profiled_step_us else "—",
-            "sol_speedup": fmt.times(e.profiled_step_us / sol) if sol > 0 else "—",
-            "coverage": fmt.pct(e.coverage), "tf32_inferred": e.tf32_inferred,
-            "raised": [markup.text(k) for k in e.peaks_raised],
-            "not_modelled": [{"name": markup.code(n), "time": fmt.time(us)}
-                             for n, us in e.not_modelled[:5]],
-            "no_peak": [markup.text(d) for d in e.no_peak],
-            # Faster than the memory roof: operands that stayed in the caches.
-            "over_roof": any(o.roofline_share > 1 for o in e.ops[:EFFICIENCY_ROWS]),
-        },
+        "efficiency": view,
         "efficiency_note": None, "efficiency_counts": None,
         "roofline_points": e,  # for the chart
     }
@@ -428,12 +292,28 @@ class SectionView:
     logs_cut: bool = False  # set when the logs were shortened to fit a character limit
     whatif_failed: str | None = None  # why the replacements could not be timed (older runs)
     # each what-if not timed: {"rule", and "need" and "cap", or "exit", or "error"}
-    whatifs_failed: list[dict[str, str | None]] = field(default_factory=list)
+    whatifs_failed: list[dict[str, Any]] = field(default_factory=list)
     breakdown_rows: Any = None  # model.profile.Breakdown, for the chart
     compiled: dict[str, Any] | None = None  # torch.compile's regions and kernels
     number: int = 1
     sub: markup.Md = markup.Md("##")  # the heading level of its parts
     minor_share: str = ""  # a finding worth less is minor (model.finding.MINOR_SHARE)
+    choices: SectionChoices = field(init=False)  # what the report's choices read
+
+    def __post_init__(self) -> None:
+        p = self.probe
+        self.choices = SectionChoices(
+            ranged=bool(self.throughput_max), interval=bool(self.ci_low),
+            interval_high=bool(self.ci_high), outliers=self.outliers, windows=self.windows,
+            disturbed_windows=self.disturbed_windows,
+            tf32_forced=bool(self.tf32 and self.tf32.get("override")),
+            driven=mode_of(self.driven),
+            probe="graph" if p == "graph" else "none" if p == "none" else None,
+            training_modules=self.training_modules, host_held=bool(self.host_held),
+            mode=mode_of(self.mode),
+            tensor_categories=tuple(c["name"] for c in self.tensor_categories),
+            findings=tuple(f["rule"] for f in self.findings),
+            minor_findings=len(self.minor_findings))
 
 
 @dataclass
@@ -472,6 +352,15 @@ class ReportView:
     rerender: markup.Md | None = None
     # every section's Chrome trace, for the closing line
     traces: list[markup.Md] = field(default_factory=list)
+    choices: RunChoices = field(init=False)  # what the report's choices read
+
+    def __post_init__(self) -> None:
+        self.choices = RunChoices(
+            cuda=bool(self.cuda), driver=bool(self.driver), batch=bool(self.batch_size),
+            threads=bool(self.threads), seed=bool(self.seed),
+            device_memory=bool(self.device_memory), larger_preset=self.larger_preset,
+            on_gpu=self.on_gpu, traces=len(self.traces),
+            first_trace=bool(self.sections and self.sections[0].trace))
 
 
 
@@ -485,7 +374,7 @@ def _busy_view(section: Section, fmt: Fmt) -> dict[str, Any] | None:
         return None
     timed = t if t is not None and t.disturbance else None
     wait = mean_share(timed.disturbance) if timed else None
-    return {
+    view: dict[str, Any] = {
         "time": fmt.pct(timed.disturbed_time) if timed and timed.disturbed_time else None,
         "windows": timed.disturbed_windows if timed else 0,
         "of": len(timed.windows) if timed else 0,
@@ -498,6 +387,11 @@ def _busy_view(section: Section, fmt: Fmt) -> dict[str, Any] | None:
         "whatif": bool(section.whatif_disturbance and section.whatif_disturbance.disturbed),
         "peaks": peaks,
     }
+    view["choices"] = BusyChoices(
+        time=bool(view["time"]), wait=bool(view["wait"]), all_windows=view["all_windows"],
+        windows=view["of"], unreliable=view["unreliable"], profile=bool(view["profile"]),
+        whatif=view["whatif"], peaks=peaks)
+    return view
 
 
 def section_view(section: Section, analysis: Analysis, fmt: Fmt, top: int = 15,
@@ -636,6 +530,8 @@ def _whatifs_failed_view(section: Section, fmt: Fmt, estimated: set[str]
             row["exit"] = str(why["exit"])
         else:
             row["error"] = str(why.get("error") or "?")
+        row["choices"] = WhatifChoices(estimated=row["estimated"], over_cap=bool(row["need"]),
+                                       exited=row["exit"] is not None)
         out.append(row)
     return out
 
@@ -649,12 +545,14 @@ def _number(sections: list[SectionView]) -> None:
 
 def _rank_row(r: RankRow, fmt: Fmt) -> dict[str, Any]:
     f = r.figures
-    return {"rank": r.rank, "status": r.status, "error": md_text(r.error) if r.error else None,
+    error = md_text(r.error) if r.error else None
+    return {"rank": r.rank, "status": r.status, "error": error,
             "throughput": fmt.num(f.throughput) if f.throughput else "—",
             "median": f.throughput,
             "step": fmt.time(f.step_us) if f.step_us else "—",
             "comm": fmt.pct(f.comm_share) if f.comm_share is not None else "—",
-            "overlap": fmt.pct(f.overlap_share) if f.overlap_share is not None else "—"}
+            "overlap": fmt.pct(f.overlap_share) if f.overlap_share is not None else "—",
+            "choices": RankChoices(error=bool(error))}
 
 
 def _ranks_view(ranks: RanksReading | None, fmt: Fmt) -> dict[str, Any] | None:
