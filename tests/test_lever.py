@@ -150,6 +150,7 @@ def test_a_lever_that_was_not_faster_gives_no_precision_advice():
     assert en.count("would save at most") == untimed.count("would save at most") - 1
 
 
+@pytest.mark.slow  # profiles a target through the runner
 def test_live_the_lever_is_timed_on_the_model_itself():
     """A step bound by fp32 products near their roofline, on this CPU (which has a bf16
     peak above its fp32 one, or no lever is offered and nothing is timed)."""

@@ -324,6 +324,7 @@ def _state(pid: int) -> str:
         return "zombie"
 
 
+@pytest.mark.slow  # inflates 70 MiB here and on the cluster
 def test_the_commands_settings_go_with_each_task(folder, tmp_path, cluster, monkeypatch):
     """REPORTER_MAX_INFLATE_RATIO set where reporter runs holds on the Dask workers too
     (their environment is their own, fixed when they started): a gzipped rank that
