@@ -58,8 +58,8 @@ MemoryEvent = tuple[Union[int, float], int, int, int, int]
 @dataclass
 class Timeline:
     """What the timeline analyses read of a trace. Each thread's events are in the
-    order the trace gave them (the analyses sort them); events whose time no float holds
-    are left out by the reader."""
+    order the trace gave them (profile_of sorts them in place); events whose time no float
+    holds are left out by the reader."""
 
     threads: dict[tuple[Id, Id], list[Event]] = field(default_factory=dict)  # host events
     device: list[Event] = field(default_factory=list)  # kernels, copies, sets
