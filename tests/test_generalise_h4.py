@@ -237,17 +237,19 @@ def _timed_three(rounds: int = 30) -> tuple[float, float, float, bool]:
 def test_the_planted_cnns_bias_saving_is_what_its_twin_saves():
     """Live, one thread: the rule's promise (the planted step with the what-if's fix
     against it as it is) and the twin with bias=False against it, timed in the same
-    rounds: the promise within 30% of the twin's saving, or within twice the noise of
-    their difference. Both are small (3-4% of the step on a quiet machine, 2026-12-04),
-    and on this shared 2-core machine one round's noise is of their order: the noise is
-    measured in the same rounds. A second try where other work disturbed the first;
-    skipped when both were disturbed."""
+    rounds: the promise within 30% of the twin's saving plus twice the noise of their
+    difference (the two are different models, and the timing has its own noise: the
+    errors add). Both are small (3-4% of the step on a quiet machine, 2026-12-04), and on
+    this shared 2-core machine one round's noise is of their order: the noise is measured
+    in the same rounds. A promise of nothing, or of twice the twin's saving, still fails.
+    A second try where other work disturbed the first; skipped when both were
+    disturbed."""
     tries = []
     for _ in range(2):
         promise, twin, noise, disturbed = _timed_three()
         tries.append((promise, twin, noise, disturbed))
         if not disturbed:
-            assert abs(promise - twin) <= max(0.3 * abs(twin), 2 * noise), tries
+            assert abs(promise - twin) <= 0.3 * abs(twin) + 2 * noise, tries
             return
     pytest.skip(f"the machine was busy in every try: {tries}")
 
