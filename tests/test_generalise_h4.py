@@ -241,17 +241,20 @@ def test_the_planted_cnns_bias_saving_is_what_its_twin_saves():
     difference (the two are different models, and the timing has its own noise: the
     errors add). Both are small (3-4% of the step on a quiet machine, 2026-12-04), and on
     this shared 2-core machine one round's noise is of their order: the noise is measured
-    in the same rounds. A promise of nothing, or of twice the twin's saving, still fails.
-    A second try where other work disturbed the first; skipped when both were
-    disturbed."""
+    in the same rounds. A promise of nothing, or of twice the twin's saving, fails on a
+    quiet run. A second try where the first was disturbed or out of the bound: on this
+    machine two tries in eight timed the fix 7-8% faster or slower than the step as it
+    is, with the twin's saving near 0 and the machine's counters quiet (2026-12-05); a
+    promise wrong by the model fails both tries. Skipped when both were disturbed."""
     tries = []
     for _ in range(2):
         promise, twin, noise, disturbed = _timed_three()
         tries.append((promise, twin, noise, disturbed))
-        if not disturbed:
-            assert abs(promise - twin) <= 0.3 * abs(twin) + 2 * noise, tries
+        if not disturbed and abs(promise - twin) <= 0.3 * abs(twin) + 2 * noise:
             return
-    pytest.skip(f"the machine was busy in every try: {tries}")
+    if all(t[3] for t in tries):
+        pytest.skip(f"the machine was busy in every try: {tries}")
+    pytest.fail(f"the promise is not the twin's saving in any undisturbed try: {tries}")
 
 
 @pytest.mark.slow
