@@ -51,7 +51,8 @@ from .timeline_records import (
 def profile_of(timeline: Timeline, shapes: bool = False, costs: bool = False) -> Profile:
     """A trace's Profile from its timeline record: with ``shapes``, operators grouped by
     input shape too (``ops_by_shape``); with ``costs``, the FLOPs and bytes of the
-    operators reporter.analyze.flops models (the reader computed each call's cost)."""
+    operators reporter.analyze.flops models (each call's, from the inputs the record holds,
+    or the cost the reader computed from them: ``args.computed``)."""
     threads, device, device_ann = timeline.threads, timeline.device, timeline.device_annotations
     py_modules, memory, meta = timeline.modules, dict(timeline.memory), timeline.meta
     scale = timeline.scale
