@@ -227,13 +227,15 @@ def _made_here_by_the_dead(path: Path) -> bool:
     """An empty staging folder whose name (``staging``: ``.<pid>-<tag>-XXXX.partial``)
     says this boot and pid namespace made it, by a pid not alive here: its maker was
     killed in the instant between making it and writing its owner file (a compare killed
-    with SIGKILL as it began, tests/test_crash_consistency.py). Empty, it holds nothing."""
+    with SIGKILL as it began, tests/test_crash_consistency.py), or while it wrote the file
+    (called only where the owner file could not be read: it holds an empty or cut JSON).
+    Holding nothing else, it holds nothing of a run."""
     pid, _, rest = path.name[1:].partition("-")
     tag = rest.partition("-")[0]
     if not pid.isdigit() or tag == "none" or tag != _here_tag():
         return False
     try:
-        if any(path.iterdir()):
+        if any(entry.name != OWNER_FILE for entry in path.iterdir()):
             return False
     except OSError:
         return False
