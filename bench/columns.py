@@ -10,10 +10,11 @@ with a stack and summed per name, events as Python objects), in the same rounds:
 
 - ``columns N``: a fresh process reads the trace 8 MiB at a time, cut where an event ends
   (as reporter's reader cuts it), and hands the chunks to N worker processes (N = 1: no
-  pool, the chunks decode in the process itself). A worker decodes its chunk with msgspec
-  into the fields reporter's reader decodes (phase, category, name, process, thread,
-  start, duration, and the args' ids, sequence numbers, bytes and memory fields) and
-  gathers the host operators, the device work and the memory events into numpy columns:
+  pool, the chunks decode in the process itself), cutting with reporter's own pattern and
+  sizes. A worker decodes its chunk with msgspec into reporter's own event struct
+  (``trace_events._Event``: every field its analyses read) and gathers the host
+  operators, the device work and the memory events (reporter's categories) into numpy
+  columns:
   name, category and thread ids into the chunk's tables, start, duration, External id,
   correlation, sequence number (device work: bytes copied; memory events: bytes, device
   type, address, the allocator's total); the chunk's Python objects go with it. The
@@ -57,59 +58,27 @@ NESTING_CHECK = NESTING.replace("print(len(events), len(calls))",
                                 "print(len(events), len(calls), repr(sum(own.values())))")
 
 COLUMNS = r'''
-import gc, json, os, re, sys
+import gc, json, os, sys
 from operator import attrgetter
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Optional, Union
 import msgspec
 import numpy as np
+# reporter's own: the event struct its reader decodes (every field its analyses read),
+# the categories it keeps, and how it cuts a trace into chunks
+from reporter.ingest.trace_events import _Event as Event
+from reporter.ingest.traces import (_BOUNDARY as BOUNDARY, _CHUNK as CHUNK,
+                                    _EVENTS_START as START, _PIECE as PIECE)
+from reporter.model.timeline import DEVICE_CATS as DEVICE, HOST_CATS as HOST
 
 gc.disable()
-HOST = {"cpu_op", "Operator", "user_annotation", "cuda_runtime", "Runtime", "cuda_driver",
-        "Driver"}
-CHUNK, PIECE = 8 << 20, 1 << 20
-BOUNDARY = re.compile(rb"\}\s*,\s*\{")
-START = re.compile(rb'"traceEvents"\s*:\s*\[')
-Id = Union[int, float, str, None]
-
-DEVICE = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
-
-class Args(msgspec.Struct, gc=False, frozen=True):  # what reporter's reader decodes of the args
-    ext: Id = msgspec.field(name="External id", default=-1)
-    ext_old: Id = msgspec.field(name="external id", default=-1)
-    corr: Id = msgspec.field(name="correlation", default=-1)
-    nbytes: Any = msgspec.field(name="Bytes", default=-1)
-    device_type: Any = msgspec.field(name="Device Type", default=-1)
-    addr: Any = msgspec.field(name="Addr", default=-1)
-    total: Any = msgspec.field(name="Total Allocated", default=-1)
-    seq: Any = msgspec.field(name="Sequence number", default=-1)
-    copied: Any = msgspec.field(name="bytes", default=-1)
-
-NO_ARGS = Args()
-
-class Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: Id = None
-    tid: Id = None
-    ts: Union[int, float] = 0
-    dur: Union[int, float] = 0
-    args: Args = NO_ARGS
-
 DECODE = msgspec.json.Decoder(list[Event]).decode
 
 def peak_kb():
     return int([l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")][0])
 
-def ints(values, n):
-    """A column of whole numbers (-1: none); a value that is not one (a string id, a
-    float, past 64 bits) becomes -1 the slow way."""
-    try:
-        return np.fromiter(values, np.int64, n)
-    except (TypeError, ValueError, OverflowError):
-        return np.array([v if type(v) is int and -(1 << 63) <= v < 1 << 63 else -1
-                         for v in values], np.int64)
+def whole(value):
+    """A whole number that fits a column, or -1 (none, a string id, a float, past 64 bits)."""
+    return value if type(value) is int and -(1 << 63) <= value < 1 << 63 else -1
 
 def columns(chunk):
     """A chunk's host operators, device work and memory events as columns, with the
@@ -121,7 +90,7 @@ def columns(chunk):
                 host.append(e)
             elif e.cat in DEVICE:
                 device.append(e)
-        elif e.ph == "i" and e.name == "[memory]" and e.args is not NO_ARGS:
+        elif e.ph == "i" and e.name == "[memory]" and e.args is not None:
             memory.append(e)
     names, cats, threads = {}, {}, {}
     def thread_ids(events):
@@ -129,24 +98,21 @@ def columns(chunk):
                            np.int32, len(events))
     def common(events):
         n = len(events)
-        return (list(map(attrgetter("args"), events)),
-                (np.fromiter((names.setdefault(e.name, len(names)) for e in events), np.int32, n),
-                 np.fromiter((cats.setdefault(e.cat, len(cats)) for e in events), np.int8, n),
-                 thread_ids(events),
-                 np.fromiter(map(attrgetter("ts"), events), np.float64, n),
-                 np.fromiter(map(attrgetter("dur"), events), np.float64, n)))
-    def of(args, field):
-        values = list(map(attrgetter(field), args))
-        return ints(values, len(values))
-    a, h = common(host)
-    h += (of(a, "ext"), of(a, "corr"), of(a, "seq"))
-    a, d = common(device)
-    d += (of(a, "ext"), of(a, "corr"), of(a, "copied"))
-    a = list(map(attrgetter("args"), memory))
-    m = (thread_ids(memory),
-         np.fromiter(map(attrgetter("ts"), memory), np.float64, len(memory)),
-         of(a, "nbytes"), of(a, "device_type"), of(a, "addr"), of(a, "total"))
-    del host, device, memory, a
+        return (np.fromiter((names.setdefault(e.name, len(names)) for e in events), np.int32, n),
+                np.fromiter((cats.setdefault(e.cat, len(cats)) for e in events), np.int8, n),
+                thread_ids(events),
+                np.fromiter(map(attrgetter("ts"), events), np.float64, n),
+                np.fromiter(map(attrgetter("dur"), events), np.float64, n))
+    def of(events, field):
+        get = attrgetter(field)
+        return np.fromiter((whole(get(e.args)) if e.args is not None else -1 for e in events),
+                           np.int64, len(events))
+    h = common(host) + (of(host, "ext"), of(host, "corr"), of(host, "seq"))
+    d = common(device) + (of(device, "ext"), of(device, "corr"), of(device, "copied"))
+    m = (thread_ids(memory), np.fromiter(map(attrgetter("ts"), memory), np.float64, len(memory)),
+         of(memory, "nbytes"), of(memory, "device_type"), of(memory, "addr"),
+         of(memory, "total"))
+    del host, device, memory
     return list(names), list(cats), list(threads), (h, d, m), os.getpid(), peak_kb()
 
 def chunks(path):
@@ -259,7 +225,8 @@ def _run(code: str, args: list[str]) -> tuple[float, float, int, int, str]:
     added, and stdout."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if res.returncode != 0:
