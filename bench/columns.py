@@ -271,6 +271,9 @@ def main() -> None:
                 check[label] = out.split()[-1]
     print(f"trace: {args.trace.name}, {n_events:,} events; {args.rounds} rounds; {cores} cores "
           f"this process may use; load average {load[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+    if load[0] > cores / 2:  # other work holds the cores the workers would use
+        print(f"busy: other work kept {load[0]:.1f} of {cores} cores busy before the rounds "
+              "began; the ratios, those with workers most, are not the design's")
     fw, fc = statistics.median(wall["floor"]), statistics.median(cpu["floor"])
     for label, *_ in cases:
         line = f"{label:10s} wall {_spread(wall[label])}  cpu {_spread(cpu[label])}"
