@@ -532,6 +532,7 @@ def _opened(path: Path) -> Iterator[io.BufferedReader]:
 # available is refused before it is decoded (a decoder that runs out of memory may crash
 # the process rather than raise).
 BYTES_PER_EVENT = 1024
+BYTES_PER_COLUMN_EVENT = 256  # reporter.ingest.columns: its columns and a chunk's sorting
 BYTES_PER_PLAIN_EVENT = 2048
 # What reading takes beside the events, whatever the trace: the chunk being cut and
 # decoded (8 MiB of bytes, its events' objects before they are sorted) and the module's

@@ -1,0 +1,208 @@
+"""Read a Chrome trace into columns (reporter.model.columns): the reader's chunks
+(reporter.ingest.traces) decoded one at a time, each chunk's events sorted as
+reporter.ingest.trace_events.timeline_of sorts them and gathered into numpy arrays, and
+the chunk's Python objects dropped with it. What a trace takes once read is then its
+columns (under a hundred bytes an event), not its events' objects (about 550).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from ..model.columns import DEVICE, HOST, MARKS, MEMORY, NONE, ODD, Columns
+from ..model.timeline import DEVICE_ANNOTATION_CATS, DEVICE_CATS, HOST_CATS, MODULE_PREFIX
+from .trace_events import _FLOAT_MAX, _count, _Event
+
+_WHOLE = 1 << 62  # an id a column holds as it is: a whole number within +-2**62
+
+
+class _Tables:
+    """The strings and odd ids a part of a trace names, each given the next id."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}
+        self.cats: dict[str, int] = {}
+        self.threads: dict[tuple[Any, Any], int] = {}
+        self.odd: dict[Any, int] = {}  # an id that is not a whole number -> its code
+
+    def code(self, value: Any) -> int:
+        """An event's id as an int64: itself when whole, NONE when absent, else a code
+        under ODD that stands for the value (as a dict key: 5.0 is 5)."""
+        if type(value) is int and -_WHOLE < value < _WHOLE:
+            return value
+        if value is None:
+            return NONE
+        if type(value) is float and value.is_integer() and -_WHOLE < value < _WHOLE:
+            return int(value)
+        odd = self.odd
+        found = odd.get(value)
+        if found is None:
+            found = odd[value] = ODD - 1 - len(odd)
+        return found
+
+
+class _Part:
+    """One chunk's events as columns, with the tables its ids index."""
+
+    def __init__(self, tables: _Tables, tables_of: dict[str, dict[str, np.ndarray]],
+                 first_host: bool | None, first_device: bool | None) -> None:
+        self.names = list(tables.names)
+        self.cats = list(tables.cats)
+        self.threads = list(tables.threads)
+        self.odd = list(tables.odd)
+        self.tables = tables_of
+        # whether the chunk's first host event's start (first device work's) was whole
+        self.first_host, self.first_device = first_host, first_device
+
+
+def gather(events: list[_Event]) -> _Part:
+    """A chunk's events as columns: what timeline_of keeps of them, in the same order."""
+    t = _Tables()
+    name_id, cat_id, thread_id, code = t.names.setdefault, t.cats.setdefault, \
+        t.threads.setdefault, t.code
+    host = {k: [] for k in HOST}
+    device = {k: [] for k in DEVICE}
+    ann = {k: [] for k in MARKS}
+    modules = {k: [] for k in MARKS}
+    memory = {k: [] for k in MEMORY}
+    host_cats, dev_cats, ann_cats = HOST_CATS, DEVICE_CATS, DEVICE_ANNOTATION_CATS
+    big, low = _FLOAT_MAX, -_FLOAT_MAX
+    first_host = first_device = None
+    for e in events:
+        ph = e.ph
+        if not (low <= e.ts <= big and low <= e.dur <= big):
+            continue  # a time no float holds, or not finite: left out, as timeline_of does
+        if ph == "X":
+            cat = e.cat
+            if cat in host_cats:
+                if first_host is None:
+                    first_host = type(e.ts) is int
+                table = host
+            elif cat in dev_cats:
+                if first_device is None:
+                    first_device = type(e.ts) is int
+                table = device
+            elif cat in ann_cats:
+                table = ann
+            elif cat == "python_function" and e.name.startswith(MODULE_PREFIX):
+                table = modules
+            else:
+                continue
+            table["name"].append(name_id(e.name, len(t.names)))
+            table["thread"].append(thread_id((e.pid, e.tid), len(t.threads)))
+            table["ts"].append(e.ts)
+            table["dur"].append(e.dur)
+            if table is host or table is device:
+                table["cat"].append(cat_id(cat, len(t.cats)))
+                a = e.args
+                if a is None:
+                    table["ext"].append(NONE)
+                    table["corr"].append(NONE)
+                    table["seq" if table is host else "copied"].append(NONE if table is host
+                                                                       else -1)
+                    continue
+                table["ext"].append(code(a.ext if a.ext is not None else a.ext_old))
+                table["corr"].append(code(a.corr))
+                if table is host:
+                    table["seq"].append(a.seq if type(a.seq) is int and -_WHOLE < a.seq < _WHOLE
+                                        else NONE)
+                else:
+                    table["copied"].append(_count(a.copied) if type(a.copied) is int
+                                           and a.copied < _WHOLE else -1)
+        elif ph == "i" and e.name == "[memory]" and e.args is not None:
+            a = e.args
+            try:
+                nbytes, device_type = int(a.nbytes), int(a.device_type or 0)
+            except (TypeError, ValueError, OverflowError):
+                continue  # a malformed memory event
+            if not (-_WHOLE < nbytes < _WHOLE and -_WHOLE < device_type < _WHOLE):
+                continue
+            memory["thread"].append(thread_id((e.pid, e.tid), len(t.threads)))
+            memory["ts"].append(e.ts)
+            memory["nbytes"].append(nbytes)
+            memory["device_type"].append(device_type)
+            addr, total = _count(a.addr), _count(a.total)
+            memory["addr"].append(addr if addr < _WHOLE else -1)
+            memory["total"].append(total if total < _WHOLE else -1)
+    tables_of = {}
+    for label, table, kinds in (("host", host, HOST), ("device", device, DEVICE),
+                                ("device_annotations", ann, MARKS), ("modules", modules, MARKS),
+                                ("memory", memory, MEMORY)):
+        tables_of[label] = {k: np.array(v, dtype=kinds[k]) for k, v in table.items()}
+    return _Part(t, tables_of, first_host, first_device)
+
+
+def join(parts: Iterable[_Part], meta: dict[str, Any]) -> Columns:
+    """The trace's columns from its chunks' parts, in the trace's order: each part's ids
+    mapped onto the trace's tables as it comes, then each table's columns joined."""
+    t = _Tables()
+    pieces: dict[str, dict[str, list[np.ndarray]]] = {
+        label: {k: [] for k in kinds} for label, kinds in (
+            ("host", HOST), ("device", DEVICE), ("device_annotations", MARKS),
+            ("modules", MARKS), ("memory", MEMORY))}
+    first_host = first_device = None
+    for part in parts:
+        if first_host is None:
+            first_host = part.first_host
+        if first_device is None:
+            first_device = part.first_device
+        names = np.array([t.names.setdefault(n, len(t.names)) for n in part.names] or [0],
+                         np.int32)
+        cats = np.array([t.cats.setdefault(c, len(t.cats)) for c in part.cats] or [0], np.int16)
+        threads = np.array([t.threads.setdefault(k, len(t.threads)) for k in part.threads]
+                           or [0], np.int32)
+        odd = np.array([t.code(v) for v in part.odd] or [0], np.int64)
+        for label, table in part.tables.items():
+            into = pieces[label]
+            for k, column in table.items():
+                if k == "name":
+                    column = names[column]
+                elif k == "cat":
+                    column = cats[column]
+                elif k == "thread":
+                    column = threads[column]
+                elif k in ("ext", "corr") and len(part.odd):
+                    mine = (column < ODD) & (column != NONE)
+                    if mine.any():
+                        column = column.copy()
+                        column[mine] = odd[ODD - 1 - column[mine]]
+                into[k].append(column)
+    kinds_of = {"host": HOST, "device": DEVICE, "device_annotations": MARKS, "modules": MARKS,
+                "memory": MEMORY}
+    tables: dict[str, dict[str, np.ndarray]] = {}
+    for label, table in pieces.items():
+        tables[label] = {}
+        for k, v in table.items():  # one column at a time, its pieces let go of as joined
+            tables[label][k] = np.concatenate(v) if v else np.empty(0, kinds_of[label][k])
+            v.clear()
+    first = first_host if first_host is not None else first_device
+    return Columns(names=list(t.names), cats=list(t.cats), threads=list(t.threads),
+                   meta=meta, whole_first_ts=bool(first), **tables)
+
+
+def columns_of(chunks: Iterable[list[_Event]], meta: dict[str, Any]) -> Columns:
+    """The columns of a trace's decoded events, given as lists of events (``meta`` holds
+    the trace's other top-level fields once ``chunks`` is exhausted): timeline_of's
+    record, as columns."""
+    return join((gather(events) for events in chunks), meta)
+
+
+def read_columns(path: Path) -> Columns:
+    """One trace file's columns; refused (BadInput) as reporter.ingest.traces refuses it."""
+    from . import traces
+
+    meta: dict[str, Any] = {}
+    try:
+        with traces._opened(path) as f:
+            gate = traces._fits(path, f, traces.BYTES_PER_COLUMN_EVENT)
+            with traces._gc_paused():
+                return columns_of(traces._chunked_events(path, traces._pieces(path, f), meta,
+                                                         traces.PLAIN, gate), meta)
+    except traces._NotChunkable:
+        meta = {}
+        raw = traces._whole_checked(path)
+        with traces._gc_paused():
+            return columns_of(traces._whole_events(path, raw, meta), meta)

@@ -1,0 +1,158 @@
+"""A trace read as columns (#68: reporter.ingest.columns, reporter.analyze.host_sums) gives
+the operator table, totals, steps, CUDA graphs' kernels and peak-live memory that the
+object reader (reporter.ingest.traces.read_trace) gives, to the last bit: on a planted
+trace of the cases the nesting has to get right, on a training trace in kineto's format,
+on the project's H200 trace, and on the corpus's real traces (where present)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kineto import H200_TRAIN, training_trace, write
+
+from reporter.analyze.host_sums import sums_of
+from reporter.ingest.columns import read_columns
+from reporter.ingest.traces import read_trace
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "traces"
+# what sums_of computes of a Profile (the rest of the timeline's analyses it leaves empty)
+FIELDS = ("device_type", "self_cpu_us", "self_device_us", "steps", "device_name",
+          "device_mem_capacity_b", "graph_kernels", "graph_kernel_us", "peak_live_b")
+
+
+def _same(path: Path) -> None:
+    want, got = read_trace(path), sums_of(read_columns(path))
+    assert [vars(o) for o in got.ops] == [vars(o) for o in want.ops]
+    assert {f: getattr(got, f) for f in FIELDS} == {f: getattr(want, f) for f in FIELDS}
+
+
+def _x(name, ts, dur, cat="cpu_op", tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
+            "args": args}
+
+
+def _mem(ts, nbytes, addr, total, device=0, tid=1):
+    return {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1,
+            "tid": tid, "ts": ts, "args": {"Bytes": nbytes, "Device Type": device,
+                                           "Addr": addr, "Total Allocated": total}}
+
+
+def planted() -> dict:
+    """The cases, each where the nesting is easy to get wrong. Times are in microseconds;
+    the events are out of order, and two threads interleave."""
+    ev = [
+        _x("ProfilerStep#1", 0, 1000, "user_annotation"),
+        # a self call folded into its parent twice over (aten::to > aten::to > aten::to),
+        # with memory inside the innermost and a kernel found by the middle one's id
+        _x("aten::to", 10, 100, **{"External id": 1}),
+        _x("aten::to", 11, 90, **{"External id": 2}),
+        _x("aten::to", 12, 80, **{"External id": 3}),
+        _x("aten::empty", 13, 5, **{"External id": 4}),
+        _mem(14, 4096, 7, 4096),  # the allocator's, for the operator that called it
+        _mem(15, 512, 9, 512, device=1),
+        _mem(20, 256, 8, 4352),  # the folded call's, for the outer one
+        # ties: equal starts, the longer encloses; a zero-length event at the same start
+        _x("aten::linear", 200, 50, **{"External id": 5}),
+        _x("aten::addmm", 200, 40, **{"External id": 6}),
+        _x("aten::view", 200, 0, **{"External id": 7}),
+        _x("cudaLaunchKernel", 210, 5, "cuda_runtime", correlation=100),
+        _x("kernel_a", 260, 30, "kernel", correlation=100, **{"External id": 2}),
+        # a kernel found only by its runtime call's correlation id (its External id is
+        # none of the host's); one whose id is a string; one on a float id
+        _x("aten::mul", 300, 50, **{"External id": "s1"}),
+        _x("cudaLaunchKernel", 305, 5, "cuda_runtime", correlation=101),
+        _x("kernel_b", 320, 7.5, "kernel", correlation=101, **{"External id": 999}),
+        _x("kernel_c", 330, 2.25, "kernel", correlation=102, **{"External id": "s1"}),
+        _x("aten::add", 400, 20, **{"External id": 8.0}),
+        _x("kernel_d", 430, 1.5, "kernel", correlation=103, **{"External id": 8}),
+        # overlapping, not nested: the second closes the first
+        _x("aten::sum", 500, 50, **{"External id": 9}),
+        _x("aten::mean", 520, 60, **{"External id": 10}),
+        # a negative duration counts as 0
+        _x("aten::neg", 600, -3, **{"External id": 11}),
+        # a CUDA graph's launch and the kernels it replays
+        _x("cudaGraphLaunch", 700, 10, "cuda_runtime", correlation=104),
+        _x("graph_kernel", 720, 12.5, "kernel", correlation=104),
+        _x("graph_kernel", 735, 12.5, "kernel", correlation=104),
+        _x("gpu_mark", 720, 30, "gpu_user_annotation"),
+        # memory freed, a free with no operator open, one with no address
+        _mem(800, -4096, 7, 0),
+        _mem(5, 64, 11, 64),
+        _mem(810, 32, -1, 32),
+        # another thread, written between the first's events
+        _x("aten::copy_", 100, 40, tid=2, **{"External id": 12}),
+        _mem(110, 128, 21, 4480, tid=2),  # the allocator's peak
+        _x("aten::copy_", 101, 30, tid=2, **{"External id": 13}),
+        _x("Memcpy HtoD", 150, 4, "gpu_memcpy", correlation=105, **{"External id": 13}),
+        # a time no float holds: left out by both
+        _x("aten::huge", 10 ** 400, 1),
+        _x("ProfilerStep#2", 1000, 500, "user_annotation"),
+        _x("aten::to", 1010, 10, **{"External id": 14}),
+        # within the epsilon (1 ns): a sibling that starts before the last one ends, a
+        # child that ends after its parent
+        _x("aten::conv", 1100, 20, **{"External id": 15}),
+        _x("aten::relu", 1119.9995, 10, **{"External id": 16}),
+        _x("aten::outer", 1200, 50, **{"External id": 17}),
+        _x("aten::inner", 1210, 40.0005, **{"External id": 18}),
+    ]
+    order = [3, 0, 2, 1] + list(range(4, len(ev)))
+    return {"schemaVersion": 1, "traceEvents": [ev[i] for i in order],
+            "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "totalGlobalMem": 1 << 37}]}
+
+
+def test_the_planted_cases(tmp_path):
+    path = write(tmp_path / "planted.json", planted())
+    _same(path)
+    got = sums_of(read_columns(path))
+    ops = {(o.name, o.kind): o for o in got.ops}
+    # the cases were met, so that a wrong reading shows: the self calls folded (two
+    # aten::to calls, of four records), the kernel and memory of a folded call charged to
+    # the outer one, kernels by correlation, string and float ids
+    to = next(o for (name, _), o in ops.items() if name == "aten::to")
+    assert (to.calls, to.self_device_us, to.self_cpu_mem_b, to.cpu_mem_b, to.device_mem_b) \
+        == (2, 30, 256, 4096 + 256, 512)
+    assert next(o for (n, _), o in ops.items() if n == "aten::mul").self_device_us == 2.25 + 7.5
+    assert next(o for (n, _), o in ops.items() if n == "aten::add").self_device_us == 1.5
+    assert got.graph_kernels == 2 and got.graph_kernel_us == 25
+    assert got.steps == 2
+    assert got.peak_live_b == {"ProfilerStep*": 64, "aten::to": 4096 + 256, "aten::copy_": 128}
+
+
+def test_a_nanosecond_trace(tmp_path):
+    doc = planted()
+    doc["displayTimeUnit"] = "ns"
+    for e in doc["traceEvents"]:
+        if isinstance(e.get("ts"), (int, float)) and e["ts"] < 1e300:
+            e["ts"] = int(e["ts"] * 1000) + 1_700_000_000_000_000
+        if "dur" in e:
+            e["dur"] = int(e["dur"] * 1000)
+    _same(write(tmp_path / "ns.json", doc))
+
+
+@pytest.mark.parametrize("rank", [None, 1])
+def test_a_training_trace(tmp_path, rank):
+    _same(write(tmp_path / "train.json.gz", training_trace(4, rank=rank)))
+
+
+def test_the_h200_trace():
+    _same(H200_TRAIN)
+
+
+def test_columns_are_compact(tmp_path):
+    """The columns take under 60 bytes an event (the object record: about 550)."""
+    path = write(tmp_path / "train.json", training_trace(20))
+    cols = read_columns(path)
+    events = sum(len(t["ts"]) for t in (cols.host, cols.device, cols.memory))
+    assert events == len([e for e in json.loads(path.read_text())["traceEvents"]
+                          if e["cat"] != "ac2g"])
+    assert cols.nbytes() < 60 * events
+    assert all(a.dtype != np.dtype(object) for t in (cols.host, cols.device) for a in t.values())
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.glob("*.json*"))
+                         if CORPUS.is_dir() else [])
+def test_the_corpus(name):
+    _same(CORPUS / name)
