@@ -1,8 +1,11 @@
-"""A trace read as columns (#68: reporter.ingest.columns, reporter.analyze.host_sums) gives
-the operator table, totals, steps, CUDA graphs' kernels and peak-live memory that the
-object reader (reporter.ingest.traces.read_trace) gives, to the last bit: on a planted
-trace of the cases the nesting has to get right, on a training trace in kineto's format,
-on the project's H200 trace, and on the corpus's real traces (where present)."""
+"""A trace is read as columns (#68: reporter.ingest.columns, analysed by
+reporter.analyze.timeline_columns), and its Profile is the one the object reader
+(read_trace_objects, reporter.analyze.timeline.profile_of) gives, to the last bit
+(compared as JSON): the operator table, totals, steps, CUDA graphs' kernels, peak-live
+memory, step breakdown, critical path, communication, FLOP costs, compile facts and the
+calls read one by one. On a planted trace of the cases the nesting has to get right, on
+training traces in kineto's format, on the project's H200 trace, and on the corpus's real
+traces (where present). A trace too big to hold as objects is read whole."""
 
 from __future__ import annotations
 
@@ -13,20 +16,26 @@ import numpy as np
 import pytest
 from kineto import H200_TRAIN, training_trace, write
 
-from reporter.analyze.host_sums import sums_of
-from reporter.ingest.columns import read_columns
-from reporter.ingest.traces import read_trace
+from reporter.ingest.traces import read_columns, read_trace, read_trace_objects
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "traces"
-# what sums_of computes of a Profile (the rest of the timeline's analyses it leaves empty)
+# a trace's Profile's fields (besides the operator table and by-shape rows)
 FIELDS = ("device_type", "self_cpu_us", "self_device_us", "steps", "device_name",
-          "device_mem_capacity_b", "graph_kernels", "graph_kernel_us", "peak_live_b")
+          "device_mem_capacity_b", "graph_kernels", "graph_kernel_us", "peak_live_b",
+          "comm_us", "comm_overlap_us", "breakdown", "costs", "not_modelled_us",
+          "shapes_recorded", "cost_basis", "compiled", "op_calls")
+
+
+def _json(profile) -> str:
+    """A trace Profile's fields, as JSON (where 5 and 5.0 differ)."""
+    return json.dumps({"ops": [vars(o) for o in profile.ops],
+                       **{f: getattr(profile, f) for f in FIELDS}},
+                      default=lambda o: o.__dict__)
 
 
 def _same(path: Path) -> None:
-    want, got = read_trace(path), sums_of(read_columns(path))
-    assert [vars(o) for o in got.ops] == [vars(o) for o in want.ops]
-    assert {f: getattr(got, f) for f in FIELDS} == {f: getattr(want, f) for f in FIELDS}
+    want, got = read_trace_objects(path), read_trace(path)
+    assert _json(got) == _json(want)
 
 
 def _x(name, ts, dur, cat="cpu_op", tid=1, **args):
@@ -106,7 +115,7 @@ def planted() -> dict:
 def test_the_planted_cases(tmp_path):
     path = write(tmp_path / "planted.json", planted())
     _same(path)
-    got = sums_of(read_columns(path))
+    got = read_trace(path)
     ops = {(o.name, o.kind): o for o in got.ops}
     # the cases were met, so that a wrong reading shows: the self calls folded (two
     # aten::to calls, of four records), the kernel and memory of a folded call charged to
@@ -130,6 +139,45 @@ def test_a_nanosecond_trace(tmp_path):
         if "dur" in e:
             e["dur"] = int(e["dur"] * 1000)
     _same(write(tmp_path / "ns.json", doc))
+
+
+def test_a_trace_without_steps(tmp_path):
+    """Without ProfilerStep ranges the trace is one step, from its first host event to the
+    one that ends last (here aten::mean, on the first thread, which no analysis reads)."""
+    doc = planted()
+    doc["traceEvents"] = [e for e in doc["traceEvents"]
+                          if not e["name"].startswith("ProfilerStep")]
+    doc["traceEvents"].append(_x("aten::late", 2000, 300, tid=2))
+    _same(write(tmp_path / "steps.json", doc))
+
+
+def test_a_trace_the_plain_parser_reads(tmp_path):
+    """A chunk with an event of an odd shape (a start written as a string) is read event
+    by event by the plain parser, whose events carry their inputs' shapes: the calls read
+    one by one see their sizes."""
+    doc = training_trace(12)
+    doc["traceEvents"][0]["ts"] = str(doc["traceEvents"][0]["ts"])
+    path = write(tmp_path / "odd.json", doc)
+    _same(path)
+    calls = read_trace(path).op_calls
+    assert calls and all(c.first_elements for c in calls.values())
+
+
+@pytest.mark.parametrize("keep", ["kernel", "cpu_op", "[memory]"])
+def test_a_trace_of_one_kind_of_event(tmp_path, keep):
+    """Device work alone, host operators alone, memory events alone (no operator: refused
+    by both readers alike)."""
+    from reporter.errors import BadInput
+
+    doc = planted()
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if keep in (e["cat"], e["name"])]
+    path = write(tmp_path / "one.json", doc)
+    if keep == "[memory]":
+        for read in (read_trace, read_trace_objects):
+            with pytest.raises(BadInput, match="without profiler events"):
+                read(path)
+        return
+    _same(path)
 
 
 @pytest.mark.parametrize("rank", [None, 1])
@@ -156,3 +204,27 @@ def test_columns_are_compact(tmp_path):
                          if CORPUS.is_dir() else [])
 def test_the_corpus(name):
     _same(CORPUS / name)
+
+
+def test_a_trace_too_big_for_objects_is_read_whole(tmp_path, monkeypatch):
+    """Where the memory available would not hold the trace's events as objects (1,024
+    bytes an event) but holds its columns, read_trace reads it whole, every analysis
+    included; where even the columns would not fit, it is refused in one line."""
+    from reporter import memory
+    from reporter.errors import BadInput
+    from reporter.ingest import traces
+
+    path = write(tmp_path / "train.json", training_trace(400))
+    events = len(json.loads(path.read_text())["traceEvents"])
+    want = read_trace_objects(path)
+    assert want.breakdown is not None and want.costs and want.op_calls
+    monkeypatch.setattr(memory, "available",
+                        lambda: traces.READ_CONSTANT + traces.BYTES_PER_COLUMN_EVENT * events)
+    with pytest.raises(BadInput, match=r"\[too-big\]|1,024 bytes each"):
+        read_trace_objects(path)
+    got = read_trace(path)
+    want.timeline = got.timeline
+    assert _json(got) == _json(want)
+    monkeypatch.setattr(memory, "available", lambda: traces.READ_CONSTANT + 100 * events)
+    with pytest.raises(BadInput, match="256 bytes each"):
+        read_trace(path)

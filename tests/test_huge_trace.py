@@ -118,16 +118,37 @@ def _flat_trace(path: Path, size: int) -> None:
         f.write(b"]}")
 
 
+@pytest.fixture(scope="module")
+def flat(tmp_path_factory) -> dict[str, Path]:
+    """300 MB of small events (about 2.9 million), plain and gzipped."""
+    folder = tmp_path_factory.mktemp("flat")
+    paths = {name: folder / name for name in ("flat.json", "flat.json.gz")}
+    for path in paths.values():
+        _flat_trace(path, 300 << 20)
+    return paths
+
+
 @pytest.mark.parametrize("name", ["flat.json", "flat.json.gz"])
-def test_a_trace_whose_events_would_not_fit_is_refused_before_they_are_decoded(
-        tmp_path, name):
-    """300 MB of small events (about 3.2 million) under 1.5 GiB: a plain file is counted
+def test_a_trace_of_millions_of_events_reads_in_its_columns(flat, name):
+    """The 300 MB of small events read under 1.5 GiB, as columns (at 1,024 bytes an event
+    as objects, they were refused): the whole of it, in under BYTES_PER_COLUMN_EVENT an
+    event and the constant."""
+    code, out, err, peak = _analyze(flat[name], 3 << 29, timeout=300)
+    assert code == 0, err
+    ops = {op["name"]: op for op in json.loads(out)["profiles"][0]["ops"]}
+    pairs = ops["aten::linear"]["calls"]
+    assert ops["aten::mm"]["calls"] == pairs > 1_000_000
+    assert ops["aten::linear"]["self_cpu_us"] == pytest.approx(3 * pairs)
+    assert 0 < peak < 2 * pairs * traces.BYTES_PER_COLUMN_EVENT + traces.READ_CONSTANT, peak
+
+
+@pytest.mark.parametrize("name", ["flat.json", "flat.json.gz"])
+def test_a_trace_whose_events_would_not_fit_is_refused_before_they_are_decoded(flat, name):
+    """The same under 768 MiB, where its columns would not fit: a plain file is counted
     and refused before any event is decoded; a gzipped one, whose events cannot be
     counted without inflating it twice, once the events so far would not fit, before
     the chunk that would pass the limit is decoded."""
-    path = tmp_path / name
-    _flat_trace(path, 300 << 20)
-    code, _, err, peak = _analyze(path, 3 << 29)
+    code, _, err, peak = _analyze(flat[name], 3 << 28)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "[too-big]" in err and "events" in err and "bytes each" in err, err
     if name == "flat.json":

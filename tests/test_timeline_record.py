@@ -101,8 +101,9 @@ def test_another_reader_filling_the_record_gets_the_same_profile(tmp_path):
 
 
 def test_the_decoder_hands_the_record_over():
-    """ingest's trace modules call one timeline analysis, profile_of, on the record; the
-    nesting, attribution, breakdown and critical path are analyze's."""
+    """ingest's trace modules call one timeline analysis on a record, profile_of (the
+    object record) or profile_of_columns (the columns); the nesting, attribution,
+    breakdown and critical path are analyze's."""
     called: set[str] = set()
     for name in ("traces.py", "trace_events.py"):
         tree = ast.parse((ROOT / "reporter" / "ingest" / name).read_text())
@@ -113,4 +114,5 @@ def test_the_decoder_hands_the_record_over():
                 if any(m in c for m in (".timeline", ".breakdown", ".critical_path"))}
     # profile_of, and the slack within which one event encloses another (host_calls nests
     # the calls it lists the same way)
-    assert timeline == {"analyze.timeline.profile_of", "analyze.timeline_records._EPS"}
+    assert timeline == {"analyze.timeline.profile_of", "analyze.timeline_records._EPS",
+                        "analyze.timeline_columns.profile_of_columns"}

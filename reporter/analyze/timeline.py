@@ -192,7 +192,8 @@ def profile_of(timeline: Timeline, shapes: bool = False, costs: bool = False) ->
     props = meta.get("deviceProperties")
     props = props if isinstance(props, list) else []
     comm = _communication(comm_work or comm_calls, threads, comm_of, device)
-    launches = _launches(device, correlation_rt)
+    launches = _launches(device, {corr: rec[_EVENT].ts + max(rec[_EVENT].dur, 0)
+                                  for corr, rec in correlation_rt.items()})
     breakdown = step_breakdown(threads, step_ranges, device, scale, py_modules, launches,
                                device_name=_device_name(props),
                                device_mem_b=_device_memory(props))
@@ -217,7 +218,7 @@ def profile_of(timeline: Timeline, shapes: bool = False, costs: bool = False) ->
                    op_calls=op_calls)
 
 
-def _launches(device: list[Event], correlation_rt: dict[Any, Record]) -> list[tuple[float, float]]:
+def _launches(device: list[Event], call_end: dict[Any, float]) -> list[tuple[float, float]]:
     """Each piece of device work's start and its launch on the host (the end of its runtime
     call: until the call returns the host is still launching it; under the profiler a
     launch call takes about as long as the launch-to-start delay, 12 us on an H200, and
@@ -226,17 +227,16 @@ def _launches(device: list[Event], correlation_rt: dict[Any, Record]) -> list[tu
     launch the trace does not hold but whose correlation id is below every launch the
     trace holds was launched before the trace began (ids grow with each call): minus
     infinity, queued from the trace's start. Other work without its launch: infinity (not
-    known to be queued)."""
+    known to be queued). ``call_end``: each correlation id's runtime call's end."""
     never, before = float("inf"), float("-inf")
-    ids = [c for c in correlation_rt if type(c) is int]
+    ids = [c for c in call_end if type(c) is int]
     first = min(ids) if ids else None
     out = []
     for e in device:
         corr = e.args.corr if e.args is not None else None
-        rt = correlation_rt.get(corr) if corr is not None else None
-        if rt is not None:
-            call = rt[_EVENT]
-            out.append((e.ts, call.ts + max(call.dur, 0)))
+        end = call_end.get(corr) if corr is not None else None
+        if end is not None:
+            out.append((e.ts, end))
         elif first is not None and type(corr) is int and corr < first:
             out.append((e.ts, before))
         else:

@@ -8,7 +8,7 @@ import math
 import re
 from bisect import bisect_right
 from collections import defaultdict
-from typing import Any
+from typing import Any, Iterable
 
 from ..model import vendors
 from ..model.profile import KIND_ANNOTATION, KIND_OP, KIND_RUNTIME, Breakdown, OpCalls, classify
@@ -130,8 +130,17 @@ def _costs(costed: list[Record], aggs: dict[tuple[str, str], _Agg], on_device: b
     return rows, {n: t * scale for n, t in top}, recorded
 
 
-def _compiled_facts(records: list[Record], aggs: dict[tuple[str, str], _Agg], device: list[Event],
-                    correlation_rt: dict[Any, Record], scale: float,
+def compiled_related(name: str) -> bool:
+    """Whether _compiled_facts reads the records of an operator of this name (a compiled
+    region, a compiled graph's call or backward, the cache lookup, a generated kernel);
+    it reads no other record, so that it may be given these only, in order."""
+    return (name in (FORWARD, BACKWARD, CACHE_LOOKUP) or REGION.match(name) is not None
+            or name.startswith("## Call CompiledFxGraph") or GENERATED.match(name) is not None
+            or UNNAMED_TRITON.match(name) is not None)
+
+
+def _compiled_facts(records: Iterable[Record], aggs: dict[tuple[str, str], _Agg],
+                    device: list[Event], correlation_rt: Any, scale: float,
                     step_ranges: list[tuple[float, float]]) -> dict[str, Any]:
     """What torch.compile's events say beyond their sums (reporter.analyze.compiled):
 
@@ -348,19 +357,26 @@ def _grows(sizes: list[int]) -> bool:
     return var_s > 0 and cov / math.sqrt(var_i * var_s) >= GROWTH_FIT
 
 
-def _op_calls(records: list[Record], aggs: dict[tuple[str, str], _Agg],
-              step_ranges: list[tuple[float, float]],
-              on_device: bool) -> dict[str, OpCalls]:
-    """The calls of the operators that hold OP_CALLS_SHARE of the self time or more, read
-    within the profiled steps (reporter.model.profile.OpCalls); none without steps."""
-    if not step_ranges:
-        return {}
+def _op_call_rows(aggs: dict[tuple[str, str], _Agg], on_device: bool) -> list[_Agg]:
+    """The operators whose calls _op_calls reads: those that hold OP_CALLS_SHARE of the
+    self time or more, at most OP_CALLS_ROWS, the most first."""
     ops = [a for (_, kind), a in aggs.items() if kind == KIND_OP and a.calls]
     def time(a: _Agg) -> float:
         return a.self_dev if on_device else a.self_cpu
     total = sum(time(a) for a in ops)
-    tops = sorted((a for a in ops if total > 0 and time(a) >= OP_CALLS_SHARE * total),
+    return sorted((a for a in ops if total > 0 and time(a) >= OP_CALLS_SHARE * total),
                   key=time, reverse=True)[:OP_CALLS_ROWS]
+
+
+def _op_calls(records: Iterable[Record], aggs: dict[tuple[str, str], _Agg],
+              step_ranges: list[tuple[float, float]],
+              on_device: bool) -> dict[str, OpCalls]:
+    """The calls of the operators that hold OP_CALLS_SHARE of the self time or more, read
+    within the profiled steps (reporter.model.profile.OpCalls); none without steps.
+    ``records``: profile_of's, or those of the operators _op_call_rows names (in order)."""
+    if not step_ranges:
+        return {}
+    tops = _op_call_rows(aggs, on_device)
     if not tops:
         return {}
     steps = sorted(step_ranges)

@@ -1,19 +1,27 @@
-"""Read a Chrome trace into columns (reporter.model.columns): the reader's chunks
-(reporter.ingest.traces) decoded one at a time, each chunk's events sorted as
-reporter.ingest.trace_events.timeline_of sorts them and gathered into numpy arrays, and
-the chunk's Python objects dropped with it. What a trace takes once read is then its
-columns (under a hundred bytes an event), not its events' objects (about 550).
+"""A Chrome trace's events gathered into columns (reporter.model.columns), one decoded
+chunk at a time (reporter.ingest.traces.read_columns cuts and decodes them), as
+reporter.ingest.trace_events.timeline_of sorts them: the host's events and the memory
+events into numpy arrays, with the chunk's Python objects dropped after it; the device's
+work into arrays and kept as decoded, its marks and the module calls kept as decoded. What
+a trace takes once read is then its columns (about 50 bytes an event) and its device
+work's objects, not every event's objects (about 550 bytes an event).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
-from ..model.columns import DEVICE, HOST, MARKS, MEMORY, NONE, ODD, Columns
-from ..model.timeline import DEVICE_ANNOTATION_CATS, DEVICE_CATS, HOST_CATS, MODULE_PREFIX
+from ..model.columns import DEVICE, HOST, MEMORY, NONE, ODD, Columns
+from ..analyze.flops import FORMULAS, cost
+from ..model.timeline import (
+    DEVICE_ANNOTATION_CATS,
+    DEVICE_CATS,
+    HOST_CATS,
+    MODULE_PREFIX,
+    OP_CATS,
+)
 from .trace_events import _FLOAT_MAX, _count, _Event
 
 _WHOLE = 1 << 62  # an id a column holds as it is: a whole number within +-2**62
@@ -48,12 +56,17 @@ class _Part:
     """One chunk's events as columns, with the tables its ids index."""
 
     def __init__(self, tables: _Tables, tables_of: dict[str, dict[str, np.ndarray]],
-                 first_host: bool | None, first_device: bool | None) -> None:
+                 events: dict[str, list[_Event]], costs: list[tuple[int, Any]],
+                 dims: list[tuple[int, Any]], first_host: bool | None,
+                 first_device: bool | None) -> None:
         self.names = list(tables.names)
         self.cats = list(tables.cats)
         self.threads = list(tables.threads)
         self.odd = list(tables.odd)
         self.tables = tables_of
+        self.events = events  # the decoded events kept: device work, its marks, modules
+        self.costs = costs  # (host row, the call's flops.Cost) of the modelled operators
+        self.dims = dims  # (host row, its inputs' shapes) where they were parsed
         # whether the chunk's first host event's start (first device work's) was whole
         self.first_host, self.first_device = first_host, first_device
 
@@ -65,8 +78,9 @@ def gather(events: list[_Event]) -> _Part:
         t.threads.setdefault, t.code
     host = {k: [] for k in HOST}
     device = {k: [] for k in DEVICE}
-    ann = {k: [] for k in MARKS}
-    modules = {k: [] for k in MARKS}
+    kept: dict[str, list[_Event]] = {"device": [], "device_annotations": [], "modules": []}
+    costs: list[tuple[int, Any]] = []
+    dims: list[tuple[int, Any]] = []
     memory = {k: [] for k in MEMORY}
     host_cats, dev_cats, ann_cats = HOST_CATS, DEVICE_CATS, DEVICE_ANNOTATION_CATS
     big, low = _FLOAT_MAX, -_FLOAT_MAX
@@ -85,33 +99,45 @@ def gather(events: list[_Event]) -> _Part:
                 if first_device is None:
                     first_device = type(e.ts) is int
                 table = device
+                kept["device"].append(e)
             elif cat in ann_cats:
-                table = ann
+                kept["device_annotations"].append(e)
+                continue
             elif cat == "python_function" and e.name.startswith(MODULE_PREFIX):
-                table = modules
+                kept["modules"].append(e)
+                continue
             else:
                 continue
             table["name"].append(name_id(e.name, len(t.names)))
             table["thread"].append(thread_id((e.pid, e.tid), len(t.threads)))
             table["ts"].append(e.ts)
             table["dur"].append(e.dur)
-            if table is host or table is device:
-                table["cat"].append(cat_id(cat, len(t.cats)))
-                a = e.args
-                if a is None:
-                    table["ext"].append(NONE)
-                    table["corr"].append(NONE)
-                    table["seq" if table is host else "copied"].append(NONE if table is host
-                                                                       else -1)
-                    continue
-                table["ext"].append(code(a.ext if a.ext is not None else a.ext_old))
-                table["corr"].append(code(a.corr))
-                if table is host:
-                    table["seq"].append(a.seq if type(a.seq) is int and -_WHOLE < a.seq < _WHOLE
-                                        else NONE)
-                else:
-                    table["copied"].append(_count(a.copied) if type(a.copied) is int
-                                           and a.copied < _WHOLE else -1)
+            table["cat"].append(cat_id(cat, len(t.cats)))
+            a = e.args
+            if a is None:
+                table["ext"].append(NONE)
+                table["corr"].append(NONE)
+                table["seq" if table is host else "copied"].append(NONE if table is host
+                                                                   else -1)
+                continue
+            table["ext"].append(code(a.ext if a.ext is not None else a.ext_old))
+            table["corr"].append(code(a.corr))
+            if table is host:
+                table["seq"].append(a.seq if type(a.seq) is int and -_WHOLE < a.seq < _WHOLE
+                                    else NONE)
+                shapes = (a.dims if a.dims is not None else a.dims_old) \
+                    if hasattr(a, "dims") else None  # the plain parser's events have them
+                if shapes is not None:
+                    dims.append((len(table["seq"]) - 1, shapes))
+                if e.name in FORMULAS and cat in OP_CATS:  # profile_of's _cost_of
+                    found = (a.computed if hasattr(a, "computed") else
+                             cost(e.name, shapes, a.types, a.concrete) if hasattr(a, "dims")
+                             else None)
+                    if found is not None:
+                        costs.append((len(table["seq"]) - 1, found))
+            else:
+                table["copied"].append(_count(a.copied) if type(a.copied) is int
+                                       and a.copied < _WHOLE else -1)
         elif ph == "i" and e.name == "[memory]" and e.args is not None:
             a = e.args
             try:
@@ -129,20 +155,22 @@ def gather(events: list[_Event]) -> _Part:
             memory["total"].append(total if total < _WHOLE else -1)
     tables_of = {}
     for label, table, kinds in (("host", host, HOST), ("device", device, DEVICE),
-                                ("device_annotations", ann, MARKS), ("modules", modules, MARKS),
                                 ("memory", memory, MEMORY)):
         tables_of[label] = {k: np.array(v, dtype=kinds[k]) for k, v in table.items()}
-    return _Part(t, tables_of, first_host, first_device)
+    return _Part(t, tables_of, kept, costs, dims, first_host, first_device)
 
 
 def join(parts: Iterable[_Part], meta: dict[str, Any]) -> Columns:
     """The trace's columns from its chunks' parts, in the trace's order: each part's ids
     mapped onto the trace's tables as it comes, then each table's columns joined."""
     t = _Tables()
+    kinds_of = {"host": HOST, "device": DEVICE, "memory": MEMORY}
     pieces: dict[str, dict[str, list[np.ndarray]]] = {
-        label: {k: [] for k in kinds} for label, kinds in (
-            ("host", HOST), ("device", DEVICE), ("device_annotations", MARKS),
-            ("modules", MARKS), ("memory", MEMORY))}
+        label: {k: [] for k in kinds} for label, kinds in kinds_of.items()}
+    events: dict[str, list[_Event]] = {"device": [], "device_annotations": [], "modules": []}
+    costs: dict[int, Any] = {}
+    dims: dict[int, Any] = {}
+    host_rows = 0
     first_host = first_device = None
     for part in parts:
         if first_host is None:
@@ -155,6 +183,13 @@ def join(parts: Iterable[_Part], meta: dict[str, Any]) -> Columns:
         threads = np.array([t.threads.setdefault(k, len(t.threads)) for k in part.threads]
                            or [0], np.int32)
         odd = np.array([t.code(v) for v in part.odd] or [0], np.int64)
+        for label, kept in part.events.items():
+            events[label] += kept
+        for row, found in part.costs:
+            costs[host_rows + row] = found
+        for row, shapes in part.dims:
+            dims[host_rows + row] = shapes
+        host_rows += len(part.tables["host"]["ts"])
         for label, table in part.tables.items():
             into = pieces[label]
             for k, column in table.items():
@@ -170,8 +205,6 @@ def join(parts: Iterable[_Part], meta: dict[str, Any]) -> Columns:
                         column = column.copy()
                         column[mine] = odd[ODD - 1 - column[mine]]
                 into[k].append(column)
-    kinds_of = {"host": HOST, "device": DEVICE, "device_annotations": MARKS, "modules": MARKS,
-                "memory": MEMORY}
     tables: dict[str, dict[str, np.ndarray]] = {}
     for label, table in pieces.items():
         tables[label] = {}
@@ -180,7 +213,10 @@ def join(parts: Iterable[_Part], meta: dict[str, Any]) -> Columns:
             v.clear()
     first = first_host if first_host is not None else first_device
     return Columns(names=list(t.names), cats=list(t.cats), threads=list(t.threads),
-                   meta=meta, whole_first_ts=bool(first), **tables)
+                   meta=meta, whole_first_ts=bool(first), odd=list(t.odd), costs=costs, dims=dims,
+                   device_events=events["device"],
+                   device_annotations=events["device_annotations"],
+                   modules=events["modules"], **tables)
 
 
 def columns_of(chunks: Iterable[list[_Event]], meta: dict[str, Any]) -> Columns:
@@ -188,21 +224,3 @@ def columns_of(chunks: Iterable[list[_Event]], meta: dict[str, Any]) -> Columns:
     the trace's other top-level fields once ``chunks`` is exhausted): timeline_of's
     record, as columns."""
     return join((gather(events) for events in chunks), meta)
-
-
-def read_columns(path: Path) -> Columns:
-    """One trace file's columns; refused (BadInput) as reporter.ingest.traces refuses it."""
-    from . import traces
-
-    meta: dict[str, Any] = {}
-    try:
-        with traces._opened(path) as f:
-            gate = traces._fits(path, f, traces.BYTES_PER_COLUMN_EVENT)
-            with traces._gc_paused():
-                return columns_of(traces._chunked_events(path, traces._pieces(path, f), meta,
-                                                         traces.PLAIN, gate), meta)
-    except traces._NotChunkable:
-        meta = {}
-        raw = traces._whole_checked(path)
-        with traces._gc_paused():
-            return columns_of(traces._whole_events(path, raw, meta), meta)

@@ -40,6 +40,7 @@ from ..analyze.flops import FORMULAS, cost
 from ..analyze.shapes import Call
 from ..analyze.stragglers import stragglers
 from ..errors import BadInput, read_error
+from ..model.columns import Columns
 from ..model.profile import Profile
 from ..analyze.timeline import profile_of
 from ..analyze.timeline_records import _EPS
@@ -50,6 +51,7 @@ from ..model.timeline import (
     OP_CATS,
     RUNTIME_CATS,
 )
+from .columns import columns_of
 from .trace_events import (
     _CallArgs,
     _CallEvent,
@@ -457,7 +459,25 @@ def is_trace(path: Path) -> bool:
 
 def read_trace(path: Path, shapes: bool = False, costs: bool = True) -> Profile:
     """The Profile of one trace file; ``shapes`` also groups by input shape; ``costs``
-    sums the modelled operators' FLOPs and bytes (reporter.analyze.flops)."""
+    sums the modelled operators' FLOPs and bytes (reporter.analyze.flops).
+
+    The trace is read as columns (read_columns) and analysed on them
+    (reporter.analyze.timeline_columns), in memory bounded by the columns; with ``shapes``
+    (the runner's own traces, whose every call's inputs are kept) as objects
+    (read_trace_objects)."""
+    if shapes:
+        return read_trace_objects(path, shapes=True, costs=costs)
+    from ..analyze.timeline_columns import profile_of_columns
+
+    cols = read_columns(path, costs)
+    with _gc_paused():
+        return _named(path, profile_of_columns(cols, costs), cols.meta)
+
+
+def read_trace_objects(path: Path, shapes: bool = False, costs: bool = True) -> Profile:
+    """read_trace's Profile from the trace's events as objects
+    (reporter.analyze.timeline.profile_of): for ``shapes``, and the reference the columns'
+    reading is checked against."""
     meta: dict[str, Any] = {}
     mode = SHAPES if shapes else COSTS if costs else PLAIN
     try:
@@ -469,6 +489,12 @@ def read_trace(path: Path, shapes: bool = False, costs: bool = True) -> Profile:
         meta = {}
         raw = _whole_checked(path)
         profile = profile_from_events(_whole_events(path, raw, meta), meta, shapes, costs)
+    return _named(path, profile, meta)
+
+
+def _named(path: Path, profile: Profile, meta: dict[str, Any]) -> Profile:
+    """The profile labelled with its rank (or file name) and stamped with today's
+    timeline code; refused where the trace names no valid rank or holds no events."""
     info = meta.get("distributedInfo")
     rank = info.get("rank") if isinstance(info, dict) else None
     if rank is not None and (type(rank) is not int or not 0 <= rank < 1 << 20):
@@ -482,10 +508,30 @@ def read_trace(path: Path, shapes: bool = False, costs: bool = True) -> Profile:
     return profile
 
 
+def read_columns(path: Path, costs: bool = True) -> Columns:
+    """One trace file read as columns (reporter.ingest.columns), chunk by chunk, with the
+    modelled operators' costs unless ``costs`` is false; refused (BadInput) as read_trace
+    refuses it, its events counted at BYTES_PER_COLUMN_EVENT."""
+    meta: dict[str, Any] = {}
+    try:
+        with _opened(path) as f:
+            gate = _fits(path, f, BYTES_PER_COLUMN_EVENT)
+            with _gc_paused():
+                return columns_of(_chunked_events(path, _pieces(path, f), meta,
+                                                  COSTS if costs else PLAIN, gate), meta)
+    except _NotChunkable:
+        meta = {}
+        raw = _whole_checked(path)
+        with _gc_paused():
+            return columns_of(_whole_events(path, raw, meta), meta)
+
+
 # The modules whose code turns a trace's events into a Profile's timeline analyses (the
 # step breakdown, critical path, compile facts, FLOP costs, calls read one by one): their
 # source, hashed, stamps each profile read from a trace (Profile.timeline).
 TIMELINE_CODE = ("reporter.ingest.traces", "reporter.ingest.trace_events",
+                 "reporter.ingest.columns", "reporter.model.columns",
+                 "reporter.analyze.timeline_columns",
                  "reporter.model.timeline", "reporter.analyze.timeline",
                  "reporter.analyze.timeline_records", "reporter.analyze.timeline_costs",
                  "reporter.analyze.breakdown", "reporter.analyze.critical_path",

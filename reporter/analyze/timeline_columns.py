@@ -1,42 +1,59 @@
-"""The per-operator sums of a trace read as columns (reporter.model.columns): what
-reporter.analyze.timeline.profile_of computes for ``key_averages()``'s table, the same
-numbers to the last bit, in memory bounded by the columns (#68).
+"""The timeline analyses of a trace read as columns (reporter.model.columns): what
+reporter.analyze.timeline.profile_of computes, the same numbers to the last bit, in memory
+bounded by the columns (#68). For a trace too big to hold as objects
+(reporter.ingest.traces reads it so); not yet every analysis (below).
 
 Each host thread's events are sorted and nested as profile_of nests them (a Python loop
 over a window of the columns at a time, so that only a window's objects live at once:
 the stack, its epsilon, overlapping events closing what is open, memory charged to the
 innermost open event), and the rest is arrays: the self calls folded into their parent,
 kernels attributed to the operator that launched them, and the sums per name with
-``bincount``, which adds in the records' order as profile_of's loop does.
+``bincount``, which adds in the records' order as profile_of's loop does. The step
+breakdown, its critical path and communication are profile_of's own functions, given the
+device work as decoded and the host events they read as objects (_read_events: the marks,
+steps, waits, runtime calls and each thread's bounds, a small part of a thread).
 
-It computes the operator table, the totals, the steps, the CUDA graphs' kernels and the
-host memory live at the peak; not yet the timeline's other analyses (the step breakdown,
-the critical path, communication, FLOP costs, compile facts, the calls read one by one,
-the shapes), which read the object record.
+It computes the operator table, the totals, the steps, the CUDA graphs' kernels, the host
+memory live at the peak, the step breakdown with its critical path, and communication.
+Not yet: FLOP costs, compile facts, the calls read one by one and the shapes (empty).
 """
 
 from __future__ import annotations
 
-
 from array import array
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 
 from ..model import device as devices
-from ..model.columns import NONE, Columns
+from ..model.columns import NONE, Columns, HostArgs, HostEvent
 from ..model.profile import KIND_DEVICE_ANNOTATION, KIND_KERNEL, KIND_RUNTIME, Profile
+from ..model.timeline import OP_CATS
+from .breakdown import _SYNC_CALL, MODULE_MARK, phase_of, step_breakdown
 from .compiled import GRAPH_LAUNCHES
-from .timeline import _ALLOCATORS, _device_memory, _device_name, _to_op
-from .timeline_costs import _facts
+from .critical_path import WAITS, critical_path
+from .timeline import _ALLOCATORS, _device_memory, _device_name, _launches, _to_op
+from .flops import MATRIX
+from .timeline_costs import (
+    _comm_in_steps,
+    _communication,
+    _compiled_facts,
+    _costs,
+    _facts,
+    _op_call_rows,
+    _op_calls,
+    compiled_related,
+)
 from .timeline_records import _EPS, _Agg
 
 _WINDOW = 1 << 16  # events turned into Python objects at a time
 
 
-def sums_of(c: Columns) -> Profile:
-    """The Profile's operator table and totals from a trace's columns (profile_of's, to
-    the bit); the other timeline analyses are left empty."""
+def profile_of_columns(c: Columns, costs: bool = False) -> Profile:
+    """A trace's Profile from its columns: profile_of's (``shapes`` and ``costs`` off),
+    to the bit, but for the FLOP costs, compile facts and calls read one by one, which
+    are left empty."""
     scale = c.scale
     h = c.host
     n = len(h["ts"])
@@ -61,18 +78,24 @@ def sums_of(c: Columns) -> Profile:
     of_key = np.zeros(len(keys), np.int32)
     runtime_key = np.zeros(len(keys), bool)
     step_key = np.zeros(len(keys), bool)
+    comm_key = np.zeros(len(keys), np.int8)  # 1 collective work, 2 a collective's call
+    phase_key = np.zeros(len(keys), np.int8)  # the phase it starts (timeline_costs.PHASES)
     index_of: dict[int, int] = {}
     for k in np.argsort(firsts, kind="stable").tolist():
         cat, name = c.cats[int(keys[k]) // len(c.names)], c.names[int(keys[k]) % len(c.names)]
-        agg, _, is_step, runtime, _, _ = _facts(name, cat, aggs, comm_of)
+        agg, comm, is_step, runtime, _, phase = _facts(name, cat, aggs, comm_of)
         if id(agg) not in index_of:
             index_of[id(agg)] = len(agg_list)
             agg_list.append(agg)
         of_key[k], runtime_key[k], step_key[k] = index_of[id(agg)], runtime, is_step
+        comm_key[k], phase_key[k] = comm, phase
     del pair, keys, firsts
     agg_of = of_key[which]  # each record's row
     runtime = runtime_key[which]
-    steps = int(step_key[which].sum())
+    is_step = step_key[which]
+    steps = int(is_step.sum())
+    comm = comm_key[which]
+    phase = phase_key[which]
     del which
     shown = [a.name for a in agg_list]
     name_ids = {name: i for i, name in enumerate(dict.fromkeys(shown))}
@@ -128,7 +151,7 @@ def sums_of(c: Columns) -> Profile:
                 stack_end.pop()
                 stack_at.pop()
             charged.append(stack_at[-1] if stack_at else -1)
-    del mthread, bounds, firsts_of
+    del mthread, firsts_of
 
     at = np.frombuffer(charged, np.int64) if len(charged) else np.empty(0, np.int64)
     # the memory events in the order charged: each host thread's, in the threads' order
@@ -147,14 +170,13 @@ def sums_of(c: Columns) -> Profile:
         ids[~runtime] = NONE
         call_of = _last_of(ids)
         del ids
-    del order
 
     # Fold an event into its parent when both have one name and it is its only child
     # (profile_of's _merge_self_calls: the parent keeps its time; the child's children,
     # memory and kernels become the parent's).
     above = parent.astype(np.int64) + 1  # 0: none
     nchild = np.bincount(above, minlength=n + 1)[1:].astype(np.int32)
-    child = np.bincount(above, weights=dur, minlength=n + 1)[1:]
+    child = np.bincount(above, weights=dur, minlength=n + 1)[1:].astype(np.float64, copy=False)
     del above
     has = parent >= 0
     up_of = np.where(has, parent, 0)
@@ -192,7 +214,6 @@ def sums_of(c: Columns) -> Profile:
         node = parent[node]
         up = node >= 0
         node, slot, amount = node[up], slot[up], amount[up]
-    del parent
 
     # Device time: to the operator that launched each kernel (its External id), else to
     # the caller of the runtime call with the kernel's correlation id; and to its callers.
@@ -201,10 +222,10 @@ def sums_of(c: Columns) -> Profile:
     graph_kernels, graph_us = 0, 0.0
     owners = np.empty(0, np.int64)  # the records kernels ran under, sorted
     self_dev = total_dev = np.empty(0)
-    if len(kdur):
+    if len(kdur) and n:  # without host events no kernel has an operator
         owner = _find(launch_of, d["ext"])
         call = _find(call_of, d["corr"])
-        del launch_of, call_of
+        del launch_of
         by_call = (owner < 0) & (call >= 0)
         owner[by_call] = final[call[by_call]]
         owner = np.where((owner >= 0) & merged[np.maximum(owner, 0)],
@@ -260,35 +281,87 @@ def sums_of(c: Columns) -> Profile:
             setattr(agg, field, value)
     for agg, value in zip(agg_list, calls.tolist()):
         agg.calls = value
+    del sums, dur, child
 
     kernel_aggs: dict[tuple[str, str], _Agg] = {}
-    for kind, table, durs in ((KIND_KERNEL, d, kdur),
-                              (KIND_DEVICE_ANNOTATION, c.device_annotations,
-                               np.where(c.device_annotations["dur"] > 0,
-                                        c.device_annotations["dur"], 0.0))):
-        names, rows = np.unique(table["name"], return_inverse=True)
-        rows = rows.reshape(-1)
-        if not len(rows):
-            continue
+    names, rows = np.unique(d["name"], return_inverse=True)
+    rows = rows.reshape(-1)
+    if len(rows):
         firsts = np.full(len(names), len(rows))
         np.minimum.at(firsts, rows, np.arange(len(rows)))
-        time = np.bincount(rows, weights=durs, minlength=len(names)).tolist()
+        time = np.bincount(rows, weights=kdur, minlength=len(names)).tolist()
         count = np.bincount(rows, minlength=len(names)).tolist()
         for r in np.argsort(firsts, kind="stable").tolist():
             name = c.names[int(names[r])]
-            agg = kernel_aggs.get((name, kind))
-            if agg is None:
-                agg = kernel_aggs[(name, kind)] = _Agg(name, kind)
-            agg.calls += count[r]
-            agg.self_dev += time[r]
-            agg.dev_total += time[r]
+            agg = kernel_aggs[(name, KIND_KERNEL)] = _Agg(name, KIND_KERNEL)
+            agg.calls, agg.self_dev, agg.dev_total = count[r], time[r], time[r]
+    for e in c.device_annotations:  # few: as profile_of adds them
+        dur = e.dur if e.dur > 0 else 0
+        agg = kernel_aggs.get((e.name, KIND_DEVICE_ANNOTATION))
+        if agg is None:
+            agg = kernel_aggs[(e.name, KIND_DEVICE_ANNOTATION)] = _Agg(e.name,
+                                                                       KIND_DEVICE_ANNOTATION)
+        agg.calls += 1
+        agg.self_dev += dur
+        agg.dev_total += dur
 
     ops = [_to_op(a, scale) for a in aggs.values() if a.calls]
     ops += [_to_op(a, scale) for a in kernel_aggs.values()]
     props = c.meta.get("deviceProperties")
     props = props if isinstance(props, list) else []
     names_rt = (o.name for o in ops if o.kind == KIND_RUNTIME)
+
+    # the steps and collectives as profile_of lists them, in the records' order
+    step_ranges, comm_work, comm_calls = (
+        list(zip(*_times(c, order[np.flatnonzero(mask)]))) for mask in (is_step, comm == 1,
+                                                                         comm == 2))
+
+    # FLOP costs, compile facts and the calls read one by one: profile_of's own functions,
+    # on the records they read (_Records makes them).
+    records = _Records(c, order, agg_list, agg_of, final, merged, (owners, self_dev, total_dev))
+    cost_rows, not_modelled, recorded = (
+        _costs([records(i) for i in _cost_records(c, order, parent, phase, records)],
+               aggs, bool(len(kdur)), scale) if costs else ([], {}, False))
+    del parent, phase
+    tops = {id(a) for a in _op_call_rows(aggs, bool(len(kdur)))} if step_ranges else set()
+    op_calls = _op_calls([records(i) for i in _where(agg_of, agg_list,
+                                                     lambda a: id(a) in tops)],
+                         aggs, step_ranges, bool(len(kdur)))
+    compiled: dict[str, Any] = {}
+    if any(compiled_related(a.name) for a in agg_list):
+        related = [records(i) for i in _where(agg_of, agg_list,
+                                              lambda a: compiled_related(a.name))]
+        calls = _Calls(c, call_of, records) if len(kdur) else {}
+        compiled = _compiled_facts(related, aggs, c.device_events, calls, scale, step_ranges)
+    del records, final, merged, agg_of
+
+    # The step breakdown, its critical path and communication: profile_of's calls, on the
+    # steps and collectives in the records' order and the host events they read, as
+    # objects (_read_events).
+    device = c.device_events
+    call_end: dict[Any, Any] = {}
+    if len(kdur):
+        codes, records = call_of
+        call_end = dict(zip((c.value(k) for k in codes.tolist()),
+                            _times(c, order[records])[1]))
+    threads = _read_events(c, order, bounds, runtime,
+                           compute=bool(comm_work or comm_calls) and not device)
+    del order, bounds, runtime, is_step, comm
+    communication = _communication(comm_work or comm_calls, threads, comm_of, device)
+    breakdown = step_breakdown(threads, step_ranges, device, scale, c.modules,
+                               _launches(device, call_end), device_name=_device_name(props),
+                               device_mem_b=_device_memory(props))
+    del call_end
+    if breakdown is not None:
+        breakdown.critical = critical_path(threads, device, scale)
+        communication = _comm_in_steps(breakdown, communication, scale)
     return Profile(
+        costs=cost_rows, not_modelled_us=not_modelled, shapes_recorded=recorded,
+        cost_basis=("device" if len(kdur) else "cpu") if recorded else None,
+        compiled=compiled, op_calls=op_calls,
+        comm_us=communication[0] * scale if communication else None,
+        comm_overlap_us=communication[1] * scale if communication else None,
+        breakdown=breakdown,
         device_type=devices.of("cuda", _device_name(props), runtime_calls=names_rt).kind
         if len(kdur) else None,
         self_cpu_us=sum(a.self_cpu for a in aggs.values()) * scale,
@@ -297,6 +370,183 @@ def sums_of(c: Columns) -> Profile:
         steps=steps, ops=ops, device_name=_device_name(props),
         device_mem_capacity_b=_device_memory(props), graph_kernels=graph_kernels,
         graph_kernel_us=graph_us * scale, peak_live_b=peak_live)
+
+
+class _Records:
+    """profile_of's records (reporter.analyze.timeline_records) of the operators an
+    analysis reads, made when first asked for, each with its callers' (its parent: the
+    one it is folded into, else its caller not folded). ``cost``, ``inside`` and
+    ``phase`` are _cost_records' (a record it did not reach: none, False, 0); the device
+    time comes from ``device`` (the records kernels ran under, sorted, their self and total
+    device time)."""
+
+    def __init__(self, c: Columns, order: np.ndarray, agg_list: list[_Agg],
+                 agg_of: np.ndarray, final: np.ndarray, merged: np.ndarray,
+                 device: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        self.c, self.order, self.agg_list, self.agg_of = c, order, agg_list, agg_of
+        self.final, self.merged, self.device = final, merged, device
+        self.cost: dict[int, Any] = {}
+        self.inside: dict[int, bool] = {}
+        self.phase: dict[int, int] = {}
+        self.made: dict[int, list[Any]] = {}
+
+    def __call__(self, i: int) -> list[Any]:
+        made = self.made
+        found = made.get(i)
+        if found is not None:
+            return found
+        chain = []
+        while i >= 0 and i not in made:
+            chain.append(i)
+            i = int(self.final[i])
+        parent = made[i] if i >= 0 else None
+        c, h = self.c, self.c.host
+        owners, self_dev, total_dev = self.device
+        for j in reversed(chain):
+            row = int(self.order[j])
+            ts, dur = h["ts"][row].item(), h["dur"][row].item()
+            ext, corr, seq = (c.value(int(h[k][row])) for k in ("ext", "corr", "seq"))
+            dims = c.dims.get(row)
+            thread = c.threads[int(h["thread"][row])]
+            event = HostEvent(c.cats[int(h["cat"][row])], c.names[int(h["name"][row])],
+                              thread[0], thread[1], ts, dur,
+                              None if ext is None and corr is None and seq is None
+                              and dims is None else HostArgs(ext, corr, seq, dims))
+            k = int(np.searchsorted(owners, j))
+            on = k < len(owners) and owners[k] == j
+            clipped = dur if dur > 0 else 0.0
+            rec = [self.agg_list[self.agg_of[j]], parent, 0.0,
+                   self_dev[k].item() if on else 0.0, total_dev[k].item() if on else 0.0,
+                   None, ts + clipped, clipped, 0, bool(self.merged[j]), event,
+                   self.cost.get(j), self.inside.get(j, False), self.phase.get(j, 0)]
+            made[j] = parent = rec
+        return parent  # type: ignore[return-value]
+
+
+def _cost_records(c: Columns, order: np.ndarray, parent: np.ndarray, phase: np.ndarray,
+                  records: _Records) -> list[int]:
+    """The records that carry a cost, in order: profile_of's _cost_of, call by call in the
+    records' order over the modelled operators' calls and their callers (as nested,
+    before folding: what it climbs), each caller marked inside a modelled operator or not
+    and given its phase as profile_of gives them when it makes the record."""
+    if not c.costs:
+        return []
+    at = np.empty(len(order), np.int64)
+    at[order] = np.arange(len(order))
+    calls = at[np.fromiter(c.costs, np.int64, len(c.costs))].tolist()
+    del at
+    cost_of = dict(zip(calls, c.costs.values()))
+    reached: set[int] = set()
+    for i in calls:
+        while i >= 0 and i not in reached:
+            reached.add(i)
+            i = int(parent[i])
+    state, inside, phases = records.cost, records.inside, records.phase
+    costed = []
+    for x in sorted(reached):
+        p = int(parent[x])
+        inside[x] = bool(inside[p] or state.get(p)) if p >= 0 else False
+        phases[x] = int(phase[x]) or (phases[p] if p >= 0 else 0)
+        found = cost_of.get(x)
+        if found is None:
+            continue
+        above, up, helper = [], p, False
+        while up >= 0 and (state.get(up) or inside[up]):
+            if state.get(up):
+                if found.family != MATRIX and state[up].family == MATRIX:
+                    helper = True  # a helper inside a matrix operator: its time is the operator's
+                    break
+                above.append(up)
+            up = int(parent[up])
+        if helper:
+            continue
+        state[x] = found
+        for up in above:
+            state[up] = False
+        costed.append(x)
+    return costed
+
+
+def _where(agg_of: np.ndarray, agg_list: list[_Agg], which: Any) -> list[int]:
+    """The records, in order, of the rows ``which`` holds true of."""
+    rows = np.array([bool(which(a)) for a in agg_list] or [False])
+    return np.flatnonzero(rows[agg_of]).tolist()
+
+
+class _Calls:
+    """profile_of's correlation id -> runtime call record (its .get), made when asked."""
+
+    def __init__(self, c: Columns, call_of: tuple[np.ndarray, np.ndarray],
+                 records: _Records) -> None:
+        self.c, self.keys, self.at, self.records = c, call_of[0], call_of[1], records
+
+    def get(self, corr: Any, default: Any = None) -> Any:
+        code = self.c.code(corr)
+        k = int(np.searchsorted(self.keys, code))
+        if code == NONE or k >= len(self.keys) or self.keys[k] != code:
+            return default
+        return self.records(int(self.at[k]))
+
+
+def _times(c: Columns, rows: np.ndarray) -> tuple[list[float], list[float]]:
+    """The starts and ends of the host events at ``rows`` (an end: the start plus the
+    duration, 0 if negative)."""
+    ts, dur = c.host["ts"][rows], c.host["dur"][rows]
+    return ts.tolist(), (ts + np.where(dur < 0, 0.0, dur)).tolist()
+
+
+def _read_events(c: Columns, order: np.ndarray, bounds: np.ndarray, runtime: np.ndarray,
+                 compute: bool) -> dict[tuple[Any, Any], list[HostEvent]]:
+    """Each host thread's events that the step breakdown, the critical path, the module
+    times and communication read, as decoded events, in the records' order: what they
+    would find in the thread's whole list. Their marks, waits and synchronisations (by
+    name: phase_of, WAITS, _SYNC_CALL), steps, runtime calls, the thread's first event and
+    the one that ends last (where the trace has no steps, they bound it); with module
+    marks, the marks and every event with a sequence number; with ``compute`` (the
+    operators a CPU trace's collectives overlap), the operators."""
+    h = c.host
+    names = h["name"][order]
+    kept_name = np.zeros(len(c.names) + 1, bool)
+    marks = [n.startswith(MODULE_MARK) for n in c.names]
+    with_modules = any(marks) or bool(c.modules)
+    for i, name in enumerate(c.names):
+        kept_name[i] = bool(phase_of(name) or _SYNC_CALL.search(name) or WAITS.search(name)
+                            or name.startswith("ProfilerStep#") or (with_modules and marks[i]))
+    keep = kept_name[names] | runtime
+    del names
+    if with_modules:
+        keep |= h["seq"][order] != NONE
+    if compute:
+        ops = np.zeros(len(c.cats) + 1, bool)
+        ops[[i for i, cat in enumerate(c.cats) if cat in OP_CATS]] = True
+        keep |= ops[h["cat"][order]]
+    if len(order):
+        starts = np.r_[0, bounds]
+        keep[starts] = True
+        end = h["dur"][order]
+        np.maximum(end, 0.0, out=end)
+        end += h["ts"][order]
+        last = np.maximum.reduceat(end, starts)
+        for a, b, top in zip(starts.tolist(), [*bounds.tolist(), len(order)], last.tolist()):
+            keep[a + int(np.argmax(end[a:b] == top))] = True
+        del end
+    threads: dict[tuple[Any, Any], list[HostEvent]] = {}
+    value = c.value
+    at = np.flatnonzero(keep)
+    del keep
+    for w in range(0, len(at), _WINDOW):
+        rows = order[at[w:w + _WINDOW]]
+        cols = [h[k][rows].tolist() for k in ("name", "cat", "thread", "ext", "corr", "seq")]
+        for name, cat, thread, ext, corr, seq, t, d in zip(*cols, h["ts"][rows].tolist(),
+                                                            h["dur"][rows].tolist()):
+            key = c.threads[thread]
+            events = threads.get(key)
+            if events is None:
+                events = threads[key] = []
+            args = (None if ext == NONE and corr == NONE and seq == NONE
+                    else HostArgs(value(ext), value(corr), value(seq)))
+            events.append(HostEvent(c.cats[cat], c.names[name], key[0], key[1], t, d, args))
+    return threads
 
 
 def _peak_live_of(m: dict[str, np.ndarray], rows: np.ndarray, at: np.ndarray,
