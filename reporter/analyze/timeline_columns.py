@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from array import array
 from collections import defaultdict
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from .timeline_costs import (
     _comm_in_steps,
     _communication,
     _compiled_facts,
-    _costs,
+    _cost_rows,
     _facts,
     _op_call_rows,
     _op_calls,
@@ -320,8 +320,8 @@ def profile_of_columns(c: Columns, costs: bool = False) -> Profile:
     # on the records they read (_Records makes them).
     records = _Records(c, order, agg_list, agg_of, final, merged, (owners, self_dev, total_dev))
     cost_rows, not_modelled, recorded = (
-        _costs([records(i) for i in _cost_records(c, order, parent, phase, records)],
-               aggs, bool(len(kdur)), scale) if costs else ([], {}, False))
+        _cost_rows(*_cost_calls(c, order, parent, phase, records, bool(len(kdur))), aggs,
+                   bool(len(kdur)), scale) if costs else ([], {}, False))
     del parent, phase
     tops = {id(a) for a in _op_call_rows(aggs, bool(len(kdur)))} if step_ranges else set()
     op_calls = _op_calls([records(i) for i in _where(agg_of, agg_list,
@@ -375,19 +375,16 @@ def profile_of_columns(c: Columns, costs: bool = False) -> Profile:
 class _Records:
     """profile_of's records (reporter.analyze.timeline_records) of the operators an
     analysis reads, made when first asked for, each with its callers' (its parent: the
-    one it is folded into, else its caller not folded). ``cost``, ``inside`` and
-    ``phase`` are _cost_records' (a record it did not reach: none, False, 0); the device
-    time comes from ``device`` (the records kernels ran under, sorted, their self and total
-    device time)."""
+    one it is folded into, else its caller not folded); the device time comes from
+    ``device`` (the records kernels ran under, sorted, their self and total device time).
+    The cost fields (_COST, _INSIDE, _PHASE) are left empty: the analyses given records
+    (compile facts, calls read one by one) do not read them; costs are _cost_calls'."""
 
     def __init__(self, c: Columns, order: np.ndarray, agg_list: list[_Agg],
                  agg_of: np.ndarray, final: np.ndarray, merged: np.ndarray,
                  device: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
         self.c, self.order, self.agg_list, self.agg_of = c, order, agg_list, agg_of
         self.final, self.merged, self.device = final, merged, device
-        self.cost: dict[int, Any] = {}
-        self.inside: dict[int, bool] = {}
-        self.phase: dict[int, int] = {}
         self.made: dict[int, list[Any]] = {}
 
     def __call__(self, i: int) -> list[Any]:
@@ -418,53 +415,78 @@ class _Records:
             rec = [self.agg_list[self.agg_of[j]], parent, 0.0,
                    self_dev[k].item() if on else 0.0, total_dev[k].item() if on else 0.0,
                    None, ts + clipped, clipped, 0, bool(self.merged[j]), event,
-                   self.cost.get(j), self.inside.get(j, False), self.phase.get(j, 0)]
+                   None, False, 0]
             made[j] = parent = rec
         return parent  # type: ignore[return-value]
 
 
-def _cost_records(c: Columns, order: np.ndarray, parent: np.ndarray, phase: np.ndarray,
-                  records: _Records) -> list[int]:
-    """The records that carry a cost, in order: profile_of's _cost_of, call by call in the
-    records' order over the modelled operators' calls and their callers (as nested,
-    before folding: what it climbs), each caller marked inside a modelled operator or not
-    and given its phase as profile_of gives them when it makes the record."""
-    if not c.costs:
-        return []
-    at = np.empty(len(order), np.int64)
-    at[order] = np.arange(len(order))
-    calls = at[np.fromiter(c.costs, np.int64, len(c.costs))].tolist()
+def _cost_calls(c: Columns, order: np.ndarray, parent: np.ndarray, phase: np.ndarray,
+                records: _Records, on_device: bool) -> tuple[Iterator[tuple[Any, ...]], bool]:
+    """_cost_rows' calls, and whether any call had a cost.
+
+    profile_of's _cost_of, call by call in the records' order over the modelled
+    operators' calls and their callers (as nested, before folding: what it climbs), each
+    caller marked inside a modelled operator or not and given its phase as profile_of does
+    when it makes the record; then each call left with a cost: its row, cost, phase and
+    the time of the call it is folded into (device time on a GPU trace, else its
+    duration)."""
+    if not len(c.cost_rows):
+        return iter(()), False
+    n = len(order)
+    at = np.empty(n, np.int64)
+    at[order] = np.arange(n)
+    calls = at[c.cost_rows]
     del at
-    cost_of = dict(zip(calls, c.costs.values()))
-    reached: set[int] = set()
-    for i in calls:
-        while i >= 0 and i not in reached:
-            reached.add(i)
+    by_call = np.argsort(calls, kind="stable")
+    calls = calls[by_call]
+    found = [c.costs[k] for k in by_call.tolist()]
+    # 0 no cost, 1 a cost, 2 modelled but an operator inside carries it (profile_of's False)
+    state, matrix, inside, phases, reached = (bytearray(n) for _ in range(5))
+    for i in calls.tolist():
+        while i >= 0 and not reached[i]:
+            reached[i] = 1
             i = int(parent[i])
-    state, inside, phases = records.cost, records.inside, records.phase
-    costed = []
-    for x in sorted(reached):
+    cost_at = dict(zip(calls.tolist(), found))
+    del calls, found
+    kept = []
+    for x in np.flatnonzero(np.frombuffer(reached, np.uint8)).tolist():
         p = int(parent[x])
-        inside[x] = bool(inside[p] or state.get(p)) if p >= 0 else False
-        phases[x] = int(phase[x]) or (phases[p] if p >= 0 else 0)
-        found = cost_of.get(x)
-        if found is None:
+        if p >= 0:
+            inside[x] = 1 if inside[p] or state[p] == 1 else 0
+            phases[x] = phase[x] or phases[p]
+        else:
+            phases[x] = phase[x]
+        cost = cost_at.get(x)
+        if cost is None:
             continue
         above, up, helper = [], p, False
-        while up >= 0 and (state.get(up) or inside[up]):
-            if state.get(up):
-                if found.family != MATRIX and state[up].family == MATRIX:
+        while up >= 0 and (state[up] == 1 or inside[up]):
+            if state[up] == 1:
+                if cost.family != MATRIX and matrix[up]:
                     helper = True  # a helper inside a matrix operator: its time is the operator's
                     break
                 above.append(up)
             up = int(parent[up])
         if helper:
             continue
-        state[x] = found
+        state[x], matrix[x] = 1, cost.family == MATRIX
         for up in above:
-            state[up] = False
-        costed.append(x)
-    return costed
+            state[up] = 2
+        kept.append(x)
+    had = bool(kept)
+    costed = np.array([x for x in kept if state[x] == 1], np.int64)
+    owner = np.where(records.merged[costed], records.final[costed], costed)
+    if on_device:
+        owners, _, total_dev = records.device
+        k = np.minimum(np.searchsorted(owners, owner), max(len(owners) - 1, 0))
+        on = (owners[k] == owner) if len(owners) else np.zeros(len(owner), bool)
+        t = np.where(on, total_dev[k] if len(owners) else 0.0, 0.0)
+    else:
+        dur = c.host["dur"][order[owner]]
+        t = np.where(dur > 0, dur, 0.0)
+    rows = records.agg_list
+    return ((rows[a], cost_at[x], phases[x], time) for x, a, time in
+            zip(costed.tolist(), records.agg_of[costed].tolist(), t.tolist())), had
 
 
 def _where(agg_of: np.ndarray, agg_list: list[_Agg], which: Any) -> list[int]:

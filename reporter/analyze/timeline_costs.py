@@ -8,7 +8,7 @@ import math
 import re
 from bisect import bisect_right
 from collections import defaultdict
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from ..model import vendors
 from ..model.profile import KIND_ANNOTATION, KIND_OP, KIND_RUNTIME, Breakdown, OpCalls, classify
@@ -93,24 +93,34 @@ def _costs(costed: list[Record], aggs: dict[tuple[str, str], _Agg], on_device: b
     time being device time on a GPU trace and CPU time (inclusive) on a CPU one; the
     self time of the operators that have no formula; whether the trace recorded input
     types (some call has a cost)."""
+    def calls() -> Iterator[tuple[_Agg, Any, int, float]]:
+        for rec in costed:
+            if rec[_COST]:
+                owner = rec
+                while owner[_MERGED]:
+                    owner = owner[_PARENT]
+                yield (rec[_AGG], rec[_COST], rec[_PHASE],
+                       owner[_TDEV] if on_device else owner[_DUR])
+    return _cost_rows(calls(), bool(costed), aggs, on_device, scale)
+
+
+def _cost_rows(calls: Iterable[tuple[_Agg, Any, int, float]], recorded: bool,
+               aggs: dict[tuple[str, str], _Agg], on_device: bool, scale: float
+               ) -> tuple[list[dict[str, Any]], dict[str, float], bool]:
+    """_costs' rows from the calls that carry a cost, in order: each its row, cost, phase
+    and time (its own, or that of the call it is folded into); ``recorded``: whether any
+    call had a cost."""
     groups: dict[tuple[Any, ...], list[Any]] = {}
-    recorded = bool(costed)
-    for rec in costed:
-        c = rec[_COST]
-        if c:
-            owner = rec
-            while owner[_MERGED]:
-                owner = owner[_PARENT]
-            t = owner[_TDEV] if on_device else owner[_DUR]
-            if t <= 0:
-                continue  # a CPU-side operator of a GPU trace
-            key = (rec[_AGG], c, rec[_PHASE])  # calls with one cost repeat every step
-            g = groups.get(key)
-            if g is None:
-                groups[key] = [1, t]
-            else:
-                g[0] += 1
-                g[1] += t
+    for agg, c, phase, t in calls:
+        if t <= 0:
+            continue  # a CPU-side operator of a GPU trace
+        key = (agg, c, phase)  # calls with one cost repeat every step
+        g = groups.get(key)
+        if g is None:
+            groups[key] = [1, t]
+        else:
+            g[0] += 1
+            g[1] += t
     merged: dict[tuple[Any, ...], list[Any]] = {}
     for (agg, c, phase), (calls, t) in groups.items():
         name_key = (agg.name, c.dtype, c.family, PHASES[phase])

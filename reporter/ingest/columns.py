@@ -168,7 +168,8 @@ def join(parts: Iterable[_Part], meta: dict[str, Any]) -> Columns:
     pieces: dict[str, dict[str, list[np.ndarray]]] = {
         label: {k: [] for k in kinds} for label, kinds in kinds_of.items()}
     events: dict[str, list[_Event]] = {"device": [], "device_annotations": [], "modules": []}
-    costs: dict[int, Any] = {}
+    cost_rows: list[np.ndarray] = []
+    costs: list[Any] = []
     dims: dict[int, Any] = {}
     host_rows = 0
     first_host = first_device = None
@@ -185,8 +186,9 @@ def join(parts: Iterable[_Part], meta: dict[str, Any]) -> Columns:
         odd = np.array([t.code(v) for v in part.odd] or [0], np.int64)
         for label, kept in part.events.items():
             events[label] += kept
-        for row, found in part.costs:
-            costs[host_rows + row] = found
+        if part.costs:
+            cost_rows.append(np.array([row for row, _ in part.costs], np.int64) + host_rows)
+            costs += [found for _, found in part.costs]
         for row, shapes in part.dims:
             dims[host_rows + row] = shapes
         host_rows += len(part.tables["host"]["ts"])
@@ -213,7 +215,9 @@ def join(parts: Iterable[_Part], meta: dict[str, Any]) -> Columns:
             v.clear()
     first = first_host if first_host is not None else first_device
     return Columns(names=list(t.names), cats=list(t.cats), threads=list(t.threads),
-                   meta=meta, whole_first_ts=bool(first), odd=list(t.odd), costs=costs, dims=dims,
+                   meta=meta, whole_first_ts=bool(first), odd=list(t.odd),
+                   cost_rows=np.concatenate(cost_rows) if cost_rows else np.empty(0, np.int64),
+                   costs=costs, dims=dims,
                    device_events=events["device"],
                    device_annotations=events["device_annotations"],
                    modules=events["modules"], **tables)

@@ -55,9 +55,10 @@ class Columns:
     modules: list[Any] = field(default_factory=list)
     # the ids that are not whole numbers, by code: ODD - 1 - i is odd[i]
     odd: list[Any] = field(default_factory=list)
-    # a modelled operator's cost (reporter.analyze.flops.Cost) by its host row, where the
-    # reader computed one (read with costs)
-    costs: dict[int, Any] = field(default_factory=dict)
+    # the modelled operators' calls whose cost (reporter.analyze.flops.Cost) the reader
+    # computed (read with costs): their host rows, in order, and their costs
+    cost_rows: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    costs: list[Any] = field(default_factory=list)
     # a host event's inputs' shapes by its host row, where the reader parsed them (its
     # plain parser, for a file or chunk it could not decode by its types)
     dims: dict[int, Any] = field(default_factory=dict)
