@@ -208,23 +208,44 @@ def test_the_corpus(name):
 
 def test_a_trace_too_big_for_objects_is_read_whole(tmp_path, monkeypatch):
     """Where the memory available would not hold the trace's events as objects (1,024
-    bytes an event) but holds its columns, read_trace reads it whole, every analysis
-    included; where even the columns would not fit, it is refused in one line."""
+    bytes an event) but holds its columns (256 bytes an event, 1,024 a piece of device
+    work), read_trace reads it whole, every analysis included; where even the columns
+    would not fit, it is refused in one line."""
     from reporter import memory
     from reporter.errors import BadInput
     from reporter.ingest import traces
 
+    from reporter.model.timeline import DEVICE_CATS
+
     path = write(tmp_path / "train.json", training_trace(400))
-    events = len(json.loads(path.read_text())["traceEvents"])
+    events = json.loads(path.read_text())["traceEvents"]
+    device = sum(e["cat"] in DEVICE_CATS for e in events)
+    columns = (traces.BYTES_PER_COLUMN_EVENT * (len(events) - device)
+               + traces.BYTES_PER_DEVICE_EVENT * device)
+    assert columns < traces.BYTES_PER_EVENT * len(events) * 0.5
     want = read_trace_objects(path)
     assert want.breakdown is not None and want.costs and want.op_calls
-    monkeypatch.setattr(memory, "available",
-                        lambda: traces.READ_CONSTANT + traces.BYTES_PER_COLUMN_EVENT * events)
+    monkeypatch.setattr(memory, "available", lambda: traces.READ_CONSTANT + columns)
     with pytest.raises(BadInput, match=r"\[too-big\]|1,024 bytes each"):
         read_trace_objects(path)
     got = read_trace(path)
     want.timeline = got.timeline
     assert _json(got) == _json(want)
-    monkeypatch.setattr(memory, "available", lambda: traces.READ_CONSTANT + 100 * events)
+    monkeypatch.setattr(memory, "available", lambda: traces.READ_CONSTANT + columns // 2)
     with pytest.raises(BadInput, match="256 bytes each"):
         read_trace(path)
+
+
+@pytest.mark.parametrize("piece", [5, 7, 64, 1 << 20])
+def test_the_count_before_reading_sees_every_key_once(tmp_path, monkeypatch, piece):
+    """The events and the device work a plain trace's count finds, read in pieces of any
+    size (a key cut between two pieces counted once), are the file's."""
+    from reporter.ingest import budget
+
+    path = write(tmp_path / "t.json", planted())
+    data = path.read_bytes()
+    monkeypatch.setattr(budget, "_PIECE", piece)
+    with open(path, "rb") as f:
+        assert budget._count_events(path, f) == (data.count(b'"ph"'),
+                                                 data.count(b'"kernel"')
+                                                 + data.count(b'"gpu_memcpy"')) == (40, 7)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from reporter.ingest import traces
+from reporter.ingest import budget, traces
 
 pytestmark = pytest.mark.slow
 
@@ -165,12 +165,12 @@ def test_a_small_plain_trace_is_not_counted_first_and_a_large_one_is(tmp_path, m
          "dur": 1} for i in range(2000)]}))
     size = path.stat().st_size
     counted: list[int] = []
-    real = traces._count_events
+    real = budget._count_events
 
     def count(p, f):
         counted.append(1)
         return real(p, f)
-    monkeypatch.setattr(traces, "_count_events", count)
+    monkeypatch.setattr(budget, "_count_events", count)
     for free, expected in ((traces.READ_CONSTANT + size * traces.SMALL_FRACTION + 1, []),
                            (traces.READ_CONSTANT + size * traces.SMALL_FRACTION - 1, [1])):
         counted.clear()

@@ -51,6 +51,16 @@ from ..model.timeline import (
     OP_CATS,
     RUNTIME_CATS,
 )
+from .budget import (
+    BYTES_PER_COLUMN_EVENT,
+    BYTES_PER_DEVICE_EVENT,
+    BYTES_PER_EVENT,
+    BYTES_PER_PLAIN_EVENT,
+    READ_CONSTANT,
+    SMALL_FRACTION as SMALL_FRACTION,
+    _fits,
+    _too_big,
+)
 from .columns import columns_of
 from .trace_events import (
     _CallArgs,
@@ -285,7 +295,8 @@ _HEAD_MAX = 64 << 20  # the top-level fields before traceEvents, at most
 
 
 def _chunked_events(path: Path, pieces: Iterator[bytes], meta: dict[str, Any], mode: int,
-                    gate: Callable[[int], None] | None = None) -> Iterator[list[_Event]]:
+                    gate: Callable[[Any, int, int], None] | None = None
+                    ) -> Iterator[list[_Event]]:
     """The traceEvents array a few MiB at a time, read from ``pieces`` (the file's bytes
     in order, _pieces); fills ``meta`` with the other fields.
 
@@ -345,7 +356,7 @@ def _chunked_events(path: Path, pieces: Iterator[bytes], meta: dict[str, Any], m
                 continue
             end = cut.start() + 1
             if gate is not None:
-                gate(buf.count(b'"ph"', pos, end))
+                gate(buf, pos, end)
             with memoryview(buf) as view:
                 events = _decode_chunk(buf, view, pos, end, decoder)
                 if mode == COSTS and not _scan_costs(buf, pos, end, events, memo):
@@ -357,7 +368,7 @@ def _chunked_events(path: Path, pieces: Iterator[bytes], meta: dict[str, Any], m
             pos, filled = 1, keep
         # The rest: the last events, the array's end, then the other top-level fields.
         if gate is not None:
-            gate(buf.count(b'"ph"', pos, filled))
+            gate(buf, pos, filled)
         text = "[" + buf[pos:filled].decode("utf-8")
         del buf
         last, end = json.JSONDecoder().raw_decode(text)
@@ -515,7 +526,7 @@ def read_columns(path: Path, costs: bool = True) -> Columns:
     meta: dict[str, Any] = {}
     try:
         with _opened(path) as f:
-            gate = _fits(path, f, BYTES_PER_COLUMN_EVENT)
+            gate = _fits(path, f, BYTES_PER_COLUMN_EVENT, BYTES_PER_DEVICE_EVENT)
             with _gc_paused():
                 return columns_of(_chunked_events(path, _pieces(path, f), meta,
                                                   COSTS if costs else PLAIN, gate), meta)
@@ -570,85 +581,6 @@ def _opened(path: Path) -> Iterator[io.BufferedReader]:
         yield f
 
 
-# What one event costs at the peak of reading a trace (its record, the aggregates and the
-# decoder's objects; the file is read a few MiB at a time, so its bytes are not held:
-# measured 400-700 bytes on flat traces of 95-byte events and on a CPU training trace of
-# 360-byte ones), with a margin; the plain parser's dictionaries cost about twice as
-# much, with the whole file held. A trace whose events would not fit in the memory
-# available is refused before it is decoded (a decoder that runs out of memory may crash
-# the process rather than raise).
-BYTES_PER_EVENT = 1024
-BYTES_PER_COLUMN_EVENT = 256  # reporter.ingest.columns: its columns and a chunk's sorting
-BYTES_PER_PLAIN_EVENT = 2048
-# What reading takes beside the events, whatever the trace: the chunk being cut and
-# decoded (8 MiB of bytes, its events' objects before they are sorted) and the module's
-# own tables.
-READ_CONSTANT = 64 << 20
-
-
-# What a trace's events take once read, against the file's bytes, is at most about 26
-# times (measured: tiny host events of a different name each, 1,444 bytes an event for 55
-# bytes of file; 12 times with one name, under 1 for real traces). So a plain trace under
-# 1/SMALL_FRACTION of the memory available fits whatever it holds, and its events are
-# not counted first: counting a 350 MB file took 0.3 s, 7% of reading it.
-SMALL_FRACTION = 48
-
-
-def _fits(path: Path, f: io.BufferedReader, per_event: int) -> Callable[[int], None] | None:
-    """Refuse (BadInput, ``[too-big]``) a trace whose decoded events would not fit in
-    memory. Every event has a "ph" key: a plain file's are counted in one pass over its
-    bytes, before any is decoded, unless the file is under 1/SMALL_FRACTION of the
-    memory available. A gzipped file's cannot be without inflating it twice: the gate
-    returned hears of each chunk's count before that chunk is decoded, and refuses the
-    trace once the events so far would not fit."""
-    budget = memory.available()
-    if budget is None:
-        return None
-    room = budget - READ_CONSTANT
-    if f.read(2) == b"\x1f\x8b":
-        f.seek(0)
-        seen = [0]
-
-        def gate(events: int) -> None:
-            seen[0] += events
-            if seen[0] * per_event > room:
-                raise _too_big(path, f"{seen[0]:,} events in the first part of it",
-                               seen[0] * per_event, per_event, budget)
-        return gate
-    try:
-        small = os.fstat(f.fileno()).st_size * SMALL_FRACTION < room
-    except OSError as exc:
-        raise read_error(path, exc) from exc
-    f.seek(0)
-    if small:
-        return None
-    events = _count_events(path, f)
-    f.seek(0)
-    if events * per_event > room:
-        raise _too_big(path, f"{events:,} events", events * per_event, per_event, budget)
-    return None
-
-
-def _too_big(path: Path, what: str, need: int, per_event: int, budget: int) -> BadInput:
-    return BadInput(f"{path}: {what} need about {need + READ_CONSTANT:,} bytes of memory to "
-                    f"read ({per_event:,} bytes each and {READ_CONSTANT >> 20} MiB), more "
-                    f"than the {budget:,} available: refused (free memory, or cut the trace "
-                    "to fewer steps)", error_id="too-big")
-
-
-def _count_events(path: Path, f: io.BufferedReader) -> int:
-    """The number of "ph" keys in a plain file, read a piece at a time into one buffer."""
-    piece, events, tail = bytearray(_PIECE), 0, b""
-    needle = b'"ph"'
-    try:
-        while n := f.readinto(piece):
-            events += piece.count(needle, 0, n) + (tail + piece[:3]).count(needle)
-            tail = bytes(piece[max(0, n - 3):n])
-    except OSError as exc:
-        raise read_error(path, exc) from exc
-    return events
-
-
 def _whole_checked(path: Path) -> bytes:
     """The whole file for the plain parser, once its events are known to fit."""
     budget = memory.available()
@@ -657,14 +589,16 @@ def _whole_checked(path: Path) -> bytes:
     except OSError as exc:
         raise read_error(path, exc) from exc
     if budget is not None and size > budget // 2:
-        raise _too_big(path, f"{size:,} bytes", size, BYTES_PER_PLAIN_EVENT, budget)
+        raise _too_big(path, f"{size:,} bytes", size, f"{BYTES_PER_PLAIN_EVENT:,} bytes each",
+                       budget)
     raw = _read_whole(path)
     budget = memory.available()
     if budget is not None:
         events = raw.count(b'"ph"')
         need = events * BYTES_PER_PLAIN_EVENT + len(raw)
         if need + READ_CONSTANT > budget:
-            raise _too_big(path, f"{events:,} events", need, BYTES_PER_PLAIN_EVENT, budget)
+            raise _too_big(path, f"{events:,} events", need,
+                           f"{BYTES_PER_PLAIN_EVENT:,} bytes each", budget)
     return raw
 
 
