@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import Any
+from typing import Any, Iterable
 
 from ..model import device as devices
 from ..model.profile import KIND_DEVICE_ANNOTATION, KIND_KERNEL, KIND_RUNTIME, Op, Profile
@@ -388,8 +388,14 @@ def _peak_live(host: list[tuple[Any, ...]]) -> dict[str, int]:
         return {}
     host.sort(key=lambda m: m[0])
     peak = max(range(len(host)), key=lambda i: host[i][3])
+    return _live((nbytes, addr, of) for _, nbytes, addr, _, of in host[:peak + 1])
+
+
+def _live(events: Iterable[tuple[int, int, str | None]]) -> dict[str, int]:
+    """The bytes live after ``events`` (each the bytes allocated, or freed where not
+    positive, the address, the operator it is of or None), by operator."""
     live: dict[int, tuple[int, str | None]] = {}
-    for _, nbytes, addr, _, of in host[:peak + 1]:
+    for nbytes, addr, of in events:
         if nbytes > 0:
             live[addr] = (nbytes, of)
         else:

@@ -1,27 +1,25 @@
-"""The timeline analyses of a trace read as columns (reporter.model.columns): what
-reporter.analyze.timeline.profile_of computes, the same numbers to the last bit, in memory
-bounded by the columns (#68). For a trace too big to hold as objects
-(reporter.ingest.traces reads it so); not yet every analysis (below).
+"""The timeline analyses of a trace read as columns (reporter.model.columns): the Profile
+reporter.analyze.timeline.profile_of makes of the object record (without ``shapes``), to
+the last bit, in memory bounded by the columns (#68). reporter.ingest.traces.read_trace
+reads every trace so but the runner's own (read with their calls' inputs, as objects).
 
 Each host thread's events are sorted and nested as profile_of nests them (a Python loop
 over a window of the columns at a time, so that only a window's objects live at once:
 the stack, its epsilon, overlapping events closing what is open, memory charged to the
 innermost open event), and the rest is arrays: the self calls folded into their parent,
 kernels attributed to the operator that launched them, and the sums per name with
-``bincount``, which adds in the records' order as profile_of's loop does. The step
-breakdown, its critical path and communication are profile_of's own functions, given the
-device work as decoded and the host events they read as objects (_read_events: the marks,
-steps, waits, runtime calls and each thread's bounds, a small part of a thread).
-
-It computes the operator table, the totals, the steps, the CUDA graphs' kernels, the host
-memory live at the peak, the step breakdown with its critical path, and communication.
-Not yet: FLOP costs, compile facts, the calls read one by one and the shapes (empty).
+``bincount``, which adds in the records' order as profile_of's loop does. The other
+analyses are profile_of's own functions, given what they read: the step breakdown, its
+critical path and communication the device work as decoded and the host events they read
+as objects (_read_events: marks, steps, waits, runtime calls and each thread's bounds, a
+small part of a thread); the compile facts and the calls read one by one the records of
+the operators they read (_Records); the FLOP costs each costed call's row, cost, phase and
+time (_cost_calls, profile_of's _cost_of over bytearrays).
 """
 
 from __future__ import annotations
 
 from array import array
-from collections import defaultdict
 from typing import Any, Iterator
 
 import numpy as np
@@ -29,11 +27,11 @@ import numpy as np
 from ..model import device as devices
 from ..model.columns import NONE, Columns, HostArgs, HostEvent
 from ..model.profile import KIND_DEVICE_ANNOTATION, KIND_KERNEL, KIND_RUNTIME, Profile
-from ..model.timeline import OP_CATS
+from ..model.timeline import OP_CATS, Event
 from .breakdown import _SYNC_CALL, MODULE_MARK, phase_of, step_breakdown
 from .compiled import GRAPH_LAUNCHES
 from .critical_path import WAITS, critical_path
-from .timeline import _ALLOCATORS, _device_memory, _device_name, _launches, _to_op
+from .timeline import _ALLOCATORS, _device_memory, _device_name, _launches, _live, _to_op
 from .flops import MATRIX
 from .timeline_costs import (
     _comm_in_steps,
@@ -51,9 +49,9 @@ _WINDOW = 1 << 16  # events turned into Python objects at a time
 
 
 def profile_of_columns(c: Columns, costs: bool = False) -> Profile:
-    """A trace's Profile from its columns: profile_of's (``shapes`` and ``costs`` off),
-    to the bit, but for the FLOP costs, compile facts and calls read one by one, which
-    are left empty."""
+    """A trace's Profile from its columns: profile_of's without ``shapes`` (no by-shape
+    rows), to the bit; with ``costs``, the FLOPs and bytes of the modelled operators (their
+    calls' costs, which the reader computed: Columns.costs)."""
     scale = c.scale
     h = c.host
     n = len(h["ts"])
@@ -203,27 +201,28 @@ def profile_of_columns(c: Columns, costs: bool = False) -> Profile:
     k = len(agg_list)
     mem = np.zeros((4, k), np.int64)  # self host, total host, self device, total device
     some = np.flatnonzero(at >= 0)
-    node = at[some]
-    slot = np.where(m["device_type"][rows[some]] == 0, 0, 2)
-    amount = m["nbytes"][rows[some]]
+    node: np.ndarray = at[some]
+    slot: np.ndarray = np.where(m["device_type"][rows[some]] == 0, 0, 2)
+    amount: np.ndarray = m["nbytes"][rows[some]]
     del at, rows, some
     np.add.at(mem, (slot, agg_of[np.where(merged[node], final[node], node)]), amount)
     while len(node):
-        mine = ~merged[node]
-        np.add.at(mem, (slot[mine] + 1, agg_of[node[mine]]), amount[mine])
+        kept = ~merged[node]
+        np.add.at(mem, (slot[kept] + 1, agg_of[node[kept]]), amount[kept])
         node = parent[node]
-        up = node >= 0
-        node, slot, amount = node[up], slot[up], amount[up]
+        going = node >= 0
+        node, slot, amount = node[going], slot[going], amount[going]
 
     # Device time: to the operator that launched each kernel (its External id), else to
     # the caller of the runtime call with the kernel's correlation id; and to its callers.
     d = c.device
     kdur = np.where(d["dur"] > 0, d["dur"], 0.0)
     graph_kernels, graph_us = 0, 0.0
-    owners = np.empty(0, np.int64)  # the records kernels ran under, sorted
-    self_dev = total_dev = np.empty(0)
+    owners: np.ndarray = np.empty(0, np.int64)  # the records kernels ran under, sorted
+    self_dev: np.ndarray = np.empty(0)
+    total_dev: np.ndarray = np.empty(0)
     if len(kdur) and n:  # without host events no kernel has an operator
-        owner = _find(launch_of, d["ext"])
+        owner: np.ndarray = _find(launch_of, d["ext"])
         call = _find(call_of, d["corr"])
         del launch_of
         by_call = (owner < 0) & (call >= 0)
@@ -233,7 +232,9 @@ def profile_of_columns(c: Columns, costs: bool = False) -> Profile:
         mine = np.flatnonzero(owner >= 0)
         # each kernel's record and every caller's, with the kernel: summed per record in
         # the kernels' order, as profile_of adds them
-        nodes, kernels, own = [], [], []
+        nodes: list[np.ndarray] = []
+        kernels: list[np.ndarray] = []
+        own: list[np.ndarray] = []
         node = owner[mine]
         top = True
         while len(node):
@@ -242,8 +243,8 @@ def profile_of_columns(c: Columns, costs: bool = False) -> Profile:
             own.append(np.full(len(node), top))
             top = False
             node = final[node]
-            up = node >= 0
-            node, mine = node[up], mine[up]
+            going = node >= 0
+            node, mine = node[going], mine[going]
         if nodes:
             node, kernel, is_own = (np.concatenate(x) for x in (nodes, kernels, own))
             by_kernel = np.argsort(kernel, kind="stable")
@@ -296,14 +297,14 @@ def profile_of_columns(c: Columns, costs: bool = False) -> Profile:
             agg = kernel_aggs[(name, KIND_KERNEL)] = _Agg(name, KIND_KERNEL)
             agg.calls, agg.self_dev, agg.dev_total = count[r], time[r], time[r]
     for e in c.device_annotations:  # few: as profile_of adds them
-        dur = e.dur if e.dur > 0 else 0
+        mark = e.dur if e.dur > 0 else 0
         agg = kernel_aggs.get((e.name, KIND_DEVICE_ANNOTATION))
         if agg is None:
             agg = kernel_aggs[(e.name, KIND_DEVICE_ANNOTATION)] = _Agg(e.name,
                                                                        KIND_DEVICE_ANNOTATION)
         agg.calls += 1
-        agg.self_dev += dur
-        agg.dev_total += dur
+        agg.self_dev += mark
+        agg.dev_total += mark
 
     ops = [_to_op(a, scale) for a in aggs.values() if a.calls]
     ops += [_to_op(a, scale) for a in kernel_aggs.values()]
@@ -331,8 +332,9 @@ def profile_of_columns(c: Columns, costs: bool = False) -> Profile:
     if any(compiled_related(a.name) for a in agg_list):
         related = [records(i) for i in _where(agg_of, agg_list,
                                               lambda a: compiled_related(a.name))]
-        calls = _Calls(c, call_of, records) if len(kdur) else {}
-        compiled = _compiled_facts(related, aggs, c.device_events, calls, scale, step_ranges)
+        calls_of: Any = _Calls(c, call_of, records) if len(kdur) else {}
+        compiled = _compiled_facts(related, aggs, c.device_events, calls_of, scale,
+                                   step_ranges)
     del records, final, merged, agg_of
 
     # The step breakdown, its critical path and communication: profile_of's calls, on the
@@ -341,9 +343,9 @@ def profile_of_columns(c: Columns, costs: bool = False) -> Profile:
     device = c.device_events
     call_end: dict[Any, Any] = {}
     if len(kdur):
-        codes, records = call_of
+        codes, calls_at = call_of
         call_end = dict(zip((c.value(k) for k in codes.tolist()),
-                            _times(c, order[records])[1]))
+                            _times(c, order[calls_at])[1]))
     threads = _read_events(c, order, bounds, runtime,
                            compute=bool(comm_work or comm_calls) and not device)
     del order, bounds, runtime, is_step, comm
@@ -518,7 +520,7 @@ def _times(c: Columns, rows: np.ndarray) -> tuple[list[float], list[float]]:
 
 
 def _read_events(c: Columns, order: np.ndarray, bounds: np.ndarray, runtime: np.ndarray,
-                 compute: bool) -> dict[tuple[Any, Any], list[HostEvent]]:
+                 compute: bool) -> dict[Any, list[Event]]:
     """Each host thread's events that the step breakdown, the critical path, the module
     times and communication read, as decoded events, in the records' order: what they
     would find in the thread's whole list. Their marks, waits and synchronisations (by
@@ -552,7 +554,7 @@ def _read_events(c: Columns, order: np.ndarray, bounds: np.ndarray, runtime: np.
         for a, b, top in zip(starts.tolist(), [*bounds.tolist(), len(order)], last.tolist()):
             keep[a + int(np.argmax(end[a:b] == top))] = True
         del end
-    threads: dict[tuple[Any, Any], list[HostEvent]] = {}
+    threads: dict[Any, list[Event]] = {}
     value = c.value
     at = np.flatnonzero(keep)
     del keep
@@ -590,20 +592,15 @@ def _peak_live_of(m: dict[str, np.ndarray], rows: np.ndarray, at: np.ndarray,
     by_time = np.argsort(m["ts"][rows], kind="stable")
     rows, of = rows[by_time], of[by_time]
     peak = int(np.argmax(m["total"][rows]))  # the first of the highest
-    live: dict[int, tuple[int, int]] = {}
-    for w in range(0, peak + 1, _WINDOW):
-        window = rows[w:min(peak + 1, w + _WINDOW)]
-        for nbytes, addr, op in zip(m["nbytes"][window].tolist(), m["addr"][window].tolist(),
-                                    of[w:w + len(window)].tolist()):
-            if nbytes > 0:
-                live[addr] = (nbytes, op)
-            else:
-                live.pop(addr, None)
-    by_op: dict[str, int] = defaultdict(int)
-    for nbytes, op in live.values():
-        if op >= 0:
-            by_op[shown[op]] += nbytes
-    return dict(by_op)
+
+    def events() -> Iterator[tuple[int, int, str | None]]:
+        for w in range(0, peak + 1, _WINDOW):  # a window's objects at a time
+            window = rows[w:min(peak + 1, w + _WINDOW)]
+            for nbytes, addr, op in zip(m["nbytes"][window].tolist(),
+                                        m["addr"][window].tolist(),
+                                        of[w:w + len(window)].tolist()):
+                yield nbytes, addr, shown[op] if op >= 0 else None
+    return _live(events())
 
 
 def _last_of(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -22,7 +22,7 @@ from ..model.timeline import (
     MODULE_PREFIX,
     OP_CATS,
 )
-from .trace_events import _FLOAT_MAX, _count, _Event
+from .trace_events import _FLOAT_MAX, _count, _Event, memory_fields
 
 _WHOLE = 1 << 62  # an id a column holds as it is: a whole number within +-2**62
 
@@ -76,12 +76,12 @@ def gather(events: list[_Event]) -> _Part:
     t = _Tables()
     name_id, cat_id, thread_id, code = t.names.setdefault, t.cats.setdefault, \
         t.threads.setdefault, t.code
-    host = {k: [] for k in HOST}
-    device = {k: [] for k in DEVICE}
+    host: dict[str, list[Any]] = {k: [] for k in HOST}
+    device: dict[str, list[Any]] = {k: [] for k in DEVICE}
     kept: dict[str, list[_Event]] = {"device": [], "device_annotations": [], "modules": []}
     costs: list[tuple[int, Any]] = []
     dims: list[tuple[int, Any]] = []
-    memory = {k: [] for k in MEMORY}
+    memory: dict[str, list[Any]] = {k: [] for k in MEMORY}
     host_cats, dev_cats, ann_cats = HOST_CATS, DEVICE_CATS, DEVICE_ANNOTATION_CATS
     big, low = _FLOAT_MAX, -_FLOAT_MAX
     first_host = first_device = None
@@ -113,7 +113,7 @@ def gather(events: list[_Event]) -> _Part:
             table["ts"].append(e.ts)
             table["dur"].append(e.dur)
             table["cat"].append(cat_id(cat, len(t.cats)))
-            a = e.args
+            a: Any = e.args  # the mode's args: with costs or, from the plain parser, inputs
             if a is None:
                 table["ext"].append(NONE)
                 table["corr"].append(NONE)
@@ -139,18 +139,14 @@ def gather(events: list[_Event]) -> _Part:
                 table["copied"].append(_count(a.copied) if type(a.copied) is int
                                        and a.copied < _WHOLE else -1)
         elif ph == "i" and e.name == "[memory]" and e.args is not None:
-            a = e.args
-            try:
-                nbytes, device_type = int(a.nbytes), int(a.device_type or 0)
-            except (TypeError, ValueError, OverflowError):
-                continue  # a malformed memory event
-            if not (-_WHOLE < nbytes < _WHOLE and -_WHOLE < device_type < _WHOLE):
-                continue
+            fields = memory_fields(e.args)
+            if fields is None or not all(-_WHOLE < v < _WHOLE for v in fields[:2]):
+                continue  # malformed, or past what a column holds
+            nbytes, device_type, addr, total = fields
             memory["thread"].append(thread_id((e.pid, e.tid), len(t.threads)))
             memory["ts"].append(e.ts)
             memory["nbytes"].append(nbytes)
             memory["device_type"].append(device_type)
-            addr, total = _count(a.addr), _count(a.total)
             memory["addr"].append(addr if addr < _WHOLE else -1)
             memory["total"].append(total if total < _WHOLE else -1)
     tables_of = {}
@@ -164,7 +160,7 @@ def join(parts: Iterable[_Part], meta: dict[str, Any]) -> Columns:
     """The trace's columns from its chunks' parts, in the trace's order: each part's ids
     mapped onto the trace's tables as it comes, then each table's columns joined."""
     t = _Tables()
-    kinds_of = {"host": HOST, "device": DEVICE, "memory": MEMORY}
+    kinds_of: dict[str, dict[str, Any]] = {"host": HOST, "device": DEVICE, "memory": MEMORY}
     pieces: dict[str, dict[str, list[np.ndarray]]] = {
         label: {k: [] for k in kinds} for label, kinds in kinds_of.items()}
     events: dict[str, list[_Event]] = {"device": [], "device_annotations": [], "modules": []}
@@ -208,10 +204,11 @@ def join(parts: Iterable[_Part], meta: dict[str, Any]) -> Columns:
                         column[mine] = odd[ODD - 1 - column[mine]]
                 into[k].append(column)
     tables: dict[str, dict[str, np.ndarray]] = {}
-    for label, table in pieces.items():
-        tables[label] = {}
-        for k, v in table.items():  # one column at a time, its pieces let go of as joined
-            tables[label][k] = np.concatenate(v) if v else np.empty(0, kinds_of[label][k])
+    for label, parts_of in pieces.items():
+        joined: dict[str, np.ndarray] = {}
+        tables[label] = joined
+        for k, v in parts_of.items():  # one column at a time, its pieces let go of as joined
+            joined[k] = np.concatenate(v) if v else np.empty(0, kinds_of[label][k])
             v.clear()
     first = first_host if first_host is not None else first_device
     return Columns(names=list(t.names), cats=list(t.cats), threads=list(t.threads),

@@ -131,16 +131,22 @@ def timeline_of(chunks: Iterable[list[_Event]], meta: dict[str, Any]) -> Timelin
                 e.cat = share(cat, cat)
                 e.name = share(e.name, e.name)
             elif ph == "i" and e.name == "[memory]" and e.args is not None:
-                a = e.args
-                try:
-                    nbytes, device_type = int(a.nbytes), int(a.device_type or 0)
-                except (TypeError, ValueError, OverflowError):
-                    continue  # a malformed memory event
-                # where it was allocated and the allocator's total: for _peak_live only
-                memory[(e.pid, e.tid)].append(
-                    (e.ts, nbytes, device_type, _count(a.addr), _count(a.total)))
+                fields = memory_fields(e.args)
+                if fields is not None:
+                    memory[(e.pid, e.tid)].append((e.ts, *fields))
     return Timeline(threads=threads, device=device, device_annotations=device_ann,
                     modules=py_modules, memory=dict(memory), meta=meta)
+
+
+def memory_fields(a: Any) -> tuple[int, int, int, int] | None:
+    """A memory event's bytes (negative for a free), device type (0 the host), and where it
+    was allocated and the allocator's total after it (for _peak_live only: -1 where not a
+    whole number); None for a malformed one."""
+    try:
+        nbytes, device_type = int(a.nbytes), int(a.device_type or 0)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return nbytes, device_type, _count(a.addr), _count(a.total)
 
 
 def _count(value: Any) -> int:

@@ -9,11 +9,13 @@ innermost operator on their thread). Works for torch 1.8 traces (``Operator``,
 ``Runtime``, ``Kernel``) to today's (``cpu_op``, ``cuda_runtime``, ``kernel``),
 plain or gzipped. No torch import.
 
-This module decodes (read_trace, host_calls, read_trace_folder): the events' types, and
-the timeline record they are sorted into (reporter.model.timeline), are in trace_events;
-the analyses of the record (nesting, attribution, memory, the step breakdown, the critical
-path, FLOP costs, phases, compile facts, growing calls, communication) are
-reporter.analyze.timeline's.
+This module decodes (read_trace, read_columns, host_calls, read_trace_folder). A trace's
+events go into columns (reporter.ingest.columns, reporter.model.columns), which
+reporter.analyze.timeline_columns analyses; the runner's own traces, read with their
+calls' inputs, go into the object record (trace_events, reporter.model.timeline), which
+reporter.analyze.timeline analyses (nesting, attribution, memory, the step breakdown, the
+critical path, FLOP costs, phases, compile facts, growing calls, communication); the two
+give the same Profile. What reading may take, and the refusal, is budget's.
 """
 
 from __future__ import annotations

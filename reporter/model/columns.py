@@ -114,6 +114,14 @@ class HostEvent:
     time (reporter.model.timeline.Event)."""
 
     __slots__ = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")
+    ph: str
+    cat: str
+    name: str
+    pid: Any
+    tid: Any
+    ts: int | float
+    dur: int | float
+    args: Any
 
     def __init__(self, cat: str, name: str, pid: Any, tid: Any, ts: Any, dur: Any,
                  args: HostArgs | None) -> None:
