@@ -82,11 +82,12 @@ def _workers(text: str) -> int:
 
 def _rank_reading(p: argparse.ArgumentParser) -> None:
     """--workers and --scheduler, for the commands that read folders of per-rank traces
-    (analyze, compare): the same options, checks and defaults in both."""
+    and Chrome traces (analyze, compare): the same options, checks and defaults in both."""
     p.add_argument("--workers", type=_workers, default=None, metavar="N",
-                   help="read a folder's ranks in N processes (default: one per core this "
-                        "process may use, at most one per rank; 1: in this process); no "
-                        "effect on a stored run or a single file")
+                   help="read a folder's ranks, or a Chrome trace's chunks, in N processes "
+                        "(default: one per core this process may use, at most one per rank; "
+                        "a trace under 64 MiB in this process; 1: in this process); no "
+                        "effect on a stored run or a table")
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
                    help="read a folder's ranks on a Dask cluster (pip install "
                         "'reporter[dask]'): its workers must see the folder at the same "

@@ -309,21 +309,30 @@ def unread_options(inputs: list[tuple[str, Path | None]], workers: int | None,
                    scheduler: str | None, say: Say = _stderr) -> None:
     """Say, in one line, that --workers or --scheduler has no effect when none of the
     ``inputs`` (each as typed, with the stored run's folder that inputs.run_folder found
-    for it, or None) is a folder of per-rank traces: a stored run is read from its
-    run.json and a single file read in this process, whatever the options. Not an error:
+    for it, or None) is a folder of per-rank traces (nor, for --workers, a Chrome trace,
+    whose chunks it reads in worker processes): a stored run is read from its run.json
+    and a table in this process, whatever the options. Not an error:
     what is written is the same, and a script that passes the options to every input
     (a run on one side, a folder of ranks on the other) works unchanged."""
-    given = [name for name, value in (("--workers", workers), ("--scheduler", scheduler))
-             if value is not None]
-    if not given or any(run is None and Path(arg).is_dir() for arg, run in inputs):
+    from .ingest.traces import is_trace
+
+    if any(run is None and Path(arg).is_dir() for arg, run in inputs):
         return
+    traces = any(run is None and Path(arg).is_file() and is_trace(Path(arg))
+                 for arg, run in inputs)
+    given = [name for name, value in (("--workers", workers), ("--scheduler", scheduler))
+             if value is not None and not (name == "--workers" and traces)]
+    if not given:
+        return  # --workers reads a Chrome trace's chunks in worker processes
     what = [f"{printable(run)} is a stored run, read from its run.json" if run is not None
             else f"{printable(arg)} is a single file, read in this process"
             for arg, run in inputs]
-    one = len(given) == 1
-    say(f"reporter: {' and '.join(given)} {'has' if one else 'have'} no effect "
-        f"({'it reads' if one else 'they read'} folders of per-rank traces only): "
-        f"{'; '.join(dict.fromkeys(what))}")
+    reads = {("--workers",): "it reads folders of per-rank traces and Chrome traces only",
+             ("--scheduler",): "it reads folders of per-rank traces only",
+             ("--workers", "--scheduler"): "they read folders of per-rank traces only, "
+                                           "--workers Chrome traces too"}[tuple(given)]
+    say(f"reporter: {' and '.join(given)} {'has' if len(given) == 1 else 'have'} no effect "
+        f"({reads}): {'; '.join(dict.fromkeys(what))}")
 
 
 def compare_inputs(inputs: list[str], runs: Path, workers: int | None = None,

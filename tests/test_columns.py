@@ -249,3 +249,57 @@ def test_the_count_before_reading_sees_every_key_once(tmp_path, monkeypatch, pie
         assert budget._count_events(path, f) == (data.count(b'"ph"'),
                                                  data.count(b'"kernel"')
                                                  + data.count(b'"gpu_memcpy"')) == (40, 7)
+
+
+@pytest.mark.parametrize("name", ["train.json", "train.json.gz"])
+def test_a_trace_read_in_worker_processes_is_the_same(tmp_path, monkeypatch, name):
+    """Its chunks (here 64 KiB: dozens of them) decoded in 2 worker processes, in order,
+    give read_trace's Profile; a chunk that does not decode sends the trace to read_trace
+    in this process (its plain parser), with the same Profile."""
+    from reporter.ingest import traces
+    from reporter.ingest.ranks import read_trace_in_pool
+
+    path = write(tmp_path / name, training_trace(60, rank=1))
+    want = read_trace(path)
+    monkeypatch.setattr(traces, "_CHUNK", 64 << 10)
+    got = read_trace_in_pool(path, True, 2)
+    assert (_json(got), got.label, got.timeline) == (_json(want), want.label, want.timeline)
+    assert want.breakdown is not None and want.costs and want.comm_us
+    # names holding what ends one event and begins the next: a chunk cut inside one
+    cut = tmp_path / ("cut-" + name)
+    doc = training_trace(60, rank=1)
+    for e in doc["traceEvents"]:
+        if e["cat"] == "cpu_op":
+            e["name"] += "}, {"
+    write(cut, doc)
+    with open(cut, "rb") as f, pytest.raises(traces._NotChunkable):
+        list(traces._chunked_events(cut, traces._pieces(cut, f), {}, traces.COSTS))
+    assert _json(read_trace_in_pool(cut, True, 2)) == _json(read_trace_objects(cut))
+
+
+def test_workers_read_a_trace_the_same_from_the_command_line(tmp_path):
+    """`analyze TRACE --workers 2` prints what `--workers 1` does, and says nothing more."""
+    from conftest import cli
+
+    path = write(tmp_path / "train.json", training_trace(40))
+    one, two = (cli("analyze", path, "--json", "--workers", n) for n in ("1", "2"))
+    assert (one.code, two.code, two.out, two.err) == (0, 0, one.out, one.err)
+    assert json.loads(one.out)["profiles"][0]["breakdown"]["steps_us"]
+
+
+def test_how_many_workers_read_a_trace(tmp_path, monkeypatch):
+    """--workers N is N; without it a trace under SMALL_TRACE is read in this process, and
+    a larger one by a worker per core, as many as the memory available holds."""
+    from reporter import memory
+    from reporter.ingest import ranks
+
+    small, large = tmp_path / "small.json", tmp_path / "large.json"
+    small.write_bytes(b"{}")
+    with open(large, "wb") as f:
+        f.truncate(ranks.SMALL_TRACE)  # sparse: its size is all that is read
+    monkeypatch.setattr(ranks, "cores", lambda: 8)
+    monkeypatch.setattr(memory, "available", lambda: 64 << 30)
+    assert [ranks.chunk_workers(p, asked) for p, asked in
+            ((small, None), (small, 3), (large, None), (large, 1))] == [1, 3, 8, 1]
+    monkeypatch.setattr(memory, "available", lambda: 4 * ranks._WORKER_PEAK)
+    assert ranks.chunk_workers(large, None) == 2

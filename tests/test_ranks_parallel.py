@@ -173,23 +173,26 @@ def test_a_stored_run_with_the_options_says_they_have_no_effect(stored):
     line, out = _noticed(["compare", run, "latest", "--runs", root, "--json"],
                          "--workers", "2", "--scheduler", "tcp://127.0.0.1:9")
     assert line == ("reporter: --workers and --scheduler have no effect (they read folders "
-                    f"of per-rank traces only): {run} is a stored run, read from its "
-                    "run.json")
+                    f"of per-rank traces only, --workers Chrome traces too): {run} is a "
+                    "stored run, read from its run.json")
     assert json.loads(out)["steps"][0]["name"] == "tensor-ops"
 
 
 def test_a_single_file_with_the_options_says_they_have_no_effect(two_jobs, stored):
-    """A single trace is read in this process (--scheduler with one used to be an error:
-    now the same notice as a stored run, for analyze and compare alike)."""
+    """A single trace is read on this machine (--scheduler with one used to be an error:
+    now the same notice as a stored run, for analyze and compare alike); --workers reads
+    its chunks in worker processes, the same Profile, and says nothing."""
     trace = sorted(two_jobs[0].iterdir())[0]
     line, _ = _noticed(["analyze", trace, "--json"], "--scheduler", "tcp://127.0.0.1:9")
     assert line == ("reporter: --scheduler has no effect (it reads folders of per-rank "
                     f"traces only): {trace} is a single file, read in this process")
     root, run = stored("cpu-tensor-ops")
-    line, _ = _noticed(["compare", run, trace, "--json"], "--workers", "2")
+    line, _ = _noticed(["compare", run, "latest", "--runs", root, "--json"], "--workers", "2")
     assert line == ("reporter: --workers has no effect (it reads folders of per-rank traces "
-                    f"only): {run} is a stored run, read from its run.json; {trace} is a "
-                    "single file, read in this process")
+                    f"and Chrome traces only): {run} is a stored run, read from its run.json")
+    plain, given = (cli("compare", run, trace, "--json", *extra)
+                    for extra in ((), ("--workers", "2")))
+    assert (plain.code, given.code, given.out, given.err) == (0, 0, plain.out, plain.err)
 
 
 def test_no_notice_when_one_input_is_a_folder_of_ranks(two_jobs, stored, monkeypatch):

@@ -1,5 +1,6 @@
 """A folder of per-rank traces read in parallel: on this machine's cores (a process pool)
-or on a Dask distributed cluster (``--scheduler``).
+or on a Dask distributed cluster (``--scheduler``); and one large trace's chunks read on
+this machine's cores (read_trace_in_pool).
 
 Each worker reads one rank's file (read_trace: the decode and what is computed while
 reading, the step breakdown, FLOP costs, the critical path) and sends back that rank's
@@ -111,13 +112,7 @@ def _sent(pool: Any, path: Path, costs: bool) -> Any:
     """``read_trace(path)`` submitted to the pool, SIGINT blocked meanwhile: a submit may
     start a worker, which inherits the blocked signal until _quiet_worker ignores it (a
     Ctrl-C here is delivered to this process as soon as the submit returns)."""
-    if not hasattr(signal, "pthread_sigmask"):
-        return pool.submit(read_trace, path, costs=costs)
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        return pool.submit(read_trace, path, costs=costs)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return _submitted(pool, read_trace, path, costs=costs)
 
 
 def _in_pool(files: list[Path], costs: bool, progress: Callable[[str], None] | None,
@@ -170,6 +165,89 @@ def _in_pool(files: list[Path], costs: bool, progress: Callable[[str], None] | N
                 process.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
     return [results[i] for i in range(len(files))]
+
+
+# A trace under this many bytes is read in this process unless --workers asks otherwise:
+# its chunks (8 MiB each) are too few to share, and starting a worker costs about 0.3 s.
+SMALL_TRACE = 64 << 20
+# What a worker of read_trace_in_pool holds: its imports and a chunk's decoded events.
+_WORKER_PEAK = 256 << 20
+
+
+def chunk_workers(path: Path, asked: int | None) -> int:
+    """The worker processes for reading one trace's chunks: ``asked`` (--workers); else as
+    many as the cores, as many as fit in the memory available beside what reading holds,
+    and 1 (this process) for a trace under SMALL_TRACE bytes."""
+    if asked is not None:
+        return max(1, asked)
+    if _size(path) < SMALL_TRACE:
+        return 1
+    from .. import memory
+
+    n = cores()
+    budget = memory.available()
+    if budget is not None:
+        n = min(n, max(1, budget // 2 // _WORKER_PEAK))
+    return n
+
+
+def read_trace_in_pool(path: Path, costs: bool, n: int) -> Profile:
+    """read_trace's Profile of one trace, its chunks decoded and gathered into columns in
+    ``n`` spawned processes (part_of) while this process cuts the file and joins the
+    parts in order: at most 2n chunks in flight, so that reading holds a few chunks and
+    the columns. A worker that stops without a result (killed, out of memory) is said in
+    one line."""
+    import multiprocessing
+    from collections import deque
+    from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    from .columns import gather
+    from .traces import part_of, read_trace_with
+
+    work_begins()  # child processes from here: an interrupt raises, and they are stopped
+    pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_quiet_worker, initargs=(os.getpid(),))
+    flight: deque[Future[Any]] = deque()
+
+    def parts(chunks: Any) -> Any:
+        try:
+            for chunk in chunks:
+                if isinstance(chunk, bytes):
+                    flight.append(_submitted(pool, part_of, chunk, costs))
+                    if len(flight) < 2 * n:
+                        continue
+                else:  # the last events, decoded here: the parts before them come first
+                    while flight:
+                        yield flight.popleft().result()
+                    yield gather(chunk)
+                    continue
+                yield flight.popleft().result()
+            while flight:
+                yield flight.popleft().result()
+        except BrokenProcessPool as exc:
+            raise WorkFailed(f"{path}: a worker process stopped without a result while the "
+                             "trace was being read (killed, or out of memory? --workers 1 "
+                             "reads it in this process)", error_id="workers") from exc
+
+    try:
+        return read_trace_with(path, costs, parts)
+    finally:
+        if flight:  # an error or an interrupt: the chunks in flight are not waited for
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _submitted(pool: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``pool.submit(fn, *args, **kwargs)`` with SIGINT blocked meanwhile (_sent)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return pool.submit(fn, *args, **kwargs)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return pool.submit(fn, *args, **kwargs)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 # The settings from the environment that reading a trace reads (traces._max_ratio): a Dask

@@ -78,10 +78,13 @@ class ChromeTrace:
         return path.is_file() and is_trace(path)
 
     def read(self, path: Path, options: ReadOptions) -> list[Section]:
+        from .ranks import chunk_workers, read_trace_in_pool
         from .traces import is_gzip, read_trace
 
         try:
-            return sections_of([read_trace(path, costs=options.costs)])
+            n = chunk_workers(path, options.workers)
+            return sections_of([read_trace_in_pool(path, options.costs, n) if n > 1
+                                else read_trace(path, costs=options.costs)])
         except BadInput as exc:
             if is_gzip(path) or exc.error_id == "too-big" or isinstance(exc, NotMine):
                 raise  # a gzip holds no table; a too-big trace is one, refused

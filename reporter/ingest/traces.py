@@ -63,7 +63,7 @@ from .budget import (
     _fits,
     _too_big,
 )
-from .columns import columns_of
+from .columns import columns_of, gather, join
 from .trace_events import (
     _CallArgs,
     _CallEvent,
@@ -77,6 +77,7 @@ from .trace_events import (
 
 # What a chunk is decoded as: events; with every input (shapes); with modelled ops' (costs).
 PLAIN, SHAPES, COSTS, CALLS = 0, 1, 2, 3
+RAW = 4  # a chunk not decoded: its bytes, a JSON array of whole events (for a worker process)
 _DECODERS: dict[int, msgspec.json.Decoder[Any]] = {
              PLAIN: msgspec.json.Decoder(list[_Event]),
              SHAPES: msgspec.json.Decoder(list[_ShapeEvent]),
@@ -298,7 +299,7 @@ _HEAD_MAX = 64 << 20  # the top-level fields before traceEvents, at most
 
 def _chunked_events(path: Path, pieces: Iterator[bytes], meta: dict[str, Any], mode: int,
                     gate: Callable[[Any, int, int], None] | None = None
-                    ) -> Iterator[list[_Event]]:
+                    ) -> Iterator[Any]:
     """The traceEvents array a few MiB at a time, read from ``pieces`` (the file's bytes
     in order, _pieces); fills ``meta`` with the other fields.
 
@@ -310,7 +311,7 @@ def _chunked_events(path: Path, pieces: Iterator[bytes], meta: dict[str, Any], m
     is its events and a constant. ``gate``, when given, hears of each chunk's events
     (its ``"ph"`` keys) before the chunk is decoded, and may refuse them (BadInput).
     """
-    decoder = _DECODERS[mode]
+    decoder = _DECODERS[PLAIN if mode == RAW else mode]  # RAW: not used (no decoding here)
     memo: dict = {}
     # One buffer for the whole file, allocated once: a chunk and a few pieces. It grows
     # only for an event longer than a chunk; what was decoded is let go of by moving the
@@ -359,11 +360,14 @@ def _chunked_events(path: Path, pieces: Iterator[bytes], meta: dict[str, Any], m
             end = cut.start() + 1
             if gate is not None:
                 gate(buf, pos, end)
-            with memoryview(buf) as view:
-                events = _decode_chunk(buf, view, pos, end, decoder)
-                if mode == COSTS and not _scan_costs(buf, pos, end, events, memo):
-                    events = _decode_chunk(buf, view, pos, end, _DECODERS[SHAPES])
-            yield events
+            if mode == RAW:
+                yield b"[" + bytes(buf[pos:end]) + b"]"
+            else:
+                with memoryview(buf) as view:
+                    events = _decode_chunk(buf, view, pos, end, decoder)
+                    if mode == COSTS and not _scan_costs(buf, pos, end, events, memo):
+                        events = _decode_chunk(buf, view, pos, end, _DECODERS[SHAPES])
+                yield events
             # Keep the separator before the next event and what follows it.
             keep = filled - (cut.end() - 2)
             buf[:keep] = buf[cut.end() - 2:filled]
@@ -519,6 +523,47 @@ def _named(path: Path, profile: Profile, meta: dict[str, Any]) -> Profile:
         raise BadInput(f"{path}: a Chrome trace without profiler events (no cpu_op, "
                        "runtime or kernel events)", error_id="bad-trace")
     return profile
+
+
+def part_of(chunk: bytes, costs: bool) -> Any:
+    """A chunk's columns (reporter.ingest.columns.gather), from its bytes (a JSON array of
+    whole events, as RAW cuts it): what a worker process of read_trace_with makes."""
+    decoder = _DECODERS[COSTS if costs else PLAIN]
+    try:
+        events = decoder.decode(chunk)
+    except msgspec.ValidationError:  # an event of an odd shape: read them one by one
+        events = _coerce(msgspec.json.decode(chunk))
+    if costs and not _scan_costs(chunk, 1, len(chunk) - 1, events, _WORKER_MEMO):
+        try:
+            events = _DECODERS[SHAPES].decode(chunk)
+        except msgspec.ValidationError:
+            events = _coerce(msgspec.json.decode(chunk))
+    return gather(events)
+
+
+_WORKER_MEMO: dict = {}  # a worker's costs by their inputs' bytes (_scan_costs)
+
+
+def read_trace_with(path: Path, costs: bool,
+                    parts: Callable[[Iterator[Any]], Iterator[Any]]) -> Profile:
+    """read_trace's reading as columns where ``parts`` turns the chunks (each the bytes of
+    a JSON array of events, part_of's input, or, for the last events, a list of decoded
+    events) into their parts, in order: a pool of worker processes
+    (reporter.ingest.ranks). A trace the chunks cannot be cut from, or one a chunk of which
+    does not decode, is read by read_trace in this process."""
+    from ..analyze.timeline_columns import profile_of_columns
+
+    meta: dict[str, Any] = {}
+    try:
+        with _opened(path) as f:
+            gate = _fits(path, f, BYTES_PER_COLUMN_EVENT, BYTES_PER_DEVICE_EVENT)
+            with _gc_paused():
+                cols = join(parts(_chunked_events(path, _pieces(path, f), meta, RAW, gate)),
+                            meta)
+    except (_NotChunkable, msgspec.DecodeError):
+        return read_trace(path, costs=costs)
+    with _gc_paused():
+        return _named(path, profile_of_columns(cols, costs), meta)
 
 
 def read_columns(path: Path, costs: bool = True) -> Columns:
