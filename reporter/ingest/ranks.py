@@ -194,8 +194,8 @@ def chunk_workers(path: Path, asked: int | None) -> int:
 def read_trace_in_pool(path: Path, costs: bool, n: int) -> Profile:
     """read_trace's Profile of one trace, its chunks decoded and gathered into columns in
     ``n`` spawned processes (part_of) while this process cuts the file and joins the
-    parts in order: at most 2n chunks in flight, so that reading holds a few chunks and
-    the columns. A worker that stops without a result (killed, out of memory) is said in
+    parts in order: at most n + 2 chunks in flight (8 MiB each), so that reading holds
+    those and the columns. A worker that stops without a result (killed, out of memory) is said in
     one line."""
     import multiprocessing
     from collections import deque
@@ -215,7 +215,7 @@ def read_trace_in_pool(path: Path, costs: bool, n: int) -> Profile:
             for chunk in chunks:
                 if isinstance(chunk, bytes):
                     flight.append(_submitted(pool, part_of, chunk, costs))
-                    if len(flight) < 2 * n:
+                    if len(flight) < n + 2:  # each worker busy, and the next chunks cut
                         continue
                 else:  # the last events, decoded here: the parts before them come first
                     while flight:
