@@ -85,9 +85,9 @@ def _rank_reading(p: argparse.ArgumentParser) -> None:
     and Chrome traces (analyze, compare): the same options, checks and defaults in both."""
     p.add_argument("--workers", type=_workers, default=None, metavar="N",
                    help="read a folder's ranks, or a Chrome trace's chunks, in N processes "
-                        "(default: one per core this process may use, at most one per rank; "
-                        "a trace under 64 MiB in this process; 1: in this process); no "
-                        "effect on a stored run or a table")
+                        "(default: a folder's ranks one per core this process may use, at "
+                        "most one per rank, a trace in this process; 1: in this process); "
+                        "no effect on a stored run or a table")
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
                    help="read a folder's ranks on a Dask cluster (pip install "
                         "'reporter[dask]'): its workers must see the folder at the same "

@@ -167,28 +167,26 @@ def _in_pool(files: list[Path], costs: bool, progress: Callable[[str], None] | N
     return [results[i] for i in range(len(files))]
 
 
-# A trace under this many bytes is read in this process unless --workers asks otherwise:
-# its chunks (8 MiB each) are too few to share, and starting a worker costs about 0.3 s.
-SMALL_TRACE = 64 << 20
 # What a worker of read_trace_in_pool holds: its imports and a chunk's decoded events.
 _WORKER_PEAK = 256 << 20
 
 
 def chunk_workers(path: Path, asked: int | None) -> int:
-    """The worker processes for reading one trace's chunks: ``asked`` (--workers); else as
-    many as the cores, as many as fit in the memory available beside what reading holds,
-    and 1 (this process) for a trace under SMALL_TRACE bytes."""
-    if asked is not None:
-        return max(1, asked)
-    if _size(path) < SMALL_TRACE:
+    """The worker processes for reading one trace's chunks: ``asked`` (--workers), as many
+    as fit in the memory available beside what reading holds; else 1 (this process).
+
+    Not one per core by default: on 2 cores, 2 workers read the 1.01 M-event trace in the
+    same wall time as this process alone (3.33-3.58 s against 3.36-3.58 s, 3 runs), for
+    55% more CPU and 2.4 times the memory (docs/benchmarks.md); on more cores it is not
+    measured yet."""
+    if asked is None or asked <= 1:
         return 1
     from .. import memory
 
-    n = cores()
     budget = memory.available()
-    if budget is not None:
-        n = min(n, max(1, budget // 2 // _WORKER_PEAK))
-    return n
+    if budget is None:
+        return asked
+    return max(1, min(asked, budget // 2 // _WORKER_PEAK))
 
 
 def read_trace_in_pool(path: Path, costs: bool, n: int) -> Profile:
