@@ -51,7 +51,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from ingest import FLOOR, NESTING, _PEAK  # noqa: E402
+from ingest import FLOOR, NESTING, _PEAK, busy  # noqa: E402
 
 # nesting, printing the self time summed over all names besides its counts
 NESTING_CHECK = NESTING.replace("print(len(events), len(calls))",
@@ -257,6 +257,7 @@ def main() -> None:
     peak_all = {c[0]: 0 for c in cases}
     check: dict[str, str] = {}
     load = os.getloadavg()
+    disturbed = busy(cores)
     n_events = 0
     for _ in range(args.rounds):
         for label, code, argv in cases:
@@ -271,9 +272,8 @@ def main() -> None:
                 check[label] = out.split()[-1]
     print(f"trace: {args.trace.name}, {n_events:,} events; {args.rounds} rounds; {cores} cores "
           f"this process may use; load average {load[0]:.1f} -> {os.getloadavg()[0]:.1f}")
-    if load[0] > cores / 2:  # other work holds the cores the workers would use
-        print(f"busy: other work kept {load[0]:.1f} of {cores} cores busy before the rounds "
-              "began; the ratios, those with workers most, are not the design's")
+    if disturbed is not None:
+        print(disturbed)
     fw, fc = statistics.median(wall["floor"]), statistics.median(cpu["floor"])
     for label, *_ in cases:
         line = f"{label:10s} wall {_spread(wall[label])}  cpu {_spread(cpu[label])}"

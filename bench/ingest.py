@@ -166,6 +166,24 @@ def _run(code: str, args: list[str], root: Path) -> tuple[float, float, int, str
     return wall, cpu, peak, res.stdout
 
 
+def busy(cores: int) -> str | None:
+    """A line saying the machine was busy in the second before the rounds began (other
+    processes' CPU time, as reporter's own runs measure it: reporter.collect.machine),
+    else None: other work holds the cores the cases, those with workers most, would use.
+    The load average said it a minute late, and counts the benchmark's own processes."""
+    sys.path.insert(0, str(ROOT))
+    from reporter.collect.machine import Watch
+
+    watch = Watch(cores)
+    time.sleep(1.0)
+    others = watch.stop().others
+    if others is None or others <= 0.25:
+        return None
+    return (f"busy: other processes kept {others * cores:.1f} of {cores} cores busy before "
+            "the rounds began; the times and ratios, those with workers most, are not the "
+            "code's")
+
+
 def _spread(samples: list[float]) -> str:
     return f"{statistics.median(samples):6.2f} s [{min(samples):.2f}-{max(samples):.2f}]"
 
@@ -186,6 +204,7 @@ def bench(trace: Path, rounds: int, before: Path | None) -> None:
     cpu: dict[str, list[float]] = {c[0]: [] for c in cases}
     peak: dict[str, int] = {c[0]: 0 for c in cases}
     load = os.getloadavg()
+    disturbed = busy(cores)
     n_events = 0
     for _ in range(rounds):
         for label, code, args, root in cases:
@@ -198,6 +217,8 @@ def bench(trace: Path, rounds: int, before: Path | None) -> None:
     print(f"trace: {trace.name}, {n_events:,} events, {size / 2**20:,.0f} MiB uncompressed; "
           f"{rounds} rounds; {os.cpu_count()} CPUs; load average "
           f"{load[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+    if disturbed is not None:
+        print(disturbed)
     floor_w, floor_c = statistics.median(wall["floor"]), statistics.median(cpu["floor"])
     for label, *_ in cases:
         w, c = wall[label], cpu[label]
